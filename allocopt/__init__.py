@@ -1,0 +1,24 @@
+"""allocopt: declarative scheduling policies for heterogeneous GPU clusters.
+
+>>> import allocopt
+>>> cluster = allocopt.Cluster({"v100": 1, "k80": 1})
+>>> problem = allocopt.Problem([[40, 10], [12, 4], [100, 50]], cluster)
+>>> allocopt.solve(problem, "max_min_fairness").matrix.round(3)
+array([[0.455, 0.   ],
+       [0.455, 0.091],
+       [0.091, 0.909]])
+"""
+
+from allocopt.allocation import Allocation, Timings
+from allocopt.api import solve
+from allocopt.backends import BACKENDS, SolveOptions, installed_backends
+from allocopt.cluster import Cluster
+from allocopt.formulations import POLICIES
+from allocopt.model import Model
+from allocopt.problem import Problem
+from allocopt.solution import Solution, Status
+
+__version__ = "0.1.0"
+
+__all__ = ["Allocation", "BACKENDS", "Cluster", "Model", "POLICIES", "Problem", "Solution", "SolveOptions",
+           "Status", "Timings", "installed_backends", "solve", "__version__"]

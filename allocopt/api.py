@@ -1,0 +1,104 @@
+"""``allocopt.solve``: one entry point for every policy and backend."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any
+
+import numpy as np
+
+from allocopt.allocation import Allocation, Timings
+from allocopt.backends import BACKENDS, SolveOptions
+from allocopt.errors import InvalidOptionError, UnknownBackendError
+from allocopt.formulations import ModelSolver, get_policy
+from allocopt.problem import Problem
+from allocopt.solution import Status
+
+
+def solve(problem: Problem, policy: str = "max_min_fairness", *, backend: str = "highs",
+          time_limit_s: float | None = None, mip_gap: float | None = None,
+          threads: int | None = None, verbose: bool = False,
+          solver_options: dict[str, Any] | None = None, best_effort: bool = False,
+          **policy_options: Any) -> Allocation:
+    """Compute ``policy``'s allocation of ``problem`` with ``backend``.
+
+    Parameters
+    ----------
+    problem : Problem
+    policy : str, default "max_min_fairness"
+        A name from ``allocopt.POLICIES``: ``max_min_fairness``,
+        ``max_throughput``, ``isolated``, ``proportional``, ...
+    backend : {"highs", "gurobi", "pulp", "cvxpy", "scipy", "auto"}, default "highs"
+        Solver backend; ``auto`` takes Gurobi when installed and licensed for
+        the model, else HiGHS.
+    time_limit_s : float, optional
+        Solver wall-clock limit per solve, in seconds.
+    mip_gap : float, optional
+        Relative gap at which a MILP solve stops.
+    threads : int, optional
+        Solver threads.
+    verbose : bool, default False
+        Print the solver log.
+    solver_options : dict, optional
+        Passed verbatim to the solver under its own option names (for the
+        cvxpy backend, ``{"solver": "CLARABEL"}`` picks cvxpy's solver).
+    best_effort : bool, default False
+        Return non-optimal results (e.g. a time-limited incumbent, or
+        deadlines relaxed) as an Allocation whose ``status`` says so, instead
+        of raising a :class:`~allocopt.errors.NotOptimalError`.
+    **policy_options
+        Options of the policy (e.g. ``heterogeneity_aware=False``).
+
+    Returns
+    -------
+    Allocation
+
+    Raises
+    ------
+    InvalidOptionError, UnknownPolicyError, UnknownBackendError
+        For unknown names or out-of-range options.
+    BackendNotInstalledError
+        When the backend's package is missing (the message names the extra).
+    NotOptimalError
+        (``InfeasibleError``, ``UnboundedError``, ``TimeLimitError``) when the
+        solve did not prove optimality and ``best_effort`` is False.
+
+    Examples
+    --------
+    >>> import allocopt
+    >>> cluster = allocopt.Cluster({"v100": 1, "k80": 1})
+    >>> problem = allocopt.Problem([[40, 10], [12, 4], [100, 50]], cluster)
+    >>> alloc = allocopt.solve(problem, "max_min_fairness")
+    >>> round(alloc.objective, 6)  # every job gets 8/11 of its proportional throughput
+    0.727273
+    """
+    t0 = time.perf_counter()
+    if not isinstance(problem, Problem):
+        raise InvalidOptionError(f"solve() expects an allocopt.Problem, got {type(problem).__name__}; "
+                                 "build one with allocopt.Problem(...) or Problem.from_dicts(...)")
+    pol = get_policy(policy)
+    if backend != "auto" and backend not in BACKENDS:
+        raise UnknownBackendError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)} or 'auto'")
+    unknown = sorted(set(policy_options) - set(pol.options))
+    if unknown:
+        allowed = ", ".join(sorted(pol.options)) or "none"
+        common = ", ".join(p for p in inspect.signature(solve).parameters if p not in ("problem", "policy_options"))
+        raise InvalidOptionError(f"policy {policy!r} has no option(s) {unknown}; its options: {allowed}; "
+                                 f"options of every policy: {common}")
+    options = {**pol.options, **policy_options}
+    solver = ModelSolver(backend, SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads,
+                                               verbose=verbose, solver_options=dict(solver_options or {})),
+                         best_effort=best_effort)
+    if problem.num_jobs == 0:
+        result_matrix = np.zeros((0, problem.cluster.num_gpu_types))
+        return Allocation(problem, result_matrix, policy, None, Status.OPTIMAL, None, "No jobs to allocate.",
+                          Timings(total_s=time.perf_counter() - t0))
+    result = pol.allocate(problem, solver, **options)
+    result.matrix.setflags(write=False)
+    timings = Timings(model_build_s=solver.model_build_s, solver_build_s=solver.solver_build_s,
+                      solve_s=solver.solve_s, total_s=time.perf_counter() - t0, num_solves=solver.num_solves)
+    return Allocation(problem=problem, matrix=result.matrix, policy=policy,
+                      backend=solver.backend_used if pol.solves_models else None,
+                      status=result.status, objective=result.objective, message=result.message,
+                      timings=timings, extras=result.extras)

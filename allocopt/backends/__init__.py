@@ -1,0 +1,65 @@
+"""Solver backends, one module each, interchangeable by name.
+
+``highs`` (default, embedded), ``gurobi``, ``pulp`` (CBC), ``cvxpy`` and
+``scipy``; ``auto`` picks the best installed solver that can take the model.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+from allocopt.backends.base import Backend, RawResult, SolveOptions
+from allocopt.errors import AllocoptWarning, LicenseError, UnknownBackendError
+from allocopt.model import CompiledModel
+from allocopt.solution import Solution
+
+_MODULES = {
+    "highs": ("allocopt.backends.highs", "HighsBackend"),
+    "gurobi": ("allocopt.backends.gurobi", "GurobiBackend"),
+    "pulp": ("allocopt.backends.pulp", "PulpBackend"),
+    "cvxpy": ("allocopt.backends.cvxpy", "CvxpyBackend"),
+    "scipy": ("allocopt.backends.scipy", "ScipyBackend"),
+}
+BACKENDS: tuple[str, ...] = tuple(_MODULES)
+AUTO_ORDER: tuple[str, ...] = ("gurobi", "highs")
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name`` (one of :data:`BACKENDS`)."""
+    if name not in _MODULES:
+        raise UnknownBackendError(
+            f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)} or 'auto'")
+    module, cls = _MODULES[name]
+    return getattr(importlib.import_module(module), cls)()
+
+
+def installed_backends() -> list[str]:
+    """Names of the backends whose solver packages are installed."""
+    return [name for name in BACKENDS if get_backend(name).is_installed()]
+
+
+def solve_model(model: CompiledModel, backend: str = "highs",
+                options: SolveOptions | None = None) -> Solution:
+    """Solve a compiled model with the named backend.
+
+    ``backend="auto"`` tries Gurobi when it is installed and licensed for the
+    model's size, and otherwise falls back to HiGHS (with a warning when
+    Gurobi was installed but could not take the model).
+    """
+    if backend != "auto":
+        return get_backend(backend).solve(model, options)
+    for name in AUTO_ORDER[:-1]:
+        candidate = get_backend(name)
+        if not candidate.is_installed():
+            continue
+        try:
+            return candidate.solve(model, options)
+        except LicenseError as err:
+            warnings.warn(f"backend 'auto': {name} cannot take this model ({err}); "
+                          f"falling back to {AUTO_ORDER[-1]}", AllocoptWarning, stacklevel=2)
+    return get_backend(AUTO_ORDER[-1]).solve(model, options)
+
+
+__all__ = ["BACKENDS", "Backend", "RawResult", "SolveOptions", "get_backend",
+           "installed_backends", "solve_model"]

@@ -1,0 +1,148 @@
+"""The interface every solver backend implements.
+
+A backend is one module with a :class:`Backend` subclass that declares its
+name, the Python modules it needs, the extra that installs them and its
+capabilities, and implements two steps:
+
+``build(model, options) -> handle``
+    hand the :class:`~allocopt.model.CompiledModel` to the solver (timed as
+    ``build_seconds``);
+``run(handle, model, options) -> RawResult``
+    solve and read back (timed as ``solve_seconds``).
+
+Backends always receive the model in minimization form (``sense`` handled
+here) and report minimization-form duals ``d objective_min / d delta``; this
+base class flips signs for maximization and splits values per block, so every
+backend returns the same :class:`~allocopt.solution.Solution`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import numpy as np
+
+from allocopt.errors import BackendNotInstalledError, InvalidOptionError
+from allocopt.model import CompiledModel
+from allocopt.solution import STATUS_MESSAGES, Solution, Status
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """Options every backend understands.
+
+    Attributes
+    ----------
+    time_limit_s : float or None
+        Wall-clock limit for the solver, in seconds.
+    mip_gap : float or None
+        Relative MIP optimality gap at which to stop (MILPs only).
+    threads : int or None
+        Solver threads; None leaves the solver's default.
+    verbose : bool
+        Print the solver's log.
+    solver_options : dict
+        Passed verbatim to the solver under its own option names.
+    """
+
+    time_limit_s: float | None = None
+    mip_gap: float | None = None
+    threads: int | None = None
+    verbose: bool = False
+    solver_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise InvalidOptionError(f"time_limit_s must be a positive number of seconds, got {self.time_limit_s!r}")
+        if self.mip_gap is not None and not 0 <= self.mip_gap < 1:
+            raise InvalidOptionError(f"mip_gap must be in [0, 1), got {self.mip_gap!r}")
+        if self.threads is not None and (not isinstance(self.threads, (int, np.integer)) or self.threads < 1):
+            raise InvalidOptionError(f"threads must be a positive integer, got {self.threads!r}")
+        if not isinstance(self.solver_options, dict):
+            raise InvalidOptionError("solver_options must be a dict of the solver's own option names to values")
+
+
+@dataclass
+class RawResult:
+    """What a backend's ``run`` reads back, in minimization form."""
+
+    status: Status
+    raw_status: str
+    x: np.ndarray | None = None
+    objective: float | None = None  # c @ x without the offset, minimization form
+    row_duals: np.ndarray | None = None  # d objective_min / d delta per row
+    mip_gap: float | None = None
+    detail: str = ""
+
+
+class Backend(ABC):
+    """Base class of the solver backends (see the module docstring)."""
+
+    name: ClassVar[str]
+    required_modules: ClassVar[tuple[str, ...]]
+    install_hint: ClassVar[str]  # e.g. "pip install 'allocopt[pulp]'"
+    supports_integer: ClassVar[bool] = True
+    supports_duals: ClassVar[bool] = True
+
+    @classmethod
+    def is_installed(cls) -> bool:
+        """True when every required module can be found (without importing it)."""
+        return all(importlib.util.find_spec(m) is not None for m in cls.required_modules)
+
+    @classmethod
+    def check_installed(cls) -> None:
+        if not cls.is_installed():
+            raise BackendNotInstalledError(
+                f"backend {cls.name!r} needs the Python package(s) {', '.join(cls.required_modules)}; "
+                f"install them with: {cls.install_hint}")
+
+    @abstractmethod
+    def build(self, model: CompiledModel, options: SolveOptions) -> Any:
+        """Hand the minimization-form model to the solver; return a handle."""
+
+    @abstractmethod
+    def run(self, handle: Any, model: CompiledModel, options: SolveOptions) -> RawResult:
+        """Solve the model behind ``handle`` and read the answer back."""
+
+    def solve(self, model: CompiledModel, options: SolveOptions | None = None) -> Solution:
+        """Solve ``model`` and return a :class:`Solution` in the model's own sense."""
+        self.check_installed()
+        options = options or SolveOptions()
+        if model.is_mip and not self.supports_integer:
+            raise InvalidOptionError(
+                f"backend {self.name!r} cannot solve models with integer variables; "
+                "use backend='highs', 'gurobi', 'pulp' or 'scipy'")
+        minimize = model if model.sense == "min" else replace(model, c=-model.c, sense="min")
+        t0 = time.perf_counter()
+        handle = self.build(minimize, options)
+        t1 = time.perf_counter()
+        raw = self.run(handle, minimize, options)
+        t2 = time.perf_counter()
+        return self._to_solution(model, raw, t1 - t0, t2 - t1)
+
+    def _to_solution(self, model: CompiledModel, raw: RawResult,
+                     build_seconds: float, solve_seconds: float) -> Solution:
+        sign = 1.0 if model.sense == "min" else -1.0
+        objective = None
+        values: dict[str, np.ndarray] = {}
+        if raw.x is not None:
+            x = np.asarray(raw.x, dtype=np.float64)
+            objective = float(model.c @ x + model.offset)
+            values = {name: x[cols].reshape(shape) for name, (cols, shape) in model.variables.items()}
+        else:
+            x = None
+        duals: dict[str, np.ndarray] = {}
+        if raw.row_duals is not None and not model.is_mip:
+            y = sign * np.asarray(raw.row_duals, dtype=np.float64)
+            duals = {name: y[rows].reshape(shape) for name, (rows, shape) in model.constraints.items()}
+        message = f"{STATUS_MESSAGES[raw.status]} ({self.name}: {raw.raw_status})"
+        if raw.detail:
+            message += f" {raw.detail}"
+        return Solution(status=raw.status, message=message, objective=objective, x=x,
+                        backend=self.name, raw_status=raw.raw_status,
+                        build_seconds=build_seconds, solve_seconds=solve_seconds,
+                        values=values, duals=duals, mip_gap=raw.mip_gap)

@@ -1,0 +1,93 @@
+"""HiGHS through highspy: the embedded default backend.
+
+The whole model goes to HiGHS in one ``passModel`` call straight from the CSR
+arrays. https://ergo-code.github.io/HiGHS/
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from allocopt.backends.base import Backend, RawResult, SolveOptions
+from allocopt.errors import InvalidOptionError, SolverError
+from allocopt.model import CompiledModel
+from allocopt.solution import Status
+
+_STATUS_NAMES = {
+    "kOptimal": Status.OPTIMAL,
+    "kInfeasible": Status.INFEASIBLE,
+    "kUnbounded": Status.UNBOUNDED,
+    "kUnboundedOrInfeasible": Status.INFEASIBLE_OR_UNBOUNDED,
+    "kTimeLimit": Status.TIME_LIMIT,
+    "kIterationLimit": Status.TIME_LIMIT,
+    "kSolutionLimit": Status.TIME_LIMIT,
+    "kInterrupt": Status.TIME_LIMIT,
+    "kModelEmpty": Status.OPTIMAL,  # no columns: the empty point is optimal
+}
+
+
+class HighsBackend(Backend):
+    name = "highs"
+    required_modules = ("highspy",)
+    install_hint = "pip install highspy"
+
+    def build(self, model: CompiledModel, options: SolveOptions) -> Any:
+        import highspy
+
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", bool(options.verbose))
+        settings: dict[str, Any] = {}
+        if options.time_limit_s is not None:
+            settings["time_limit"] = float(options.time_limit_s)
+        if options.mip_gap is not None:
+            settings["mip_rel_gap"] = float(options.mip_gap)
+        if options.threads is not None:
+            settings["threads"] = int(options.threads)
+        settings.update(options.solver_options)
+        for key, value in settings.items():
+            if h.setOptionValue(key, value) != highspy.HighsStatus.kOk:
+                raise InvalidOptionError(f"HiGHS rejected option {key}={value!r}; see "
+                                         "https://ergo-code.github.io/HiGHS/dev/options/definitions/")
+        lp = highspy.HighsLp()
+        lp.num_col_ = model.num_cols
+        lp.num_row_ = model.num_rows
+        lp.offset_ = model.offset
+        lp.col_cost_ = model.c
+        lp.col_lower_ = model.col_lb
+        lp.col_upper_ = model.col_ub
+        lp.row_lower_ = model.row_lb
+        lp.row_upper_ = model.row_ub
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.start_ = model.A.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = model.A.indices.astype(np.int32)
+        lp.a_matrix_.value_ = model.A.data
+        if model.is_mip:
+            lp.integrality_ = np.where(model.integrality, highspy.HighsVarType.kInteger,
+                                       highspy.HighsVarType.kContinuous).tolist()
+        if h.passModel(lp) == highspy.HighsStatus.kError:
+            raise SolverError("HiGHS rejected the model (passModel returned an error); "
+                              "check for NaN coefficients or inconsistent bounds")
+        return h
+
+    def run(self, handle: Any, model: CompiledModel, options: SolveOptions) -> RawResult:
+        import highspy
+
+        h = handle
+        if h.run() == highspy.HighsStatus.kError and h.getModelStatus() not in (
+                highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnbounded):
+            raise SolverError(f"HiGHS failed: {h.modelStatusToString(h.getModelStatus())}")
+        model_status = h.getModelStatus()
+        native = model_status.name
+        status = _STATUS_NAMES.get(native, Status.ERROR)
+        info = h.getInfo()
+        result = RawResult(status=status, raw_status=f"{native} ({h.modelStatusToString(model_status)})")
+        if info.primal_solution_status == 2 or status is Status.OPTIMAL:  # 2 = kSolutionStatusFeasible
+            sol = h.getSolution()
+            result.x = np.asarray(sol.col_value, dtype=np.float64)
+            if not model.is_mip and sol.dual_valid:
+                result.row_duals = np.asarray(sol.row_dual, dtype=np.float64)
+        if model.is_mip and result.x is not None:
+            result.mip_gap = float(info.mip_gap)
+        return result

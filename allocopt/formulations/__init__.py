@@ -1,0 +1,22 @@
+"""Scheduling policies, one module each, registered by name."""
+
+from __future__ import annotations
+
+from allocopt.errors import UnknownPolicyError
+from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model
+from allocopt.formulations.max_min_fairness import MaxMinFairness
+from allocopt.formulations.max_throughput import MaxThroughput
+from allocopt.formulations.shares import Isolated, Proportional
+
+POLICIES: dict[str, Policy] = {p.name: p for p in (MaxMinFairness(), MaxThroughput(), Isolated(), Proportional())}
+
+
+def get_policy(name: str) -> Policy:
+    """The registered policy called ``name``."""
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise UnknownPolicyError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}") from None
+
+
+__all__ = ["POLICIES", "ModelSolver", "Policy", "PolicyResult", "base_model", "get_policy"]

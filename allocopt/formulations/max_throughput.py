@@ -1,0 +1,98 @@
+"""Maximum total throughput, optionally per unit cost and with deadlines
+(Gavel's ``max_sum_throughput_perf`` and ``max_sum_throughput_normalized_by_cost_perf``).
+
+.. math::
+
+    \\max_X \\; \\sum_i \\sum_j T_{ij} X_{ij} / \\kappa_j
+    \\quad \\text{s.t.} \\quad e_i = \\sum_j T_{ij} X_{ij} \\ge r_i / d_i \\;\\; (\\text{jobs with a deadline})
+
+and the base constraints; ``kappa_j`` is the price of type ``j`` when
+``normalize_by_cost=True`` (else 1), ``r_i`` the steps remaining and ``d_i``
+the deadline (``Problem.slos``, seconds from now).
+
+When the deadlines cannot all be met this is reported, never dropped: by
+default an :class:`~allocopt.errors.InfeasibleError` names the jobs whose
+deadline is out of reach. With ``best_effort=True`` the allocation first
+minimizes the total relative shortfall ``sum_i u_i`` (``e_i >= (1 - u_i) r_i / d_i``),
+then maximizes throughput at that shortfall; its status is ``infeasible`` and
+``extras["deadline_met"]`` marks which jobs make their deadline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from allocopt.errors import InfeasibleError, InvalidOptionError
+from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model, clean_matrix
+from allocopt.problem import Problem
+from allocopt.solution import Status
+
+_SHORTFALL_TOL = 1e-7
+
+
+class MaxThroughput(Policy):
+    name = "max_throughput"
+    options = {"normalize_by_cost": False}
+
+    def allocate(self, problem: Problem, solver: ModelSolver, *,
+                 normalize_by_cost: bool = False) -> PolicyResult:
+        T = problem.throughputs
+        if normalize_by_cost:
+            if problem.costs is None:
+                raise InvalidOptionError("normalize_by_cost=True needs Problem(costs=...) with a price per GPU type")
+            weights = T / problem.costs[None, :]
+        else:
+            weights = T
+        has_deadline = (np.isfinite(problem.slos) if problem.slos is not None
+                        else np.zeros(problem.num_jobs, dtype=bool))
+        required = np.zeros(problem.num_jobs)
+        if has_deadline.any():
+            required[has_deadline] = (problem.num_steps_remaining[has_deadline]
+                                      / problem.slos[has_deadline])
+
+        def throughput_model(shortfall: np.ndarray | None):
+            model, X = base_model(problem, name=self.name)
+            if has_deadline.any():
+                rate = (X * T).sum(axis=1)[np.flatnonzero(has_deadline)]
+                floor = required[has_deadline]
+                if shortfall is not None:
+                    floor = floor * (1.0 - shortfall) * (1.0 - _SHORTFALL_TOL)
+                model.add_constraint("deadline", rate >= floor)
+            model.maximize((X * weights).sum())
+            return model, X
+
+        model, _ = throughput_model(None)
+        solution = solver.solve_raw(model)
+        deadline_met = np.ones(problem.num_jobs, dtype=bool)
+        if solution.status in (Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED) and has_deadline.any():
+            shortfall = self._min_shortfall(problem, solver, has_deadline, required)
+            missed = np.flatnonzero(has_deadline)[shortfall > _SHORTFALL_TOL]
+            deadline_met[missed] = False
+            names = ", ".join(f"{problem.job_ids[i]!r} (needs {required[i]:.4g} steps/s)" for i in missed[:10])
+            more = f" and {missed.size - 10} more" if missed.size > 10 else ""
+            text = (f"the deadlines of {missed.size} job(s) cannot be met: {names}{more}")
+            if not solver.best_effort:
+                raise InfeasibleError(f"max_throughput: {text}. Relax their slos, add GPUs, or pass "
+                                      "best_effort=True to minimize the shortfall instead.",
+                                      status=Status.INFEASIBLE, solution=solution)
+            model, _ = throughput_model(shortfall)
+            solution = solver.solve(model, "max_throughput (deadlines relaxed)")
+            return PolicyResult(clean_matrix(solution.values["X"]), solution.objective, Status.INFEASIBLE,
+                                f"{text}; returned the allocation that minimizes the total relative "
+                                "shortfall, then maximizes throughput.",
+                                {"deadline_met": deadline_met})
+        solution = solver.check(solution, "max_throughput")
+        return PolicyResult(clean_matrix(solution.values["X"]), solution.objective, solution.status,
+                            solution.message, {"deadline_met": deadline_met})
+
+    @staticmethod
+    def _min_shortfall(problem: Problem, solver: ModelSolver, has_deadline: np.ndarray,
+                       required: np.ndarray) -> np.ndarray:
+        """Smallest total relative shortfall of the deadline jobs, per job."""
+        model, X = base_model(problem, name="deadline_shortfall")
+        jobs = np.flatnonzero(has_deadline)
+        u = model.add_variable("shortfall", jobs.size, lb=0.0, ub=1.0)
+        rate = (X * problem.throughputs).sum(axis=1)[jobs]
+        model.add_constraint("deadline", rate + u * required[jobs] >= required[jobs])
+        model.minimize(u.sum())
+        return solver.solve(model, "max_throughput deadline shortfall").values["shortfall"]

@@ -1,0 +1,49 @@
+"""Closed-form shares used as baselines and normalizers (no solver involved).
+
+``proportional``: every job gets ``X[i, j] = c_j / sum_k c_k`` of each type,
+the share behind the normalization of max-min fairness. It ignores capacity
+(it is a per-job reference point, not a feasible schedule of all jobs).
+
+``isolated``: the cluster split evenly among the ``n`` jobs,
+``X[i, j] = c_j / (n s_i)`` on the types job ``i`` can run on, each row scaled
+down to sum to at most 1. (Gavel instead divides every row by the largest row
+sum, which over-allocates the cluster when there are fewer jobs than GPUs.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
+from allocopt.problem import Problem
+
+
+def isolated_matrix(problem: Problem) -> np.ndarray:
+    """The isolated share, shape (n_jobs, n_gpu_types)."""
+    n = problem.num_jobs
+    X = problem.capacity[None, :] / (max(n, 1) * problem.scale_factors[:, None].astype(np.float64))
+    X = np.where(problem.runnable, X, 0.0)
+    rows = X.sum(axis=1, keepdims=True)
+    return np.where(rows > 1.0, X / np.maximum(rows, 1e-300), X)
+
+
+def proportional_matrix(problem: Problem) -> np.ndarray:
+    """The cluster-proportional share, shape (n_jobs, n_gpu_types)."""
+    share = problem.capacity / problem.capacity.sum()
+    return np.broadcast_to(share, (problem.num_jobs, share.size)).copy()
+
+
+class Isolated(Policy):
+    name = "isolated"
+    solves_models = False
+
+    def allocate(self, problem: Problem, solver: ModelSolver) -> PolicyResult:
+        return PolicyResult(isolated_matrix(problem), None, message="Closed-form isolated share.")
+
+
+class Proportional(Policy):
+    name = "proportional"
+    solves_models = False
+
+    def allocate(self, problem: Problem, solver: ModelSolver) -> PolicyResult:
+        return PolicyResult(proportional_matrix(problem), None, message="Closed-form proportional share.")

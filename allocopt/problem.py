@@ -1,0 +1,389 @@
+"""Validated, array-based inputs of an allocation problem.
+
+Jobs have a fixed order (``job_ids``) and GPU types the cluster's order. Every
+array is validated once, when the Problem is built, and then frozen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from allocopt.cluster import Cluster
+from allocopt.errors import InvalidProblemError
+
+
+def _is_frame(obj: Any) -> bool:
+    return hasattr(obj, "columns") and hasattr(obj, "index") and hasattr(obj, "to_numpy")
+
+
+def _frozen(arr: np.ndarray | None) -> np.ndarray | None:
+    if arr is not None:
+        arr.setflags(write=False)
+    return arr
+
+
+class Problem:
+    """Jobs, the cluster and the throughput of each job on each GPU type.
+
+    Parameters
+    ----------
+    throughputs : array-like of shape (n_jobs, n_gpu_types) or pandas.DataFrame
+        Steps per second of the whole job on ``scale_factor`` GPUs of each
+        type, columns in ``cluster.gpu_types`` order; 0 where the job cannot
+        run. A DataFrame's index gives the job ids and its columns the GPU
+        types (in any order).
+    cluster : Cluster
+    job_ids : sequence of hashable, optional
+        Distinct job ids; default ``0 .. n_jobs - 1`` (or the DataFrame index).
+    scale_factors : array-like of int of shape (n_jobs,), default 1
+        GPUs each job uses at once.
+    priority_weights : array-like of shape (n_jobs,), default 1.0
+        Positive weights; a job of weight 2 is entitled to twice the share.
+    num_steps_remaining : array-like of shape (n_jobs,), optional
+        Training steps each job has left.
+    time_since_start : array-like of shape (n_jobs,), optional
+        Seconds since each job arrived.
+    costs : mapping of str to float or array-like of shape (n_gpu_types,), optional
+        Price of one GPU of each type per hour (any currency).
+    slos : array-like of shape (n_jobs,), optional
+        Seconds from now by which each job must finish; ``inf`` for no deadline.
+        Jobs with a deadline need ``num_steps_remaining``.
+    """
+
+    def __init__(self, throughputs: Any, cluster: Cluster, *,
+                 job_ids: Sequence[Hashable] | None = None,
+                 scale_factors: Any = None, priority_weights: Any = None,
+                 num_steps_remaining: Any = None, time_since_start: Any = None,
+                 costs: Mapping[str, float] | Any = None, slos: Any = None):
+        if not isinstance(cluster, Cluster):
+            raise InvalidProblemError(
+                f"cluster must be an allocopt.Cluster, got {type(cluster).__name__}; "
+                "build one with allocopt.Cluster({'v100': 4, ...})", field="cluster")
+        self.cluster = cluster
+        if _is_frame(throughputs):
+            if job_ids is None:
+                job_ids = list(throughputs.index)
+            columns = [str(c) for c in throughputs.columns]
+            unknown = sorted(set(columns) - set(cluster.gpu_types))
+            if unknown:
+                raise InvalidProblemError(
+                    f"throughputs has column(s) for unknown GPU type(s) {unknown}; "
+                    f"the cluster's types are {list(cluster.gpu_types)}", field="throughputs")
+            missing = [t for t in cluster.gpu_types if t not in columns]
+            if missing:
+                raise InvalidProblemError(
+                    f"throughputs has no column for GPU type(s) {missing}; add them (0.0 where "
+                    "a job cannot run)", field="throughputs")
+            order = [columns.index(t) for t in cluster.gpu_types]
+            throughputs = throughputs.to_numpy(dtype=np.float64)[:, order]
+        try:
+            T = np.array(throughputs, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise InvalidProblemError(f"throughputs must be a numeric array of shape "
+                                      f"(n_jobs, n_gpu_types): {err}", field="throughputs") from err
+        k = cluster.num_gpu_types
+        if T.ndim != 2 or T.shape[1] != k:
+            n_guess = T.shape[0] if T.ndim >= 1 else "n_jobs"
+            raise InvalidProblemError(
+                f"throughputs has shape {T.shape}, expected (n_jobs, n_gpu_types) = ({n_guess}, {k}) "
+                f"with columns in the cluster's type order {list(cluster.gpu_types)}", field="throughputs")
+        n = T.shape[0]
+        self.throughputs = T
+        self.job_ids = self._job_ids(job_ids, n)
+        self._index = {job: i for i, job in enumerate(self.job_ids)}
+        self.scale_factors = self._vector("scale_factors", scale_factors, 1, integer=True)
+        self.priority_weights = self._vector("priority_weights", priority_weights, 1.0)
+        self.num_steps_remaining = self._vector("num_steps_remaining", num_steps_remaining, None)
+        self.time_since_start = self._vector("time_since_start", time_since_start, None)
+        self.slos = self._vector("slos", slos, None, allow_inf=True)
+        self.costs = self._costs(costs)
+        self._validate()
+        for name in ("throughputs", "scale_factors", "priority_weights", "num_steps_remaining",
+                     "time_since_start", "slos", "costs"):
+            _frozen(getattr(self, name))
+
+    # ----- construction helpers ------------------------------------------------
+    @classmethod
+    def from_dicts(cls, throughputs: Mapping[Hashable, Mapping[str, float]], cluster: Cluster, *,
+                   scale_factors: Mapping[Hashable, int] | None = None,
+                   priority_weights: Mapping[Hashable, float] | None = None,
+                   num_steps_remaining: Mapping[Hashable, float] | None = None,
+                   time_since_start: Mapping[Hashable, float] | None = None,
+                   costs: Mapping[str, float] | None = None,
+                   slos: Mapping[Hashable, float] | None = None) -> Problem:
+        """Build from ``{job_id: {gpu_type: steps_per_s}}`` and per-job dicts.
+
+        Per-job dicts must cover every job, except ``slos`` (jobs without an
+        entry have no deadline). Job ids may be any hashable.
+        """
+        if not isinstance(throughputs, Mapping):
+            raise InvalidProblemError("throughputs must be a mapping {job_id: {gpu_type: steps_per_s}}",
+                                      field="throughputs")
+        job_ids = list(throughputs)
+        types = cluster.gpu_types
+        T = np.empty((len(job_ids), len(types)))
+        for i, job in enumerate(job_ids):
+            row = throughputs[job]
+            if not isinstance(row, Mapping):
+                raise InvalidProblemError(f"throughputs[{job!r}] must be a mapping of GPU type to "
+                                          f"steps/s, got {type(row).__name__}", field="throughputs", job=job)
+            unknown = sorted(set(map(str, row)) - set(types))
+            if unknown:
+                raise InvalidProblemError(
+                    f"job {job!r} has throughputs for unknown GPU type(s) {unknown}; the cluster's "
+                    f"types are {list(types)}", field="throughputs", job=job)
+            missing = [t for t in types if t not in row]
+            if missing:
+                raise InvalidProblemError(
+                    f"job {job!r} has no throughput for GPU type(s) {missing}; give 0.0 where the job "
+                    "cannot run", field="throughputs", job=job)
+            T[i] = [row[t] for t in types]
+
+        def per_job(name: str, mapping: Mapping | None, partial: bool = False, fill: float = np.nan):
+            if mapping is None:
+                return None
+            if not isinstance(mapping, Mapping):
+                raise InvalidProblemError(f"{name} must be a mapping of job id to value", field=name)
+            unknown = [j for j in mapping if j not in throughputs]
+            if unknown:
+                raise InvalidProblemError(f"{name} names job(s) {unknown[:5]} that are not in throughputs",
+                                          field=name, job=unknown[0])
+            if not partial:
+                missing = [j for j in job_ids if j not in mapping]
+                if missing:
+                    raise InvalidProblemError(f"{name} has no entry for job(s) {missing[:5]}; give a value "
+                                              "for every job", field=name, job=missing[0])
+            return [mapping.get(j, fill) for j in job_ids]
+
+        return cls(T, cluster, job_ids=job_ids,
+                   scale_factors=per_job("scale_factors", scale_factors),
+                   priority_weights=per_job("priority_weights", priority_weights),
+                   num_steps_remaining=per_job("num_steps_remaining", num_steps_remaining),
+                   time_since_start=per_job("time_since_start", time_since_start),
+                   costs=costs, slos=per_job("slos", slos, partial=True, fill=np.inf))
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Problem:
+        """Build from the JSON document read by ``allocopt solve`` (see :meth:`to_json`)."""
+        if not isinstance(data, Mapping) or "jobs" not in data or "cluster" not in data:
+            raise InvalidProblemError("a problem document needs 'cluster' and 'jobs' fields", field="document")
+        cluster = Cluster.from_dict(data["cluster"])
+        jobs = data["jobs"]
+        if not isinstance(jobs, list):
+            raise InvalidProblemError("'jobs' must be a list of job objects", field="jobs")
+        fields = {"scale_factor": "scale_factors", "priority_weight": "priority_weights",
+                  "num_steps_remaining": "num_steps_remaining",
+                  "time_since_start_s": "time_since_start", "slo_s": "slos"}
+        throughputs: dict = {}
+        columns: dict[str, dict] = {v: {} for v in fields.values()}
+        for k, job in enumerate(jobs):
+            if not isinstance(job, Mapping) or "id" not in job or "throughputs" not in job:
+                raise InvalidProblemError(f"jobs[{k}] must be an object with 'id' and 'throughputs'",
+                                          field=f"jobs[{k}]")
+            unknown = sorted(set(job) - set(fields) - {"id", "throughputs"})
+            if unknown:
+                raise InvalidProblemError(f"jobs[{k}] (id {job['id']!r}) has unknown field(s) {unknown}; "
+                                          f"known: id, throughputs, {', '.join(fields)}",
+                                          field=f"jobs[{k}]", job=job["id"])
+            job_id = job["id"]
+            if job_id in throughputs:
+                raise InvalidProblemError(f"job id {job_id!r} appears twice in 'jobs'", field="jobs", job=job_id)
+            throughputs[job_id] = job["throughputs"]
+            for key, name in fields.items():
+                if key in job:
+                    columns[name][job_id] = job[key]
+
+        def full(name: str, default: Any):
+            col = columns[name]
+            if not col:
+                return None
+            return {j: col.get(j, default) for j in throughputs}
+
+        return cls.from_dicts(throughputs, cluster,
+                              scale_factors=full("scale_factors", 1),
+                              priority_weights=full("priority_weights", 1.0),
+                              num_steps_remaining=full("num_steps_remaining", np.nan),
+                              time_since_start=full("time_since_start", 0.0),
+                              costs=data.get("costs"), slos=columns["slos"] or None)
+
+    def to_json(self) -> dict:
+        """A JSON-serializable document that :meth:`from_json` reads back."""
+        jobs = []
+        for i, job in enumerate(self.job_ids):
+            entry: dict[str, Any] = {
+                "id": job.item() if isinstance(job, np.generic) else job,
+                "throughputs": dict(zip(self.cluster.gpu_types, self.throughputs[i].tolist())),
+                "scale_factor": int(self.scale_factors[i]),
+                "priority_weight": float(self.priority_weights[i])}
+            if self.num_steps_remaining is not None:
+                entry["num_steps_remaining"] = float(self.num_steps_remaining[i])
+            if self.time_since_start is not None:
+                entry["time_since_start_s"] = float(self.time_since_start[i])
+            if self.slos is not None and np.isfinite(self.slos[i]):
+                entry["slo_s"] = float(self.slos[i])
+            jobs.append(entry)
+        doc: dict[str, Any] = {"cluster": self.cluster.to_dict(), "jobs": jobs}
+        if self.costs is not None:
+            doc["costs"] = dict(zip(self.cluster.gpu_types, self.costs.tolist()))
+        return doc
+
+    # ----- accessors ---------------------------------------------------------------
+    @property
+    def num_jobs(self) -> int:
+        return self.throughputs.shape[0]
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return self.cluster.gpu_types
+
+    @property
+    def capacity(self) -> np.ndarray:
+        return self.cluster.capacity
+
+    def job_index(self, job_id: Hashable) -> int:
+        """Row of ``job_id`` in every per-job array."""
+        try:
+            return self._index[job_id]
+        except KeyError:
+            raise InvalidProblemError(f"unknown job id {job_id!r}", field="job_id", job=job_id) from None
+
+    @property
+    def runnable(self) -> np.ndarray:
+        """Bool (n_jobs, n_gpu_types): positive throughput and enough GPUs of the type."""
+        return (self.throughputs > 0) & (self.scale_factors[:, None] <= self.capacity[None, :])
+
+    @property
+    def proportional_throughputs(self) -> np.ndarray:
+        """Steps/s of each job under the cluster-proportional share
+        ``X[i, j] = c_j / sum(c)``, shape (n_jobs,)."""
+        total = self.capacity.sum()
+        return self.throughputs @ (self.capacity / total) if total else np.zeros(self.num_jobs)
+
+    def __repr__(self) -> str:
+        return f"Problem(n_jobs={self.num_jobs}, cluster={self.cluster!r})"
+
+    # ----- validation ----------------------------------------------------------------
+    def _job_ids(self, job_ids: Sequence[Hashable] | None, n: int) -> tuple:
+        if job_ids is None:
+            return tuple(range(n))
+        ids = tuple(job_ids)
+        if len(ids) != n:
+            raise InvalidProblemError(f"job_ids has {len(ids)} entries but throughputs has {n} rows",
+                                      field="job_ids")
+        seen: set = set()
+        dups = []
+        for job in ids:
+            try:
+                if job in seen:
+                    dups.append(job)
+                seen.add(job)
+            except TypeError:
+                raise InvalidProblemError(f"job id {job!r} is not hashable", field="job_ids") from None
+        if dups:
+            raise InvalidProblemError(f"duplicate job id(s) {dups[:5]}; job ids must be distinct",
+                                      field="job_ids", job=dups[0])
+        return ids
+
+    def _vector(self, name: str, value: Any, default: Any, *, integer: bool = False,
+                allow_inf: bool = False) -> np.ndarray | None:
+        n = self.num_jobs
+        if value is None:
+            return None if default is None else np.full(n, default, dtype=np.int64 if integer else np.float64)
+        if isinstance(value, Mapping):
+            raise InvalidProblemError(f"{name} is a mapping; use Problem.from_dicts for per-job dicts, "
+                                      "or pass an array in job order", field=name)
+        try:
+            arr = np.array(value, dtype=np.float64).reshape(-1) if np.ndim(value) <= 1 else None
+        except (TypeError, ValueError) as err:
+            raise InvalidProblemError(f"{name} must be numeric: {err}", field=name) from err
+        if arr is None or arr.shape != (n,):
+            raise InvalidProblemError(f"{name} has shape {np.shape(value)}, expected (n_jobs,) = ({n},)",
+                                      field=name)
+        bad = ~np.isfinite(arr) if not allow_inf else np.isnan(arr)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidProblemError(f"{name} of job {self.job_ids[i]!r} is {arr[i]}; give a finite number",
+                                      field=name, job=self.job_ids[i])
+        if integer:
+            frac = arr != np.round(arr)
+            if frac.any():
+                i = int(np.flatnonzero(frac)[0])
+                raise InvalidProblemError(f"{name} of job {self.job_ids[i]!r} is {arr[i]}; it must be an "
+                                          "integer number of GPUs", field=name, job=self.job_ids[i])
+            return arr.astype(np.int64)
+        return arr
+
+    def _costs(self, costs: Any) -> np.ndarray | None:
+        if costs is None:
+            return None
+        types = self.cluster.gpu_types
+        if isinstance(costs, Mapping):
+            unknown = sorted(set(map(str, costs)) - set(types))
+            missing = [t for t in types if t not in costs]
+            if unknown or missing:
+                raise InvalidProblemError(f"costs must give a price for each GPU type {list(types)}; "
+                                          f"unknown: {unknown}, missing: {missing}", field="costs")
+            costs = [costs[t] for t in types]
+        arr = np.array(costs, dtype=np.float64).reshape(-1)
+        if arr.shape != (len(types),):
+            raise InvalidProblemError(f"costs has {arr.size} entries, expected one per GPU type {list(types)}",
+                                      field="costs")
+        bad = ~np.isfinite(arr) | (arr <= 0)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise InvalidProblemError(f"costs[{types[j]!r}] is {arr[j]}; prices must be positive and finite",
+                                      field="costs")
+        return arr
+
+    def _validate(self) -> None:
+        T, ids, types = self.throughputs, self.job_ids, self.cluster.gpu_types
+        bad = ~np.isfinite(T) | (T < 0)
+        if bad.any():
+            i, j = (int(v[0]) for v in np.nonzero(bad))
+            raise InvalidProblemError(
+                f"throughput of job {ids[i]!r} on GPU type {types[j]!r} is {T[i, j]}; throughputs must be "
+                "finite steps/s >= 0 (use 0.0 where the job cannot run)", field="throughputs", job=ids[i])
+        s = self.scale_factors
+        if (s < 1).any():
+            i = int(np.flatnonzero(s < 1)[0])
+            raise InvalidProblemError(f"scale_factor of job {ids[i]!r} is {s[i]}; it must be >= 1 GPU",
+                                      field="scale_factors", job=ids[i])
+        max_capacity = int(self.capacity.max())
+        if (s > max_capacity).any():
+            i = int(np.flatnonzero(s > max_capacity)[0])
+            raise InvalidProblemError(
+                f"job {ids[i]!r} needs scale_factor={s[i]} GPUs but the largest GPU type has {max_capacity} "
+                f"({self.cluster}); reduce its scale factor or add GPUs", field="scale_factors", job=ids[i])
+        w = self.priority_weights
+        if (w <= 0).any():
+            i = int(np.flatnonzero(w <= 0)[0])
+            raise InvalidProblemError(f"priority_weight of job {ids[i]!r} is {w[i]}; weights must be positive",
+                                      field="priority_weights", job=ids[i])
+        if self.num_jobs:
+            idle = ~self.runnable.any(axis=1)
+            if idle.any():
+                i = int(np.flatnonzero(idle)[0])
+                raise InvalidProblemError(
+                    f"job {ids[i]!r} has zero throughput on every GPU type with at least its "
+                    f"scale_factor={s[i]} GPUs (throughputs {dict(zip(types, T[i].tolist()))}, {self.cluster}); "
+                    "give it a positive throughput on a type that fits it, or remove it",
+                    field="throughputs", job=ids[i])
+        for name in ("num_steps_remaining", "time_since_start"):
+            arr = getattr(self, name)
+            if arr is not None and (arr < 0).any():
+                i = int(np.flatnonzero(arr < 0)[0])
+                raise InvalidProblemError(f"{name} of job {ids[i]!r} is {arr[i]}; it must be >= 0",
+                                          field=name, job=ids[i])
+        if self.slos is not None:
+            if (self.slos <= 0).any():
+                i = int(np.flatnonzero(self.slos <= 0)[0])
+                raise InvalidProblemError(f"slo of job {ids[i]!r} is {self.slos[i]} s; deadlines must be "
+                                          "positive seconds from now (inf for none)", field="slos", job=ids[i])
+            if self.num_steps_remaining is None and np.isfinite(self.slos).any():
+                i = int(np.flatnonzero(np.isfinite(self.slos))[0])
+                raise InvalidProblemError(f"job {ids[i]!r} has a deadline (slo) but num_steps_remaining is "
+                                          "not given; deadlines need the steps each job has left",
+                                          field="num_steps_remaining", job=ids[i])
