@@ -1,0 +1,1 @@
+"""Drop-in interfaces for other schedulers (``allocopt.adapters.gavel``)."""

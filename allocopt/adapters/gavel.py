@@ -1,0 +1,132 @@
+"""Drop-in replacement for Gavel's policy objects.
+
+``get_policy(name, solver=None)`` returns an object whose ``get_allocation``
+takes the argument lists of the Gavel policy of that name (nested dicts keyed
+by job id and worker type) and returns ``{job_id: {worker_type: fraction}}``,
+computed by allocopt. Job ids may be any hashable.
+
+``solver`` accepts an allocopt backend name (``"highs"``, ``"gurobi"``, ...)
+or a cvxpy solver name as Gavel passes them (``"ECOS"``, ``"SCS"``, ...), which
+runs through the ``cvxpy`` backend with that solver; ``"GUROBI"`` uses the
+native Gurobi backend. None means HiGHS.
+
+Differences from Gavel, by design: ``isolated`` caps each job's share at 1
+instead of rescaling every row by the largest row sum (see
+:mod:`allocopt.formulations.shares`), and when SLOs cannot all be met the
+``*_SLOs`` policy minimizes the total deadline shortfall (with a warning)
+instead of silently dropping every SLO.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+from allocopt.api import solve
+from allocopt.backends import BACKENDS
+from allocopt.cluster import Cluster
+from allocopt.errors import AllocoptWarning, UnknownPolicyError
+from allocopt.problem import Problem
+from allocopt.solution import Status
+
+NestedDict = Mapping[Hashable, Mapping[str, float]]
+
+
+class GavelPolicy:
+    """A Gavel-compatible policy object; see :func:`get_policy`."""
+
+    def __init__(self, name: str, policy: str, signature: str, solver: str | None,
+                 options: dict[str, Any] | None = None):
+        self._name = name
+        self._policy = policy
+        self._signature = signature
+        self._options = dict(options or {})
+        self._backend, self._solver_options = _backend_for(solver)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def get_allocation(self, *args: Any, **kwargs: Any) -> dict[Hashable, dict[str, float]] | None:
+        """Gavel's ``get_allocation``; the accepted arguments depend on the policy name
+        (see :data:`SIGNATURES`)."""
+        params = SIGNATURES[self._signature]
+        if len(args) > len(params):
+            raise TypeError(f"{self._name}.get_allocation takes at most {len(params)} positional "
+                            f"arguments ({', '.join(params)}), got {len(args)}")
+        values = dict(zip(params, args))
+        for key, value in kwargs.items():
+            if key not in params:
+                raise TypeError(f"{self._name}.get_allocation got an unexpected argument {key!r}; "
+                                f"it takes {', '.join(params)}")
+            if key in values:
+                raise TypeError(f"{self._name}.get_allocation got multiple values for {key!r}")
+            values[key] = value
+        throughputs = values["unflattened_throughputs"]
+        if not throughputs:
+            return None
+        cluster_spec = values["cluster_spec"]
+        cluster = Cluster({t: cluster_spec[t] for t in sorted(cluster_spec)})
+        slos = values.get("SLOs") or None
+        problem = Problem.from_dicts(
+            throughputs, cluster,
+            scale_factors=values.get("scale_factors"),
+            priority_weights=values.get("unflattened_priority_weights"),
+            costs=values.get("instance_costs"),
+            num_steps_remaining=_subset(values.get("num_steps_remaining"), throughputs) if slos else None,
+            slos=slos)
+        options = dict(self._options)
+        if "instance_costs" in params and values.get("instance_costs") is None:
+            options.pop("normalize_by_cost", None)
+        allocation = solve(problem, self._policy, backend=self._backend, solver_options=self._solver_options,
+                           best_effort=slos is not None, **options)
+        if allocation.status is not Status.OPTIMAL:
+            warnings.warn(f"{self._name}: {allocation.message}", AllocoptWarning, stacklevel=2)
+        return allocation.to_dict()
+
+
+def _subset(values: Mapping | None, jobs: Mapping) -> dict | None:
+    """Gavel passes num_steps_remaining for jobs that may have left; keep the current ones."""
+    if values is None:
+        return None
+    return {job: values.get(job, 0.0) for job in jobs}
+
+
+def _backend_for(solver: str | None) -> tuple[str, dict[str, Any]]:
+    if solver is None:
+        return "highs", {}
+    if solver in BACKENDS or solver == "auto":
+        return solver, {}
+    if solver.upper() == "GUROBI":
+        return "gurobi", {}
+    return "cvxpy", {"solver": solver.upper()}
+
+
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    "weighted": ("unflattened_throughputs", "scale_factors", "unflattened_priority_weights", "cluster_spec"),
+    "unweighted": ("unflattened_throughputs", "scale_factors", "cluster_spec"),
+    "cost": ("unflattened_throughputs", "scale_factors", "cluster_spec", "instance_costs"),
+    "cost_slos": ("unflattened_throughputs", "scale_factors", "cluster_spec", "instance_costs", "SLOs",
+                  "num_steps_remaining"),
+}
+
+# Gavel policy name -> (allocopt policy, get_allocation signature, policy options)
+POLICY_NAMES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "max_min_fairness": ("max_min_fairness", "weighted", {"heterogeneity_aware": False}),
+    "max_min_fairness_perf": ("max_min_fairness", "weighted", {}),
+    "max_sum_throughput_perf": ("max_throughput", "unweighted", {}),
+    "max_sum_throughput_normalized_by_cost_perf": ("max_throughput", "cost", {"normalize_by_cost": True}),
+    "max_sum_throughput_normalized_by_cost_perf_SLOs": ("max_throughput", "cost_slos",
+                                                        {"normalize_by_cost": True}),
+    "isolated": ("isolated", "unweighted", {}),
+}
+
+
+def get_policy(name: str, solver: str | None = None) -> GavelPolicy:
+    """The allocopt implementation of Gavel's policy ``name``."""
+    if name not in POLICY_NAMES:
+        raise UnknownPolicyError(f"unknown Gavel policy {name!r}; allocopt implements "
+                                 f"{', '.join(sorted(POLICY_NAMES))}")
+    policy, signature, options = POLICY_NAMES[name]
+    return GavelPolicy(name, policy, signature, solver, options)

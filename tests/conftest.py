@@ -1,0 +1,31 @@
+"""Shared fixtures: backends parametrized with a skip reason where absent, and allocation checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allocopt.backends import BACKENDS, get_backend
+
+FEAS_TOL = 1e-6
+
+
+def backend_param(name: str):
+    backend = get_backend(name)
+    reason = f"backend {name!r} is not installed ({backend.install_hint})"
+    return pytest.param(name, id=name, marks=pytest.mark.skipif(not backend.is_installed(), reason=reason))
+
+
+ALL_BACKENDS = [backend_param(name) for name in BACKENDS]
+
+
+def assert_feasible(allocation, tol: float = FEAS_TOL) -> None:
+    """Every allocation must satisfy the base constraints."""
+    X = allocation.matrix
+    problem = allocation.problem
+    assert np.all(X >= -tol), "negative time fraction"
+    assert np.all(X.sum(axis=1) <= 1 + tol), f"a job gets more than all of its time: {X.sum(axis=1).max()}"
+    used = problem.scale_factors @ X
+    assert np.all(used <= problem.capacity + tol * max(1, problem.capacity.max())), \
+        f"capacity exceeded: {used} > {problem.capacity}"
+    assert np.all(X[~problem.runnable] <= tol), "time on a GPU type the job cannot run on"

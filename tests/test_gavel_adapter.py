@@ -1,0 +1,90 @@
+"""The Gavel drop-in adapter: Gavel's argument lists in, Gavel's nested dicts out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allocopt.adapters import gavel
+from allocopt.errors import AllocoptWarning, UnknownPolicyError
+
+THROUGHPUTS = {"a": {"v100": 40.0, "k80": 10.0}, ("b", 1): {"v100": 12.0, "k80": 4.0},
+               7: {"v100": 100.0, "k80": 50.0}}
+ONES = {job: 1 for job in THROUGHPUTS}
+SPEC = {"v100": 1, "k80": 1}
+
+
+def test_max_min_fairness_perf_matches_classic_example():
+    alloc = gavel.get_policy("max_min_fairness_perf").get_allocation(THROUGHPUTS, ONES, ONES, SPEC)
+    assert set(alloc) == set(THROUGHPUTS)
+    assert alloc["a"] == pytest.approx({"v100": 5 / 11, "k80": 0.0}, abs=1e-6)
+    assert alloc[7] == pytest.approx({"v100": 1 / 11, "k80": 10 / 11}, abs=1e-6)
+
+
+def test_keyword_arguments_and_empty_input():
+    policy = gavel.get_policy("max_sum_throughput_perf")
+    alloc = policy.get_allocation(unflattened_throughputs=THROUGHPUTS, scale_factors=ONES, cluster_spec=SPEC)
+    assert alloc[7]["v100"] == pytest.approx(1.0)
+    assert policy.get_allocation({}, {}, SPEC) is None
+    with pytest.raises(TypeError, match="unexpected argument 'priority_weights'"):
+        policy.get_allocation(THROUGHPUTS, ONES, SPEC, priority_weights=ONES)
+
+
+def test_agnostic_max_min_fairness_equalizes_time():
+    alloc = gavel.get_policy("max_min_fairness").get_allocation(THROUGHPUTS, ONES, ONES, SPEC)
+    time = {job: sum(fractions.values()) for job, fractions in alloc.items()}
+    assert all(t == pytest.approx(2 / 3, abs=1e-6) for t in time.values())
+
+
+def test_cost_and_slo_policies():
+    costs = {"v100": 3.0, "k80": 0.5}
+    alloc = gavel.get_policy("max_sum_throughput_normalized_by_cost_perf").get_allocation(
+        THROUGHPUTS, ONES, SPEC, costs)
+    assert alloc[7]["k80"] == pytest.approx(1.0)  # 50 / 0.5 beats 100 / 3
+    policy = gavel.get_policy("max_sum_throughput_normalized_by_cost_perf_SLOs")
+    met = policy.get_allocation(THROUGHPUTS, ONES, SPEC, costs, SLOs={"a": 100.0},
+                                num_steps_remaining={"a": 2000.0, "gone": 5.0})
+    assert 40 * met["a"]["v100"] + 10 * met["a"]["k80"] >= 20.0 - 1e-6
+    with pytest.warns(AllocoptWarning, match="cannot be met"):
+        missed = policy.get_allocation(THROUGHPUTS, ONES, SPEC, costs, SLOs={"a": 10.0},
+                                       num_steps_remaining={"a": 2000.0})
+    assert sum(missed["a"].values()) == pytest.approx(1.0)  # best it can do: all its time on the v100
+
+
+def test_isolated_and_unknown_name():
+    alloc = gavel.get_policy("isolated").get_allocation(THROUGHPUTS, ONES, SPEC)
+    assert all(f == pytest.approx(1 / 3) for fractions in alloc.values() for f in fractions.values())
+    with pytest.raises(UnknownPolicyError, match="unknown Gavel policy 'max_min_fun'"):
+        gavel.get_policy("max_min_fun")
+
+
+def test_matches_gavel_style_cvxpy_formulation():
+    """Same objective as the policy written the way Gavel writes it (one cvxpy expression tree)."""
+    cp = pytest.importorskip("cvxpy")
+    rng = np.random.default_rng(3)
+    jobs = [f"job{i}" for i in range(12)]
+    types = ["k80", "p100", "v100"]
+    spec = {"k80": 4, "p100": 3, "v100": 2}
+    T = rng.uniform(1, 20, size=(12, 3))
+    scale = rng.choice([1, 2], size=12)
+    weights = rng.choice([1.0, 2.0], size=12)
+    tput = {j: dict(zip(types, row)) for j, row in zip(jobs, T)}
+    alloc = gavel.get_policy("max_min_fairness_perf", solver="highs").get_allocation(
+        tput, dict(zip(jobs, scale)), dict(zip(jobs, weights)), spec)
+    X = np.array([[alloc[j][t] for t in types] for j in jobs])
+
+    c = np.array([spec[t] for t in types], dtype=float)
+    prop = T @ (c / c.sum())
+    coef = T * (scale / (weights * prop))[:, None]
+    x = cp.Variable(T.shape)
+    prob = cp.Problem(cp.Maximize(cp.min(cp.sum(cp.multiply(coef, x), axis=1))),
+                      [x >= 0, cp.sum(x, axis=1) <= 1, cp.sum(cp.multiply(scale[:, None], x), axis=0) <= c])
+    prob.solve(solver="CLARABEL")
+    ours = (coef * X).sum(axis=1).min()
+    assert ours == pytest.approx(prob.value, rel=1e-5)
+
+
+def test_cvxpy_solver_names_route_to_cvxpy_backend():
+    pytest.importorskip("cvxpy")
+    alloc = gavel.get_policy("max_min_fairness_perf", solver="CLARABEL").get_allocation(THROUGHPUTS, ONES, ONES, SPEC)
+    assert alloc["a"]["v100"] == pytest.approx(5 / 11, abs=1e-5)

@@ -1,0 +1,133 @@
+"""Problem and Cluster validation: every invalid input raises a typed error naming what is wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import allocopt
+from allocopt import Cluster, Problem
+from allocopt.errors import InvalidProblemError
+
+CLUSTER = Cluster({"v100": 2, "k80": 4}, gpus_per_node=2)
+T = [[40.0, 10.0], [12.0, 4.0], [100.0, 50.0]]
+
+
+@pytest.mark.parametrize("kwargs, field, match", [
+    (dict(throughputs=[[1.0, np.nan]]), "throughputs", r"job 0 on GPU type 'k80' is nan"),
+    (dict(throughputs=[[1.0, np.inf]]), "throughputs", r"is inf.*finite steps/s"),
+    (dict(throughputs=[[1.0, -2.0]]), "throughputs", r"job 0 on GPU type 'k80' is -2.0"),
+    (dict(throughputs=[[1.0, 2.0, 3.0]]), "throughputs", r"shape \(1, 3\), expected \(n_jobs, n_gpu_types\) = \(1, 2\)"),
+    (dict(throughputs=[1.0, 2.0]), "throughputs", r"shape \(2,\)"),
+    (dict(throughputs=[["a", 1]]), "throughputs", r"numeric"),
+    (dict(throughputs=T, job_ids=["a", "b"]), "job_ids", r"job_ids has 2 entries but throughputs has 3 rows"),
+    (dict(throughputs=T, job_ids=["a", "b", "a"]), "job_ids", r"duplicate job id\(s\) \['a'\]"),
+    (dict(throughputs=T, job_ids=["a", ["b"], "c"]), "job_ids", r"not hashable"),
+    (dict(throughputs=T, priority_weights=[1, 0, 1]), "priority_weights", r"job 1 is 0.0; weights must be positive"),
+    (dict(throughputs=T, priority_weights=[1, -1, 1]), "priority_weights", r"must be positive"),
+    (dict(throughputs=T, priority_weights=[1, 1]), "priority_weights", r"shape \(2,\), expected \(n_jobs,\) = \(3,\)"),
+    (dict(throughputs=T, scale_factors=[1, 8, 1]), "scale_factors", r"job 1 needs scale_factor=8 GPUs but the largest GPU type has 4"),
+    (dict(throughputs=T, scale_factors=[1, 1.5, 1]), "scale_factors", r"integer number of GPUs"),
+    (dict(throughputs=T, scale_factors=[1, 0, 1]), "scale_factors", r"must be >= 1"),
+    (dict(throughputs=[[0.0, 0.0], [1.0, 1.0]]), "throughputs", r"job 0 has zero throughput on every GPU type"),
+    (dict(throughputs=[[5.0, 0.0]], scale_factors=[4]), "throughputs", r"job 0 has zero throughput on every GPU type with at least its scale_factor=4"),
+    (dict(throughputs=T, num_steps_remaining=[1, -1, 1]), "num_steps_remaining", r"job 1 is -1.0; it must be >= 0"),
+    (dict(throughputs=T, time_since_start=[1, 1, np.nan]), "time_since_start", r"job 2 is nan"),
+    (dict(throughputs=T, slos=[10, np.inf, 5]), "num_steps_remaining", r"job 0 has a deadline"),
+    (dict(throughputs=T, slos=[10, 0, 5], num_steps_remaining=[1, 1, 1]), "slos", r"slo of job 1 is 0.0"),
+    (dict(throughputs=T, costs={"v100": 2.0}), "costs", r"missing: \['k80'\]"),
+    (dict(throughputs=T, costs={"v100": 2.0, "k80": 1.0, "a100": 3.0}), "costs", r"unknown: \['a100'\]"),
+    (dict(throughputs=T, costs=[2.0, 0.0]), "costs", r"costs\['k80'\] is 0.0"),
+    (dict(throughputs=T, scale_factors={0: 1}), "scale_factors", r"from_dicts"),
+])
+def test_invalid_arrays(kwargs, field, match):
+    throughputs = kwargs.pop("throughputs")
+    with pytest.raises(InvalidProblemError, match=match) as info:
+        Problem(throughputs, CLUSTER, **kwargs)
+    assert info.value.field == field
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(throughputs={"a": {"v100": 1.0}}), r"job 'a' has no throughput for GPU type\(s\) \['k80'\]; give 0.0"),
+    (dict(throughputs={"a": {"v100": 1.0, "k80": 1.0, "a100": 2.0}}), r"job 'a' has throughputs for unknown GPU type\(s\) \['a100'\]"),
+    (dict(throughputs={"a": [1.0, 2.0]}), r"throughputs\['a'\] must be a mapping"),
+    (dict(throughputs={"a": {"v100": 1, "k80": 1}}, scale_factors={"b": 1}), r"scale_factors names job\(s\) \['b'\] that are not in throughputs"),
+    (dict(throughputs={"a": {"v100": 1, "k80": 1}, "b": {"v100": 1, "k80": 1}}, priority_weights={"a": 1}),
+     r"priority_weights has no entry for job\(s\) \['b'\]"),
+])
+def test_invalid_dicts(kwargs, match):
+    with pytest.raises(InvalidProblemError, match=match):
+        Problem.from_dicts(cluster=CLUSTER, **kwargs)
+
+
+@pytest.mark.parametrize("gpus, per_node, match", [
+    ({}, 8, "non-empty mapping"),
+    ({"v100": -1}, 8, r"gpus\['v100'\] must be a non-negative integer"),
+    ({"v100": 1.5}, 8, "non-negative integer"),
+    ({"v100": 4}, 0, r"gpus_per_node\['v100'\] must be a positive integer"),
+    ({"v100": 4}, {"k80": 4}, "unknown GPU type"),
+    ({"v100": 4, "k80": 2}, {"v100": 4}, r"no entry for GPU type\(s\) \['k80'\]"),
+])
+def test_invalid_cluster(gpus, per_node, match):
+    with pytest.raises(InvalidProblemError, match=match):
+        Cluster(gpus, gpus_per_node=per_node)
+
+
+def test_unknown_gpu_type_lookup():
+    with pytest.raises(InvalidProblemError, match=r"unknown GPU type 'a100'; the cluster's types are \['v100', 'k80'\]"):
+        CLUSTER.index("a100")
+
+
+def test_constructors_agree():
+    pd = pytest.importorskip("pandas")
+    ids = ["a", ("b", 2), 7]
+    by_array = Problem(T, CLUSTER, job_ids=ids, scale_factors=[1, 2, 1], priority_weights=[1, 2, 3])
+    by_dicts = Problem.from_dicts({j: dict(zip(CLUSTER.gpu_types, row)) for j, row in zip(ids, T)}, CLUSTER,
+                                  scale_factors={"a": 1, ("b", 2): 2, 7: 1},
+                                  priority_weights={"a": 1, ("b", 2): 2, 7: 3})
+    frame = pd.DataFrame(np.array(T)[:, ::-1], index=ids, columns=["k80", "v100"])  # columns reordered
+    by_frame = Problem(frame, CLUSTER, scale_factors=[1, 2, 1], priority_weights=[1, 2, 3])
+    for p in (by_dicts, by_frame):
+        assert p.job_ids == by_array.job_ids
+        np.testing.assert_array_equal(p.throughputs, by_array.throughputs)
+        np.testing.assert_array_equal(p.scale_factors, by_array.scale_factors)
+        np.testing.assert_array_equal(p.priority_weights, by_array.priority_weights)
+    assert by_array.job_index(("b", 2)) == 1
+    with pytest.raises(InvalidProblemError, match="unknown job id"):
+        by_array.job_index("zz")
+
+
+def test_frame_columns_checked():
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(InvalidProblemError, match=r"no column for GPU type\(s\) \['k80'\]"):
+        Problem(pd.DataFrame({"v100": [1.0]}), CLUSTER)
+    with pytest.raises(InvalidProblemError, match=r"unknown GPU type\(s\) \['a100'\]"):
+        Problem(pd.DataFrame({"v100": [1.0], "k80": [1.0], "a100": [1.0]}), CLUSTER)
+
+
+def test_problem_is_frozen_and_json_round_trips():
+    p = Problem(T, CLUSTER, job_ids=["a", "b", "c"], scale_factors=[1, 2, 1], num_steps_remaining=[10, 20, 30],
+                slos=[100, np.inf, 50], costs={"v100": 2.5, "k80": 0.9}, time_since_start=[0, 5, 9])
+    with pytest.raises(ValueError):
+        p.throughputs[0, 0] = 1.0
+    q = Problem.from_json(p.to_json())
+    for name in ("throughputs", "scale_factors", "priority_weights", "num_steps_remaining", "slos", "costs",
+                 "time_since_start"):
+        np.testing.assert_array_equal(getattr(q, name), getattr(p, name))
+    assert q.job_ids == p.job_ids and q.cluster == p.cluster
+
+
+def test_json_errors_name_the_job():
+    doc = Problem(T, CLUSTER, job_ids=["a", "b", "c"]).to_json()
+    doc["jobs"][1]["weight"] = 2
+    with pytest.raises(InvalidProblemError, match=r"jobs\[1\] \(id 'b'\) has unknown field\(s\) \['weight'\]"):
+        Problem.from_json(doc)
+    doc["jobs"][1] = doc["jobs"][0]
+    with pytest.raises(InvalidProblemError, match="job id 'a' appears twice"):
+        Problem.from_json(doc)
+
+
+def test_solve_rejects_non_problem():
+    with pytest.raises(allocopt.errors.InvalidOptionError, match="expects an allocopt.Problem"):
+        allocopt.solve({"a": 1})
