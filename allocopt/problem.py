@@ -19,6 +19,26 @@ def _is_frame(obj: Any) -> bool:
     return hasattr(obj, "columns") and hasattr(obj, "index") and hasattr(obj, "to_numpy")
 
 
+def _plain(value: Any) -> Any:
+    """numpy scalars to Python ones, for JSON."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _pairs_from_json(pairs: Any) -> dict | None:
+    if pairs is None:
+        return None
+    if not isinstance(pairs, list):
+        raise InvalidProblemError("'pairs' must be a list of {\"jobs\": [a, b], \"throughputs\": {...}}",
+                                  field="pairs")
+    out = {}
+    for k, pair in enumerate(pairs):
+        if not isinstance(pair, Mapping) or not isinstance(pair.get("jobs"), list) or len(pair["jobs"]) != 2:
+            raise InvalidProblemError(f"pairs[{k}] must be an object with 'jobs': [a, b] and 'throughputs'",
+                                      field=f"pairs[{k}]")
+        out[tuple(pair["jobs"])] = pair.get("throughputs")
+    return out
+
+
 def _frozen(arr: np.ndarray | None) -> np.ndarray | None:
     if arr is not None:
         arr.setflags(write=False)
@@ -51,13 +71,29 @@ class Problem:
     slos : array-like of shape (n_jobs,), optional
         Seconds from now by which each job must finish; ``inf`` for no deadline.
         Jobs with a deadline need ``num_steps_remaining``.
+    time_isolated : array-like of shape (n_jobs,), optional
+        Seconds each job would have needed so far under its isolated share
+        (finish-time fairness); default 0.
+    entities : sequence of hashable of length n_jobs, optional
+        The entity (user, organization) each job belongs to, for hierarchical policies.
+    entity_weights : mapping of entity to float, optional
+        Positive weight of each entity; default 1 for every entity.
+    pair_throughputs : mapping of (job_id, job_id) to mapping of str to (float, float), optional
+        Steps/s of each member of a pair when the two share the same GPUs:
+        ``{(a, b): {gpu_type: (tput_a, tput_b)}}``; ``(0, 0)`` where they cannot
+        share. Members must have equal scale factors. Stored as ``pairs``
+        (int array of shape (n_pairs, 2), job rows) and ``pair_throughput_array``
+        (shape (n_pairs, n_gpu_types, 2)).
     """
 
     def __init__(self, throughputs: Any, cluster: Cluster, *,
                  job_ids: Sequence[Hashable] | None = None,
                  scale_factors: Any = None, priority_weights: Any = None,
                  num_steps_remaining: Any = None, time_since_start: Any = None,
-                 costs: Mapping[str, float] | Any = None, slos: Any = None):
+                 costs: Mapping[str, float] | Any = None, slos: Any = None,
+                 time_isolated: Any = None, entities: Sequence[Hashable] | None = None,
+                 entity_weights: Mapping[Hashable, float] | None = None,
+                 pair_throughputs: Mapping[tuple[Hashable, Hashable], Mapping[str, Any]] | None = None):
         if not isinstance(cluster, Cluster):
             raise InvalidProblemError(
                 f"cluster must be an allocopt.Cluster, got {type(cluster).__name__}; "
@@ -99,10 +135,14 @@ class Problem:
         self.num_steps_remaining = self._vector("num_steps_remaining", num_steps_remaining, None)
         self.time_since_start = self._vector("time_since_start", time_since_start, None)
         self.slos = self._vector("slos", slos, None, allow_inf=True)
+        self.time_isolated = self._vector("time_isolated", time_isolated, None)
         self.costs = self._costs(costs)
         self._validate()
+        self.entities, self.entity_ids, self.entity_weights = self._entities(entities, entity_weights)
+        self.pairs, self.pair_throughput_array = self._pairs(pair_throughputs)
         for name in ("throughputs", "scale_factors", "priority_weights", "num_steps_remaining",
-                     "time_since_start", "slos", "costs"):
+                     "time_since_start", "slos", "costs", "time_isolated", "entities", "entity_weights",
+                     "pairs", "pair_throughput_array"):
             _frozen(getattr(self, name))
 
     # ----- construction helpers ------------------------------------------------
@@ -113,7 +153,12 @@ class Problem:
                    num_steps_remaining: Mapping[Hashable, float] | None = None,
                    time_since_start: Mapping[Hashable, float] | None = None,
                    costs: Mapping[str, float] | None = None,
-                   slos: Mapping[Hashable, float] | None = None) -> Problem:
+                   slos: Mapping[Hashable, float] | None = None,
+                   time_isolated: Mapping[Hashable, float] | None = None,
+                   entities: Mapping[Hashable, Hashable] | None = None,
+                   entity_weights: Mapping[Hashable, float] | None = None,
+                   pair_throughputs: Mapping[tuple[Hashable, Hashable], Mapping[str, Any]] | None = None
+                   ) -> Problem:
         """Build from ``{job_id: {gpu_type: steps_per_s}}`` and per-job dicts.
 
         Per-job dicts must cover every job, except ``slos`` (jobs without an
@@ -142,7 +187,7 @@ class Problem:
                     "cannot run", field="throughputs", job=job)
             T[i] = [row[t] for t in types]
 
-        def per_job(name: str, mapping: Mapping | None, partial: bool = False, fill: float = np.nan):
+        def per_job(name: str, mapping: Mapping | None, partial: bool = False, fill: Any = np.nan):
             if mapping is None:
                 return None
             if not isinstance(mapping, Mapping):
@@ -163,7 +208,10 @@ class Problem:
                    priority_weights=per_job("priority_weights", priority_weights),
                    num_steps_remaining=per_job("num_steps_remaining", num_steps_remaining),
                    time_since_start=per_job("time_since_start", time_since_start),
-                   costs=costs, slos=per_job("slos", slos, partial=True, fill=np.inf))
+                   costs=costs, slos=per_job("slos", slos, partial=True, fill=np.inf),
+                   time_isolated=per_job("time_isolated", time_isolated),
+                   entities=per_job("entities", entities), entity_weights=entity_weights,
+                   pair_throughputs=pair_throughputs)
 
     @classmethod
     def from_json(cls, data: Mapping) -> Problem:
@@ -176,7 +224,8 @@ class Problem:
             raise InvalidProblemError("'jobs' must be a list of job objects", field="jobs")
         fields = {"scale_factor": "scale_factors", "priority_weight": "priority_weights",
                   "num_steps_remaining": "num_steps_remaining",
-                  "time_since_start_s": "time_since_start", "slo_s": "slos"}
+                  "time_since_start_s": "time_since_start", "slo_s": "slos",
+                  "time_isolated_s": "time_isolated", "entity": "entities"}
         throughputs: dict = {}
         columns: dict[str, dict] = {v: {} for v in fields.values()}
         for k, job in enumerate(jobs):
@@ -207,14 +256,17 @@ class Problem:
                               priority_weights=full("priority_weights", 1.0),
                               num_steps_remaining=full("num_steps_remaining", np.nan),
                               time_since_start=full("time_since_start", 0.0),
-                              costs=data.get("costs"), slos=columns["slos"] or None)
+                              costs=data.get("costs"), slos=columns["slos"] or None,
+                              time_isolated=full("time_isolated", 0.0),
+                              entities=full("entities", None), entity_weights=data.get("entity_weights"),
+                              pair_throughputs=_pairs_from_json(data.get("pairs")))
 
     def to_json(self) -> dict:
         """A JSON-serializable document that :meth:`from_json` reads back."""
         jobs = []
         for i, job in enumerate(self.job_ids):
             entry: dict[str, Any] = {
-                "id": job.item() if isinstance(job, np.generic) else job,
+                "id": _plain(job),
                 "throughputs": dict(zip(self.cluster.gpu_types, self.throughputs[i].tolist())),
                 "scale_factor": int(self.scale_factors[i]),
                 "priority_weight": float(self.priority_weights[i])}
@@ -224,10 +276,20 @@ class Problem:
                 entry["time_since_start_s"] = float(self.time_since_start[i])
             if self.slos is not None and np.isfinite(self.slos[i]):
                 entry["slo_s"] = float(self.slos[i])
+            if self.time_isolated is not None:
+                entry["time_isolated_s"] = float(self.time_isolated[i])
+            if self.entities is not None:
+                entry["entity"] = _plain(self.entity_ids[self.entities[i]])
             jobs.append(entry)
         doc: dict[str, Any] = {"cluster": self.cluster.to_dict(), "jobs": jobs}
         if self.costs is not None:
             doc["costs"] = dict(zip(self.cluster.gpu_types, self.costs.tolist()))
+        if self.entities is not None:
+            doc["entity_weights"] = {_plain(e): float(w) for e, w in zip(self.entity_ids, self.entity_weights)}
+        if self.pairs is not None:
+            doc["pairs"] = [{"jobs": [_plain(self.job_ids[a]), _plain(self.job_ids[b])],
+                             "throughputs": dict(zip(self.cluster.gpu_types, tput.tolist()))}
+                            for (a, b), tput in zip(self.pairs.tolist(), self.pair_throughput_array)]
         return doc
 
     # ----- accessors ---------------------------------------------------------------
@@ -316,6 +378,86 @@ class Problem:
             return arr.astype(np.int64)
         return arr
 
+    def _entities(self, entities: Sequence[Hashable] | None,
+                  weights: Mapping[Hashable, float] | None) -> tuple[np.ndarray | None, tuple, np.ndarray | None]:
+        """Entity index per job, the entity ids in first-seen order, and their weights."""
+        if entities is None:
+            if weights:
+                raise InvalidProblemError("entity_weights is given but no job has an entity; pass entities=...",
+                                          field="entity_weights")
+            return None, (), None
+        labels = list(entities)
+        if len(labels) != self.num_jobs:
+            raise InvalidProblemError(f"entities has {len(labels)} entries, expected one per job ({self.num_jobs})",
+                                      field="entities")
+        ids: dict[Hashable, int] = {}
+        index = np.empty(self.num_jobs, dtype=np.int64)
+        for i, label in enumerate(labels):
+            try:
+                index[i] = ids.setdefault(label, len(ids))
+            except TypeError:
+                raise InvalidProblemError(f"entity {label!r} of job {self.job_ids[i]!r} is not hashable",
+                                          field="entities", job=self.job_ids[i]) from None
+        weights = dict(weights or {})
+        unknown = [e for e in weights if e not in ids]
+        if unknown:
+            raise InvalidProblemError(f"entity_weights names entit(ies) {unknown[:5]} that no job belongs to",
+                                      field="entity_weights")
+        w = np.array([weights.get(e, 1.0) for e in ids], dtype=np.float64)
+        bad = ~np.isfinite(w) | (w <= 0)
+        if bad.any():
+            e = list(ids)[int(np.flatnonzero(bad)[0])]
+            raise InvalidProblemError(f"entity_weights[{e!r}] is {weights[e]}; weights must be positive",
+                                      field="entity_weights")
+        return index, tuple(ids), w
+
+    def _pairs(self, pairs: Mapping | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+        if pairs is None:
+            return None, None
+        if not isinstance(pairs, Mapping):
+            raise InvalidProblemError("pair_throughputs must be a mapping {(job_a, job_b): {gpu_type: "
+                                      "(tput_a, tput_b)}}", field="pair_throughputs")
+        types = self.cluster.gpu_types
+        rows = np.empty((len(pairs), 2), dtype=np.int64)
+        tputs = np.empty((len(pairs), len(types), 2))
+        seen: set = set()
+        for p, (key, by_type) in enumerate(pairs.items()):
+            if not (isinstance(key, tuple) and len(key) == 2):
+                raise InvalidProblemError(f"pair_throughputs key {key!r} must be a 2-tuple of job ids",
+                                          field="pair_throughputs")
+            a, b = key
+            for job in key:
+                if job not in self._index:
+                    raise InvalidProblemError(f"pair {key!r} names unknown job {job!r}",
+                                              field="pair_throughputs", job=job)
+            ia, ib = self._index[a], self._index[b]
+            if ia == ib:
+                raise InvalidProblemError(f"pair {key!r} pairs a job with itself", field="pair_throughputs", job=a)
+            if frozenset((ia, ib)) in seen:
+                raise InvalidProblemError(f"pair {key!r} appears twice (in either order)", field="pair_throughputs",
+                                          job=a)
+            seen.add(frozenset((ia, ib)))
+            if self.scale_factors[ia] != self.scale_factors[ib]:
+                raise InvalidProblemError(
+                    f"pair {key!r} has scale factors {self.scale_factors[ia]} and {self.scale_factors[ib]}; only "
+                    "jobs with equal scale factors can share GPUs, remove the pair", field="pair_throughputs", job=a)
+            if not isinstance(by_type, Mapping) or set(map(str, by_type)) != set(types):
+                raise InvalidProblemError(f"pair {key!r} must give (tput_a, tput_b) for exactly the GPU types "
+                                          f"{list(types)}", field="pair_throughputs", job=a)
+            try:
+                values = np.array([by_type[t] for t in types], dtype=np.float64)
+            except (TypeError, ValueError) as err:
+                raise InvalidProblemError(f"pair {key!r}: throughputs must be numeric pairs: {err}",
+                                          field="pair_throughputs", job=a) from err
+            if values.shape != (len(types), 2) or not np.isfinite(values).all() or (values < 0).any():
+                raise InvalidProblemError(f"pair {key!r}: each GPU type needs two finite steps/s >= 0, got "
+                                          f"{by_type}", field="pair_throughputs", job=a)
+            if ia > ib:
+                ia, ib, values = ib, ia, values[:, ::-1]
+            rows[p] = ia, ib
+            tputs[p] = values
+        return rows, tputs
+
     def _costs(self, costs: Any) -> np.ndarray | None:
         if costs is None:
             return None
@@ -371,7 +513,7 @@ class Problem:
                     f"scale_factor={s[i]} GPUs (throughputs {dict(zip(types, T[i].tolist()))}, {self.cluster}); "
                     "give it a positive throughput on a type that fits it, or remove it",
                     field="throughputs", job=ids[i])
-        for name in ("num_steps_remaining", "time_since_start"):
+        for name in ("num_steps_remaining", "time_since_start", "time_isolated"):
             arr = getattr(self, name)
             if arr is not None and (arr < 0).any():
                 i = int(np.flatnonzero(arr < 0)[0])

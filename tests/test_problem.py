@@ -131,3 +131,36 @@ def test_json_errors_name_the_job():
 def test_solve_rejects_non_problem():
     with pytest.raises(allocopt.errors.InvalidOptionError, match="expects an allocopt.Problem"):
         allocopt.solve({"a": 1})
+
+
+def test_entities_and_pairs_round_trip():
+    pairs = {("c", "a"): {"v100": (30.0, 20.0), "k80": (0.0, 0.0)}}
+    p = Problem(T, CLUSTER, job_ids=["a", "b", "c"], entities=["org1", "org2", "org1"],
+                entity_weights={"org1": 2.0}, time_isolated=[0, 10, 20], pair_throughputs=pairs)
+    assert p.entity_ids == ("org1", "org2")
+    np.testing.assert_array_equal(p.entities, [0, 1, 0])
+    np.testing.assert_array_equal(p.entity_weights, [2.0, 1.0])
+    np.testing.assert_array_equal(p.pairs, [[0, 2]])  # stored in job order, throughputs swapped with it
+    np.testing.assert_array_equal(p.pair_throughput_array[0], [[20.0, 30.0], [0.0, 0.0]])
+    q = Problem.from_json(p.to_json())
+    for name in ("entities", "entity_weights", "pairs", "pair_throughput_array", "time_isolated"):
+        np.testing.assert_array_equal(getattr(q, name), getattr(p, name))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(entities=["x", "y"]), r"entities has 2 entries, expected one per job \(3\)"),
+    (dict(entities=["x", "y", "x"], entity_weights={"z": 1.0}), r"entit\(ies\) \['z'\] that no job belongs to"),
+    (dict(entities=["x", "y", "x"], entity_weights={"x": 0.0}), r"entity_weights\['x'\] is 0.0"),
+    (dict(entity_weights={"x": 1.0}), r"no job has an entity"),
+    (dict(pair_throughputs={("a", "zz"): {}}), r"pair \('a', 'zz'\) names unknown job 'zz'"),
+    (dict(pair_throughputs={("a", "a"): {}}), r"pairs a job with itself"),
+    (dict(pair_throughputs={("a", "b"): {"v100": (1, 1), "k80": (1, 1)},
+                            ("b", "a"): {"v100": (1, 1), "k80": (1, 1)}}), r"appears twice"),
+    (dict(pair_throughputs={("a", "c"): {"v100": (1, 1)}}), r"exactly the GPU types \['v100', 'k80'\]"),
+    (dict(pair_throughputs={("a", "c"): {"v100": (1, -1), "k80": (1, 1)}}), r"two finite steps/s >= 0"),
+    (dict(scale_factors=[1, 2, 1], pair_throughputs={("a", "b"): {"v100": (1, 1), "k80": (1, 1)}}),
+     r"scale factors 1 and 2; only jobs with equal scale factors can share GPUs"),
+])
+def test_invalid_entities_and_pairs(kwargs, match):
+    with pytest.raises(InvalidProblemError, match=match):
+        Problem(T, CLUSTER, job_ids=["a", "b", "c"], **kwargs)

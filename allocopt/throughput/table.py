@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
@@ -80,6 +81,9 @@ class ThroughputTable:
         self._scales: dict[str, tuple[int, ...]] = {m: () for m in self._models}
         for m, s in self._entries:
             self._scales[m] += (s,)
+        position = {m: k for k, m in enumerate(self._models)}
+        self._model_of = np.array([position[m] for m, _ in self._entries], dtype=np.int64)
+        self._scale_of = np.array([s for _, s in self._entries], dtype=np.int64)
 
     # ----- construction ----------------------------------------------------------
     @classmethod
@@ -172,7 +176,7 @@ class ThroughputTable:
         return len(self._entries)
 
     def scale_factors(self, model: str) -> tuple[int, ...]:
-        """Scale factors (GPUs per job) measured for ``model``, ascending as stored."""
+        """Scale factors (GPUs per job) measured for ``model``, in table order."""
         try:
             return self._scales[model]
         except KeyError:
@@ -232,23 +236,24 @@ class ThroughputTable:
         if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs < 0:
             raise InvalidProblemError(f"n_jobs must be a non-negative integer, got {n_jobs!r}", field="n_jobs")
         scales, weights = _distribution(scale_factor_probs, "scale_factor_probs", integer=True)
-        rng = np.random.default_rng(seed)
-        fits = (self._T[:, self._columns(cluster.gpu_types)] > 0) & (
-            np.array([s for _, s in self._entries])[:, None] <= cluster.capacity[None, :])
         prob = dict(zip(scales.tolist(), weights.tolist()))
-        entry_weight = np.where(fits.any(axis=1), [prob.get(s, 0.0) for _, s in self._entries], 0.0)
-        model_of = np.array([self._models.index(m) for m, _ in self._entries])
-        eligible = np.flatnonzero(np.bincount(model_of, weights=entry_weight, minlength=len(self._models)) > 0)
+        fits = ((self._T[:, self._columns(cluster.gpu_types)] > 0)
+                & (self._scale_of[:, None] <= cluster.capacity[None, :])).any(axis=1)
+        entry_weight = np.where(fits, [prob.get(s, 0.0) for s in self._scale_of.tolist()], 0.0)
+        eligible = np.flatnonzero(np.bincount(self._model_of, weights=entry_weight,
+                                              minlength=len(self._models)) > 0)
         if eligible.size == 0:
             raise InvalidProblemError(
                 f"no entry of the table fits {cluster} with scale factors {sorted(prob)}: every job needs "
                 "positive throughput on a GPU type with at least scale_factor GPUs", field="scale_factor_probs")
-        # (n_eligible_models, n_entries) weights; a job's entry is found by inverse CDF in its model's row.
-        W = np.where(model_of[None, :] == eligible[:, None], entry_weight[None, :], 0.0)
-        cdf = np.cumsum(W, axis=1)
+        rng = np.random.default_rng(seed)
         picked = rng.integers(eligible.size, size=n_jobs)
-        u = rng.random(n_jobs) * cdf[picked, -1]
-        rows = (cdf[picked] <= u[:, None]).sum(axis=1)
+        rows = np.empty(n_jobs, dtype=np.int64)
+        for k, model in enumerate(eligible.tolist()):  # one vectorized draw per model
+            jobs = np.flatnonzero(picked == k)
+            candidates = np.flatnonzero((self._model_of == model) & (entry_weight > 0))
+            p = entry_weight[candidates] / entry_weight[candidates].sum()
+            rows[jobs] = candidates[rng.choice(candidates.size, size=jobs.size, p=p)]
         return [self._entries[i] for i in rows.tolist()]
 
     def sample_problem(self, cluster: Cluster, n_jobs: int, *, seed: int | np.random.Generator,
@@ -256,9 +261,9 @@ class ThroughputTable:
                        priority_weights: Mapping[float, float] | None = None) -> Problem:
         """A random :class:`~allocopt.Problem` of ``n_jobs`` jobs on ``cluster``.
 
-        Job types are drawn as in :meth:`sample_jobs`; job ids are ``"job-000"``,
-        ``"job-001"``, ... The result depends only on the table, the arguments
-        and ``seed``.
+        The jobs are ``sample_jobs(cluster, n_jobs, seed=seed, ...)`` for an
+        integer ``seed``, in order, with ids ``"job-000"``, ``"job-001"``, ...
+        The result depends only on the table, the arguments and ``seed``.
 
         Parameters
         ----------
@@ -308,9 +313,11 @@ class ThroughputTable:
                                       f"{list(self._gpu_types)}", field="gpu_type") from None
 
     def _unknown_model(self, model: str) -> InvalidProblemError:
-        close = difflib.get_close_matches(str(model), self._models, n=3)
+        text = str(model)
+        close = [m for m in self._models if text and m.lower().startswith(text.lower())][:3] \
+            or difflib.get_close_matches(text, self._models, n=3)
         hint = f"did you mean {' or '.join(map(repr, close))}?" if close else \
-            f"the table has {len(self._models)} models, e.g. {list(self._models[:3])}"
+            f"see ThroughputTable.models for all {len(self._models)}, e.g. {list(self._models[:3])}"
         return InvalidProblemError(f"unknown model {model!r}; {hint}", field="model")
 
     def __repr__(self) -> str:
@@ -322,14 +329,17 @@ def _distribution(probs: Mapping[Any, float], name: str, *, integer: bool) -> tu
     """Values and normalized probabilities of a ``{value: weight}`` mapping."""
     if not isinstance(probs, Mapping) or not probs:
         raise InvalidProblemError(f"{name} must be a non-empty mapping of value to probability", field=name)
-    values = np.array(list(probs), dtype=np.int64 if integer else np.float64)
-    weights = np.array(list(probs.values()), dtype=np.float64)
-    if (values <= 0).any() or (integer and any(v != int(v) for v in probs)):
-        kind = "positive integers" if integer else "positive numbers"
-        raise InvalidProblemError(f"{name} keys must be {kind}, got {list(probs)}", field=name)
-    if not np.isfinite(weights).all() or (weights < 0).any() or not weights.sum() > 0:
+    kind = numbers.Integral if integer else numbers.Real
+    if any(isinstance(v, bool) or not isinstance(v, kind) or not v > 0 for v in probs):
+        what = "positive integers" if integer else "positive numbers"
+        raise InvalidProblemError(f"{name} keys must be {what}, got {list(probs)}", field=name)
+    raw = list(probs.values())
+    if any(isinstance(w, bool) or not isinstance(w, numbers.Real) or not 0 <= w < math.inf for w in raw) \
+            or not sum(raw) > 0:
         raise InvalidProblemError(f"{name} values must be finite probabilities >= 0 with a positive sum, "
-                                  f"got {list(probs.values())}", field=name)
+                                  f"got {raw}", field=name)
+    values = np.array(list(probs), dtype=np.int64 if integer else np.float64)
+    weights = np.array(raw, dtype=np.float64)
     return values, weights / weights.sum()
 
 
