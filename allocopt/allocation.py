@@ -53,6 +53,9 @@ class Allocation:
         max-min fairness); None for closed-form shares.
     message : str
     timings : Timings
+    pair_matrix : ndarray of shape (n_pairs, n_gpu_types) or None
+        Under space sharing, the time fraction each pair of ``problem.pairs``
+        shares GPUs of each type.
     extras : dict
         Policy-specific results (e.g. ``deadline_met`` for max_throughput).
     """
@@ -65,6 +68,7 @@ class Allocation:
     objective: float | None
     message: str
     timings: Timings = field(default_factory=Timings)
+    pair_matrix: np.ndarray | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -81,8 +85,22 @@ class Allocation:
 
     @property
     def effective_throughput(self) -> np.ndarray:
-        """Steps/s each job makes under this allocation, shape (n_jobs,)."""
-        return (self.problem.throughputs * self.matrix).sum(axis=1)
+        """Steps/s each job makes under this allocation (alone and in pairs), shape (n_jobs,)."""
+        e = (self.problem.throughputs * self.matrix).sum(axis=1)
+        if self.pair_matrix is not None:
+            pair_steps = self.pair_matrix[:, :, None] * self.problem.pair_throughput_array
+            for member in (0, 1):
+                np.add.at(e, self.problem.pairs[:, member], pair_steps[:, :, member].sum(axis=1))
+        return e
+
+    @property
+    def time_fraction(self) -> np.ndarray:
+        """Total fraction of time each job runs (alone and in pairs), shape (n_jobs,)."""
+        t = self.matrix.sum(axis=1)
+        if self.pair_matrix is not None:
+            for member in (0, 1):
+                np.add.at(t, self.problem.pairs[:, member], self.pair_matrix.sum(axis=1))
+        return t
 
     @property
     def normalized_throughput(self) -> np.ndarray:
@@ -91,13 +109,22 @@ class Allocation:
 
     @property
     def gpus_used(self) -> np.ndarray:
-        """Average GPUs of each type in use, ``sum_i s_i X[i, j]``, shape (n_gpu_types,)."""
-        return self.problem.scale_factors @ self.matrix
+        """Average GPUs of each type in use (a pair counts once), shape (n_gpu_types,)."""
+        used = self.problem.scale_factors @ self.matrix
+        if self.pair_matrix is not None:
+            used = used + self.problem.scale_factors[self.problem.pairs[:, 0]] @ self.pair_matrix
+        return used
 
     def to_dict(self) -> dict[Hashable, dict[str, float]]:
-        """``{job_id: {gpu_type: fraction}}``."""
+        """``{job_id: {gpu_type: fraction}}``, plus ``{(job_a, job_b): {...}}``
+        for pairs under space sharing (Gavel's layout)."""
         types = self.gpu_types
-        return {job: dict(zip(types, row)) for job, row in zip(self.job_ids, self.matrix.tolist())}
+        out = {job: dict(zip(types, row)) for job, row in zip(self.job_ids, self.matrix.tolist())}
+        if self.pair_matrix is not None:
+            ids = self.job_ids
+            for (a, b), row in zip(self.problem.pairs.tolist(), self.pair_matrix.tolist()):
+                out[(ids[a], ids[b])] = dict(zip(types, row))
+        return out
 
     def to_frame(self):
         """A pandas DataFrame indexed by job id with one column per GPU type."""
@@ -110,13 +137,16 @@ class Allocation:
     def to_json(self) -> dict[str, Any]:
         """A JSON-serializable summary (what ``allocopt solve`` writes)."""
         ids = [j.item() if isinstance(j, np.generic) else j for j in self.job_ids]
-        return {"policy": self.policy, "backend": self.backend, "status": self.status.value,
-                "message": self.message, "objective": self.objective,
-                "gpu_types": list(self.gpu_types),
-                "allocation": [{"id": j, "fractions": dict(zip(self.gpu_types, row)),
-                                "effective_throughput": float(e)}
-                               for j, row, e in zip(ids, self.matrix.tolist(), self.effective_throughput)],
-                "timings": self.timings.to_dict()}
+        doc: dict[str, Any] = {
+            "policy": self.policy, "backend": self.backend, "status": self.status.value,
+            "message": self.message, "objective": self.objective, "gpu_types": list(self.gpu_types),
+            "allocation": [{"id": j, "fractions": dict(zip(self.gpu_types, row)), "effective_throughput": float(e)}
+                           for j, row, e in zip(ids, self.matrix.tolist(), self.effective_throughput)],
+            "timings": self.timings.to_dict()}
+        if self.pair_matrix is not None:
+            doc["pairs"] = [{"jobs": [ids[a], ids[b]], "fractions": dict(zip(self.gpu_types, row))}
+                            for (a, b), row in zip(self.problem.pairs.tolist(), self.pair_matrix.tolist())]
+        return doc
 
     def __repr__(self) -> str:
         obj = "None" if self.objective is None else f"{self.objective:.6g}"

@@ -11,12 +11,11 @@ import numpy as np
 from allocopt.allocation import Allocation, Timings
 from allocopt.backends import BACKENDS, SolveOptions
 from allocopt.errors import InvalidOptionError, UnknownBackendError
-from allocopt.formulations import ModelSolver, get_policy
+from allocopt.formulations import ModelSolver, PolicyResult, get_policy
 from allocopt.problem import Problem
-from allocopt.solution import Status
 
 
-def solve(problem: Problem, policy: str = "max_min_fairness", *, backend: str = "highs",
+def solve(problem: Problem | Any, policy: str = "max_min_fairness", *, backend: str = "highs",
           time_limit_s: float | None = None, mip_gap: float | None = None,
           threads: int | None = None, verbose: bool = False,
           solver_options: dict[str, Any] | None = None, best_effort: bool = False,
@@ -53,6 +52,8 @@ def solve(problem: Problem, policy: str = "max_min_fairness", *, backend: str = 
     Returns
     -------
     Allocation
+        (or the policy's own result type for policies over other problem
+        types, e.g. configurations for ``sia``)
 
     Raises
     ------
@@ -74,10 +75,10 @@ def solve(problem: Problem, policy: str = "max_min_fairness", *, backend: str = 
     0.727273
     """
     t0 = time.perf_counter()
-    if not isinstance(problem, Problem):
-        raise InvalidOptionError(f"solve() expects an allocopt.Problem, got {type(problem).__name__}; "
-                                 "build one with allocopt.Problem(...) or Problem.from_dicts(...)")
     pol = get_policy(policy)
+    if not isinstance(problem, pol.problem_type):
+        raise InvalidOptionError(f"policy {policy!r} expects an allocopt.{pol.problem_type.__name__}, got "
+                                 f"{type(problem).__name__}; build one with allocopt.{pol.problem_type.__name__}(...)")
     if backend != "auto" and backend not in BACKENDS:
         raise UnknownBackendError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)} or 'auto'")
     unknown = sorted(set(policy_options) - set(pol.options))
@@ -91,14 +92,13 @@ def solve(problem: Problem, policy: str = "max_min_fairness", *, backend: str = 
                                                verbose=verbose, solver_options=dict(solver_options or {})),
                          best_effort=best_effort)
     if problem.num_jobs == 0:
-        result_matrix = np.zeros((0, problem.cluster.num_gpu_types))
-        return Allocation(problem, result_matrix, policy, None, Status.OPTIMAL, None, "No jobs to allocate.",
-                          Timings(total_s=time.perf_counter() - t0))
-    result = pol.allocate(problem, solver, **options)
-    result.matrix.setflags(write=False)
+        result = PolicyResult(np.zeros((0, problem.cluster.num_gpu_types)), None, message="No jobs to allocate.")
+    else:
+        result = pol.allocate(problem, solver, **options)
+    for array in (result.matrix, result.pair_matrix):
+        if array is not None:
+            array.setflags(write=False)
     timings = Timings(model_build_s=solver.model_build_s, solver_build_s=solver.solver_build_s,
                       solve_s=solver.solve_s, total_s=time.perf_counter() - t0, num_solves=solver.num_solves)
-    return Allocation(problem=problem, matrix=result.matrix, policy=policy,
-                      backend=solver.backend_used if pol.solves_models else None,
-                      status=result.status, objective=result.objective, message=result.message,
-                      timings=timings, extras=result.extras)
+    return pol.to_allocation(problem, result, backend=solver.backend_used if solver.num_solves else None,
+                             timings=timings)

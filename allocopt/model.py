@@ -19,7 +19,7 @@ flattens everything into the arrays every backend reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -117,6 +117,13 @@ class LinExpr:
         S = sp.csr_matrix((np.ones(self.size), (out_index, np.arange(self.size))),
                           shape=(n_out, self.size))
         return LinExpr(sp.csr_matrix(S @ self.A), S @ self.const, out_shape)
+
+    def __rmatmul__(self, matrix: Any) -> LinExpr:
+        """``M @ expr`` for a (sparse or dense) matrix ``M`` and a 1-D expression."""
+        if self.ndim != 1:
+            raise TypeError("M @ expr needs a 1-D expression; use .ravel() first")
+        M = sp.csr_matrix(matrix, dtype=np.float64)
+        return LinExpr(sp.csr_matrix(M @ self.A), M @ self.const, (M.shape[0],))
 
     def dot(self, coefficients: ArrayLike) -> LinExpr:
         """``sum(self * coefficients)`` as a scalar expression."""

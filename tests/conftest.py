@@ -24,8 +24,11 @@ def assert_feasible(allocation, tol: float = FEAS_TOL) -> None:
     X = allocation.matrix
     problem = allocation.problem
     assert np.all(X >= -tol), "negative time fraction"
-    assert np.all(X.sum(axis=1) <= 1 + tol), f"a job gets more than all of its time: {X.sum(axis=1).max()}"
-    used = problem.scale_factors @ X
+    time = allocation.time_fraction
+    assert np.all(time <= 1 + tol), f"a job gets more than all of its time: {time.max()}"
+    if allocation.pair_matrix is not None:
+        assert np.all(allocation.pair_matrix >= -tol), "negative pair time fraction"
+    used = allocation.gpus_used
     assert np.all(used <= problem.capacity + tol * max(1, problem.capacity.max())), \
         f"capacity exceeded: {used} > {problem.capacity}"
     assert np.all(X[~problem.runnable] <= tol), "time on a GPU type the job cannot run on"

@@ -6,6 +6,10 @@ Base model (``X[i, j]`` = time fraction of job ``i`` on GPU type ``j``)::
     0 <= X[i, j] <= 1, and X[i, j] = 0 where job i cannot run on type j
     sum_j X[i, j] <= 1                   (constraint block "time")
     sum_i s_i X[i, j] <= c_j             (constraint block "capacity")
+    e_i = sum_j T[i, j] X[i, j]          (effective throughput, steps/s)
+
+Policies are written over ``e_i`` and the job's total time, so the same
+policy also runs with space sharing, where pairs of jobs get variables too.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 
+from allocopt.allocation import Allocation, Timings
 from allocopt.backends import SolveOptions, solve_model
-from allocopt.errors import (InfeasibleError, NotOptimalError, SolverError, TimeLimitError,
-                             UnboundedError)
-from allocopt.model import Model, Variable
+from allocopt.errors import (InfeasibleError, InvalidOptionError, NotOptimalError, SolverError,
+                             TimeLimitError, UnboundedError)
+from allocopt.model import LinExpr, Model, Variable
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
 
@@ -32,6 +38,7 @@ class PolicyResult:
     matrix: np.ndarray
     objective: float | None
     status: Status = Status.OPTIMAL
+    pair_matrix: np.ndarray | None = None
     message: str = "Optimal solution found."
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -97,22 +104,87 @@ class Policy(ABC):
 
     name: ClassVar[str]
     options: ClassVar[dict[str, Any]] = {}
-    solves_models: ClassVar[bool] = True
+    problem_type: ClassVar[type] = Problem
 
     @abstractmethod
-    def allocate(self, problem: Problem, solver: ModelSolver, **options: Any) -> PolicyResult:
+    def allocate(self, problem: Any, solver: ModelSolver, **options: Any) -> PolicyResult:
         """Compute the allocation of ``problem`` (options already validated)."""
 
+    def to_allocation(self, problem: Any, result: PolicyResult, *, backend: str | None,
+                      timings: Timings) -> Any:
+        """Wrap a result for the caller; policies over other problem types return their own type."""
+        return Allocation(problem=problem, matrix=result.matrix, policy=self.name, backend=backend,
+                          status=result.status, objective=result.objective, message=result.message,
+                          timings=timings, pair_matrix=result.pair_matrix, extras=result.extras)
 
-def base_model(problem: Problem, *, name: str) -> tuple[Model, Variable]:
-    """The model with ``X`` and the base constraints (see the module docstring)."""
+
+@dataclass
+class AllocationModel:
+    """The base model of a problem and the expressions policies are written in.
+
+    Attributes
+    ----------
+    model : Model
+    X : Variable of shape (n_jobs, n_gpu_types)
+        Time fraction of each job alone on each type.
+    P : Variable of shape (n_pairs, n_gpu_types) or None
+        Time fraction of each pair sharing GPUs (space sharing only).
+    throughput : LinExpr of shape (n_jobs,)
+        Effective throughput ``e_i`` in steps/s (alone plus in pairs).
+    time : LinExpr of shape (n_jobs,)
+        Total time fraction of each job (alone plus in pairs).
+    """
+
+    model: Model
+    X: Variable
+    P: Variable | None
+    throughput: LinExpr
+    time: LinExpr
+
+    def matrices(self, solution: Solution) -> tuple[np.ndarray, np.ndarray | None]:
+        """Cleaned ``X`` and ``P`` values of a solution."""
+        pairs = clean_matrix(solution.values["P"]) if self.P is not None else None
+        return clean_matrix(solution.values["X"]), pairs
+
+
+def base_model(problem: Problem, *, name: str, space_sharing: bool = False) -> AllocationModel:
+    """The model with ``X`` (and pair variables ``P`` under space sharing) and
+    the base constraints.
+
+    Under space sharing every pair ``(a, b)`` of ``problem.pairs`` gets a
+    variable per GPU type; a job's time over all combinations containing it is
+    at most 1 (block "time"), and a pair occupies its common scale factor's
+    GPUs once (block "capacity"). Pairs that cannot share a type (both
+    throughputs 0) have an upper bound of 0 there.
+    """
     model = Model(name)
-    X = model.add_variable("X", (problem.num_jobs, problem.cluster.num_gpu_types),
-                           lb=0.0, ub=problem.runnable.astype(np.float64))
-    model.add_constraint("time", X.sum(axis=1) <= 1.0)
+    n, k = problem.num_jobs, problem.cluster.num_gpu_types
+    X = model.add_variable("X", (n, k), lb=0.0, ub=problem.runnable.astype(np.float64))
     scale = problem.scale_factors.astype(np.float64)
-    model.add_constraint("capacity", (X * scale[:, None]).sum(axis=0) <= problem.capacity)
-    return model, X
+    time = X.sum(axis=1)
+    gpus = (X * scale[:, None]).sum(axis=0)
+    throughput = (X * problem.throughputs).sum(axis=1)
+    P = None
+    if space_sharing:
+        if problem.pairs is None:
+            raise InvalidOptionError("space_sharing=True needs Problem(pair_throughputs=...): the throughput "
+                                     "of each pair of jobs that may share GPUs")
+        pairs, PT = problem.pairs, problem.pair_throughput_array
+        m = pairs.shape[0]
+        pair_scale = scale[pairs[:, 0]]
+        usable = (PT.sum(axis=2) > 0) & (pair_scale[:, None] <= problem.capacity[None, :])
+        P = model.add_variable("P", (m, k), lb=0.0, ub=usable.astype(np.float64))
+        cols = np.arange(m)
+        first = sp.csr_matrix((np.ones(m), (pairs[:, 0], cols)), shape=(n, m))
+        second = sp.csr_matrix((np.ones(m), (pairs[:, 1], cols)), shape=(n, m))
+        pair_time = P.sum(axis=1)
+        time = time + (first + second) @ pair_time
+        gpus = gpus + (P * pair_scale[:, None]).sum(axis=0)
+        throughput = (throughput + first @ (P * PT[:, :, 0]).sum(axis=1)
+                      + second @ (P * PT[:, :, 1]).sum(axis=1))
+    model.add_constraint("time", time <= 1.0)
+    model.add_constraint("capacity", gpus <= problem.capacity)
+    return AllocationModel(model, X, P, throughput, time)
 
 
 def clean_matrix(values: np.ndarray) -> np.ndarray:

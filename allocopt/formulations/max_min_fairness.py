@@ -10,7 +10,8 @@ subject to the base constraints (see :mod:`allocopt.formulations.base`).
 objective compares jobs by how much better than an even split they do.
 With ``heterogeneity_aware=False`` every ``T_ij`` is 1 (on types where the job
 can run) and ``p_i`` is 1: classic least-attained-service fairness,
-``max min_i s_i sum_j X_ij / w_i``.
+``max min_i s_i sum_j X_ij / w_i``. With ``space_sharing=True`` pairs of jobs
+may share GPUs (see :func:`allocopt.formulations.base.base_model`).
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model, clean_matrix
+from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model
 from allocopt.problem import Problem
 
 
@@ -35,13 +36,17 @@ def normalized_coefficients(problem: Problem, heterogeneity_aware: bool = True) 
 
 class MaxMinFairness(Policy):
     name = "max_min_fairness"
-    options = {"heterogeneity_aware": True}
+    options = {"heterogeneity_aware": True, "space_sharing": False}
 
     def allocate(self, problem: Problem, solver: ModelSolver, *,
-                 heterogeneity_aware: bool = True) -> PolicyResult:
-        model, X = base_model(problem, name=self.name)
-        coef = normalized_coefficients(problem, heterogeneity_aware)
-        model.maximize_minimum((X * coef).sum(axis=1), name="normalized_throughput")
-        solution = solver.solve(model, "max_min_fairness")
-        return PolicyResult(clean_matrix(solution.values["X"]), solution.objective,
-                            solution.status, solution.message)
+                 heterogeneity_aware: bool = True, space_sharing: bool = False) -> PolicyResult:
+        base = base_model(problem, name=self.name, space_sharing=space_sharing)
+        if heterogeneity_aware:
+            scale = problem.scale_factors / (problem.priority_weights * problem.proportional_throughputs)
+            normalized = base.throughput * scale
+        else:
+            normalized = base.time * (problem.scale_factors / problem.priority_weights)
+        base.model.maximize_minimum(normalized, name="normalized_throughput")
+        solution = solver.solve(base.model, "max_min_fairness")
+        X, P = base.matrices(solution)
+        return PolicyResult(X, solution.objective, solution.status, P, solution.message)

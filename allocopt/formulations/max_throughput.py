@@ -6,8 +6,8 @@
     \\max_X \\; \\sum_i \\sum_j T_{ij} X_{ij} / \\kappa_j
     \\quad \\text{s.t.} \\quad e_i = \\sum_j T_{ij} X_{ij} \\ge r_i / d_i \\;\\; (\\text{jobs with a deadline})
 
-and the base constraints; ``kappa_j`` is the price of type ``j`` when
-``normalize_by_cost=True`` (else 1), ``r_i`` the steps remaining and ``d_i``
+and the base constraints (with ``space_sharing=True``, pairs count too);
+``kappa_j`` is the price of type ``j`` when ``normalize_by_cost=True`` (else 1), ``r_i`` the steps remaining and ``d_i``
 the deadline (``Problem.slos``, seconds from now).
 
 When the deadlines cannot all be met this is reported, never dropped: by
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from allocopt.errors import InfeasibleError, InvalidOptionError
-from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model, clean_matrix
+from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
 from allocopt.problem import Problem
 from allocopt.solution import Status
 
@@ -32,17 +32,12 @@ _SHORTFALL_TOL = 1e-7
 
 class MaxThroughput(Policy):
     name = "max_throughput"
-    options = {"normalize_by_cost": False}
+    options = {"normalize_by_cost": False, "space_sharing": False}
 
     def allocate(self, problem: Problem, solver: ModelSolver, *,
-                 normalize_by_cost: bool = False) -> PolicyResult:
-        T = problem.throughputs
-        if normalize_by_cost:
-            if problem.costs is None:
-                raise InvalidOptionError("normalize_by_cost=True needs Problem(costs=...) with a price per GPU type")
-            weights = T / problem.costs[None, :]
-        else:
-            weights = T
+                 normalize_by_cost: bool = False, space_sharing: bool = False) -> PolicyResult:
+        if normalize_by_cost and problem.costs is None:
+            raise InvalidOptionError("normalize_by_cost=True needs Problem(costs=...) with a price per GPU type")
         has_deadline = (np.isfinite(problem.slos) if problem.slos is not None
                         else np.zeros(problem.num_jobs, dtype=bool))
         required = np.zeros(problem.num_jobs)
@@ -50,22 +45,28 @@ class MaxThroughput(Policy):
             required[has_deadline] = (problem.num_steps_remaining[has_deadline]
                                       / problem.slos[has_deadline])
 
-        def throughput_model(shortfall: np.ndarray | None):
-            model, X = base_model(problem, name=self.name)
+        def throughput_model(shortfall: np.ndarray | None) -> AllocationModel:
+            base = base_model(problem, name=self.name, space_sharing=space_sharing)
             if has_deadline.any():
-                rate = (X * T).sum(axis=1)[np.flatnonzero(has_deadline)]
                 floor = required[has_deadline]
                 if shortfall is not None:
                     floor = floor * (1.0 - shortfall) * (1.0 - _SHORTFALL_TOL)
-                model.add_constraint("deadline", rate >= floor)
-            model.maximize((X * weights).sum())
-            return model, X
+                base.model.add_constraint("deadline", base.throughput[has_deadline] >= floor)
+            if normalize_by_cost:
+                steps_per_cost = (base.X * (problem.throughputs / problem.costs)).sum()
+                if base.P is not None:
+                    pair_steps = problem.pair_throughput_array.sum(axis=2)
+                    steps_per_cost = steps_per_cost + (base.P * (pair_steps / problem.costs)).sum()
+                base.model.maximize(steps_per_cost)
+            else:
+                base.model.maximize(base.throughput.sum())
+            return base
 
-        model, _ = throughput_model(None)
-        solution = solver.solve_raw(model)
+        base = throughput_model(None)
+        solution = solver.solve_raw(base.model)
         deadline_met = np.ones(problem.num_jobs, dtype=bool)
         if solution.status in (Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED) and has_deadline.any():
-            shortfall = self._min_shortfall(problem, solver, has_deadline, required)
+            shortfall = self._min_shortfall(problem, solver, has_deadline, required, space_sharing)
             missed = np.flatnonzero(has_deadline)[shortfall > _SHORTFALL_TOL]
             deadline_met[missed] = False
             names = ", ".join(f"{problem.job_ids[i]!r} (needs {required[i]:.4g} steps/s)" for i in missed[:10])
@@ -75,24 +76,25 @@ class MaxThroughput(Policy):
                 raise InfeasibleError(f"max_throughput: {text}. Relax their slos, add GPUs, or pass "
                                       "best_effort=True to minimize the shortfall instead.",
                                       status=Status.INFEASIBLE, solution=solution)
-            model, _ = throughput_model(shortfall)
-            solution = solver.solve(model, "max_throughput (deadlines relaxed)")
-            return PolicyResult(clean_matrix(solution.values["X"]), solution.objective, Status.INFEASIBLE,
+            base = throughput_model(shortfall)
+            solution = solver.solve(base.model, "max_throughput (deadlines relaxed)")
+            X, P = base.matrices(solution)
+            return PolicyResult(X, solution.objective, Status.INFEASIBLE, P,
                                 f"{text}; returned the allocation that minimizes the total relative "
                                 "shortfall, then maximizes throughput.",
                                 {"deadline_met": deadline_met})
         solution = solver.check(solution, "max_throughput")
-        return PolicyResult(clean_matrix(solution.values["X"]), solution.objective, solution.status,
-                            solution.message, {"deadline_met": deadline_met})
+        X, P = base.matrices(solution)
+        return PolicyResult(X, solution.objective, solution.status, P, solution.message,
+                            {"deadline_met": deadline_met})
 
     @staticmethod
     def _min_shortfall(problem: Problem, solver: ModelSolver, has_deadline: np.ndarray,
-                       required: np.ndarray) -> np.ndarray:
+                       required: np.ndarray, space_sharing: bool) -> np.ndarray:
         """Smallest total relative shortfall of the deadline jobs, per job."""
-        model, X = base_model(problem, name="deadline_shortfall")
+        base = base_model(problem, name="deadline_shortfall", space_sharing=space_sharing)
         jobs = np.flatnonzero(has_deadline)
-        u = model.add_variable("shortfall", jobs.size, lb=0.0, ub=1.0)
-        rate = (X * problem.throughputs).sum(axis=1)[jobs]
-        model.add_constraint("deadline", rate + u * required[jobs] >= required[jobs])
-        model.minimize(u.sum())
-        return solver.solve(model, "max_throughput deadline shortfall").values["shortfall"]
+        u = base.model.add_variable("shortfall", jobs.size, lb=0.0, ub=1.0)
+        base.model.add_constraint("deadline", base.throughput[jobs] + u * required[jobs] >= required[jobs])
+        base.model.minimize(u.sum())
+        return solver.solve(base.model, "max_throughput deadline shortfall").values["shortfall"]

@@ -35,7 +35,6 @@ def proportional_matrix(problem: Problem) -> np.ndarray:
 
 class Isolated(Policy):
     name = "isolated"
-    solves_models = False
 
     def allocate(self, problem: Problem, solver: ModelSolver) -> PolicyResult:
         return PolicyResult(isolated_matrix(problem), None, message="Closed-form isolated share.")
@@ -43,7 +42,6 @@ class Isolated(Policy):
 
 class Proportional(Policy):
     name = "proportional"
-    solves_models = False
 
     def allocate(self, problem: Problem, solver: ModelSolver) -> PolicyResult:
         return PolicyResult(proportional_matrix(problem), None, message="Closed-form proportional share.")

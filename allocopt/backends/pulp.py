@@ -1,0 +1,116 @@
+"""CBC through PuLP (the CBC binary bundled with PuLP, ``PULP_CBC_CMD``).
+
+PuLP's API is one Python object per variable and per row, so building loops
+over rows; each row's expression is made in one call from its CSR slice.
+A ranged row ``lb < A_i x < ub`` becomes a ``<=`` row plus a ``>=`` row; its
+dual is the sum of the two. CBC's ``pi`` is ``d objective / d rhs`` of the
+minimization, our convention as is. https://coin-or.github.io/pulp/
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from allocopt.backends.base import Backend, RawResult, SolveOptions
+from allocopt.errors import InvalidOptionError, SolverError
+from allocopt.model import CompiledModel
+from allocopt.solution import Status
+
+STATUS_MAP = {
+    1: Status.OPTIMAL,  # LpStatusOptimal
+    0: Status.TIME_LIMIT,  # LpStatusNotSolved: CBC "Stopped" at a limit without a solution
+    -1: Status.INFEASIBLE,  # LpStatusInfeasible (also CBC's "Integer infeasible")
+    -2: Status.UNBOUNDED,  # LpStatusUnbounded
+    -3: Status.ERROR,  # LpStatusUndefined
+}
+_SOLUTION_INTEGER_FEASIBLE = 2  # LpSolutionIntegerFeasible: CBC stopped at a limit with an incumbent
+
+
+@dataclass
+class _Handle:
+    problem: Any  # pulp.LpProblem
+    solver: Any  # pulp.PULP_CBC_CMD
+    variables: list[Any]  # one pulp.LpVariable per column
+    rows: list[tuple[int, Any]]  # (original row index, pulp.LpConstraint), ranged rows twice
+
+
+class PulpBackend(Backend):
+    name = "pulp"
+    required_modules = ("pulp",)
+    install_hint = "pip install 'allocopt[pulp]'"
+
+    def build(self, model: CompiledModel, options: SolveOptions) -> _Handle:
+        import pulp
+
+        settings: dict[str, Any] = {"msg": bool(options.verbose)}
+        if options.time_limit_s is not None:
+            settings["timeLimit"] = float(options.time_limit_s)
+        if options.mip_gap is not None:
+            settings["gapRel"] = float(options.mip_gap)
+        if options.threads is not None:
+            settings["threads"] = int(options.threads)
+        settings.update(options.solver_options)
+        try:
+            with warnings.catch_warnings():
+                # PuLP 3 deprecates PULP_CBC_CMD for PuLP 4; our users cannot act on that warning.
+                warnings.filterwarnings("ignore", message="PULP_CBC_CMD is deprecated",
+                                        category=DeprecationWarning)
+                solver = pulp.PULP_CBC_CMD(**settings)
+        except TypeError as err:
+            raise InvalidOptionError(
+                f"PULP_CBC_CMD rejected solver_options {sorted(options.solver_options)}: {err}; "
+                "see https://coin-or.github.io/pulp/technical/solvers.html#pulp.apis.PULP_CBC_CMD") from err
+
+        problem = pulp.LpProblem("allocopt", pulp.LpMinimize)
+        variables = [
+            pulp.LpVariable(f"x{j}", lowBound=lo if np.isfinite(lo) else None,
+                            upBound=hi if np.isfinite(hi) else None,
+                            cat=pulp.LpInteger if integer else pulp.LpContinuous)
+            for j, (lo, hi, integer) in enumerate(zip(model.col_lb.tolist(), model.col_ub.tolist(),
+                                                      model.integrality.tolist()))]
+        problem.setObjective(pulp.LpAffineExpression(
+            [(variables[j], model.c[j]) for j in np.flatnonzero(model.c)]))
+        rows: list[tuple[int, Any]] = []
+        A = model.A
+        indptr, indices, data = A.indptr, A.indices.tolist(), A.data.tolist()
+        for i, (lo, hi) in enumerate(zip(model.row_lb.tolist(), model.row_ub.tolist())):
+            start, end = indptr[i], indptr[i + 1]
+            expr = pulp.LpAffineExpression(
+                zip([variables[j] for j in indices[start:end]], data[start:end]))
+            if lo == hi and np.isfinite(hi):
+                rows.append((i, pulp.LpConstraint(expr, pulp.LpConstraintEQ, f"r{i}", hi)))
+                continue
+            if np.isfinite(hi):
+                rows.append((i, pulp.LpConstraint(expr, pulp.LpConstraintLE, f"r{i}", hi)))
+            if np.isfinite(lo):
+                rows.append((i, pulp.LpConstraint(expr, pulp.LpConstraintGE, f"r{i}_lb", lo)))
+        problem.addVariables(variables)  # columns in no row still get a value
+        for _, constraint in rows:
+            problem.addConstraint(constraint)
+        return _Handle(problem, solver, variables, rows)
+
+    def run(self, handle: _Handle, model: CompiledModel, options: SolveOptions) -> RawResult:
+        import pulp
+
+        try:
+            code = handle.problem.solve(handle.solver)
+        except pulp.PulpSolverError as err:
+            raise SolverError(f"CBC (through PuLP) failed: {err}; rerun with verbose=True "
+                              "to see its log") from err
+        feasible_stop = handle.problem.sol_status == _SOLUTION_INTEGER_FEASIBLE
+        result = RawResult(
+            status=Status.TIME_LIMIT if feasible_stop else STATUS_MAP.get(code, Status.ERROR),
+            raw_status=f"{pulp.LpStatus.get(code, code)} ({code}), "
+                       f"solution {pulp.LpSolution.get(handle.problem.sol_status)}")
+        if code == pulp.LpStatusOptimal:  # also set when CBC stopped at a limit with an incumbent
+            result.x = np.array([v.varValue for v in handle.variables], dtype=np.float64)
+            if not model.is_mip and result.status is Status.OPTIMAL:
+                duals = np.zeros(model.num_rows)
+                np.add.at(duals, [i for i, _ in handle.rows],
+                          [c.pi or 0.0 for _, c in handle.rows])
+                result.row_duals = duals
+        return result
