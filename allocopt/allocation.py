@@ -104,8 +104,17 @@ class Allocation:
 
     @property
     def normalized_throughput(self) -> np.ndarray:
-        """Effective throughput over the cluster-proportional throughput, shape (n_jobs,)."""
+        """Effective throughput over the cluster-proportional throughput ``e_i / p_i``, shape (n_jobs,)."""
         return self.effective_throughput / self.problem.proportional_throughputs
+
+    @property
+    def fair_share_ratio(self) -> np.ndarray:
+        """``s_i e_i / (w_i p_i)``, the quantity whose minimum max_min_fairness maximizes, shape (n_jobs,).
+
+        The scale factor makes a job on ``s_i`` GPUs comparable with single-GPU
+        jobs; the weight divides its entitlement."""
+        p = self.problem
+        return self.normalized_throughput * p.scale_factors / p.priority_weights
 
     @property
     def gpus_used(self) -> np.ndarray:

@@ -13,9 +13,11 @@ stderr, ``allocopt: error: ...``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(run=_run_solve)
 
     d = commands.add_parser("demo", help="solve a realistic problem with every installed backend",
-                            description="Draw jobs from Gavel's measured throughputs onto a 108-GPU cluster "
-                                        "(v100, p100, k80; 36 each), solve with each backend, compare.")
+                            description="Draw jobs from Gavel's measured throughputs onto Gavel's "
+                                        f"continuous-trace cluster ({_gpus(DEMO_CLUSTER)}), solve with "
+                                        "each backend and compare.")
     d.add_argument("--jobs", type=_positive_int, default=100, help="number of jobs (default: %(default)s)")
     d.add_argument("--seed", type=int, default=0, help="random seed of the workload (default: %(default)s)")
     d.add_argument("--backends", type=_name_list, metavar="NAMES",
@@ -124,6 +127,21 @@ def _name_list(text: str) -> list[str]:
     return names
 
 
+@contextlib.contextmanager
+def _solver_output_to_stderr() -> Iterator[None]:
+    """Send what solvers print to file descriptor 1 (logs, license banners) to stderr,
+    so that stdout carries only allocopt's own output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _error(message: str, code: int) -> int:
     print(f"allocopt: error: {message}", file=sys.stderr)
     return code
@@ -136,8 +154,9 @@ def _run_solve(args: argparse.Namespace) -> int:
     if clashes:
         raise InvalidOptionError(f"--option {clashes[0]}=... is not allowed; use {_FLAGS[clashes[0]]}")
     problem = _read_problem(args.problem)
-    allocation = solve(problem, args.policy, backend=args.backend, time_limit_s=args.time_limit_s,
-                       best_effort=args.best_effort, **options)
+    with _solver_output_to_stderr():
+        allocation = solve(problem, args.policy, backend=args.backend, time_limit_s=args.time_limit_s,
+                           best_effort=args.best_effort, **options)
     text = json.dumps(allocation.to_json(), indent=2) + "\n"
     if args.out is None:
         sys.stdout.write(text)
@@ -193,7 +212,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     rows, notes, failed = [], [], False
     for name in names:
         try:
-            alloc = solve(problem, args.policy, backend=name)
+            with _solver_output_to_stderr():
+                alloc = solve(problem, args.policy, backend=name)
         except LicenseError as err:
             rows.append([name, "skipped"] + ["-"] * 5)
             notes.append(f"{name}: skipped, {err}")
@@ -225,7 +245,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _print_problem(problem: Problem, jobs: Sequence[tuple[str, int]]) -> None:
     cluster = problem.cluster
-    gpus = "  ".join(f"{t}={c}" for t, c in zip(cluster.gpu_types, cluster.capacity))
+    gpus = _gpus(dict(zip(cluster.gpu_types, cluster.capacity.tolist())), sep="  ")
     scales, counts = np.unique(problem.scale_factors, return_counts=True)
     by_scale = ", ".join(f"{c} x {s} GPU{'s' if s > 1 else ''}" for s, c in zip(scales, counts))
     print(f"Cluster  {gpus}  ({cluster.capacity.sum()} GPUs)")
@@ -239,17 +259,21 @@ def _print_allocation(alloc: Allocation, jobs: Sequence[tuple[str, int]]) -> Non
     print(_format_table(["GPU type", "GPUs used", "capacity", "utilization"],
                         [[t, f"{u:.1f}", str(c), f"{u / c:.1%}" if c else "-"]
                          for t, u, c in zip(problem.gpu_types, used, problem.capacity)]))
-    norm = alloc.normalized_throughput
-    print(f"\nNormalized throughput (vs. a cluster-proportional share): "
+    norm = alloc.fair_share_ratio
+    print(f"\nFair-share ratio s*e/(w*p), 1.0 = a cluster-proportional share: "
           f"min {norm.min():.3f}  median {np.median(norm):.3f}  max {norm.max():.3f}")
     order = np.argsort(norm, kind="stable")
     picks = order[np.unique(np.linspace(0, len(order) - 1, 5).round().astype(int))]
-    print("\nExample jobs, from lowest to highest normalized throughput (time fraction per GPU type)")
+    print("\nExample jobs, from lowest to highest fair-share ratio (time fraction per GPU type)")
     rows = [[str(problem.job_ids[i]), jobs[i][0], str(jobs[i][1])]
             + [f"{x:.3f}" for x in alloc.matrix[i]]
             + [f"{alloc.effective_throughput[i]:.2f}", f"{norm[i]:.3f}"] for i in picks]
-    print(_format_table(["job", "model", "GPUs", *problem.gpu_types, "steps/s", "normalized"], rows,
+    print(_format_table(["job", "model", "GPUs", *problem.gpu_types, "steps/s", "ratio"], rows,
                         left=2))
+
+
+def _gpus(counts: dict[str, int], sep: str = ", ") -> str:
+    return sep.join(f"{t}={c}" for t, c in counts.items())
 
 
 def _number(value: float | None) -> str:

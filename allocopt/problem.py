@@ -185,7 +185,11 @@ class Problem:
                 raise InvalidProblemError(
                     f"job {job!r} has no throughput for GPU type(s) {missing}; give 0.0 where the job "
                     "cannot run", field="throughputs", job=job)
-            T[i] = [row[t] for t in types]
+            try:
+                T[i] = [row[t] for t in types]
+            except (TypeError, ValueError):
+                raise InvalidProblemError(f"job {job!r} has a non-numeric throughput {dict(row)}; give steps/s "
+                                          "as numbers", field="throughputs", job=job) from None
 
         def per_job(name: str, mapping: Mapping | None, partial: bool = False, fill: Any = np.nan):
             if mapping is None:
@@ -238,6 +242,9 @@ class Problem:
                                           f"known: id, throughputs, {', '.join(fields)}",
                                           field=f"jobs[{k}]", job=job["id"])
             job_id = job["id"]
+            if isinstance(job_id, (list, dict)):
+                raise InvalidProblemError(f"jobs[{k}] has id {job_id!r}; job ids must be strings or numbers",
+                                          field=f"jobs[{k}].id")
             if job_id in throughputs:
                 raise InvalidProblemError(f"job id {job_id!r} appears twice in 'jobs'", field="jobs", job=job_id)
             throughputs[job_id] = job["throughputs"]
@@ -469,7 +476,11 @@ class Problem:
                 raise InvalidProblemError(f"costs must give a price for each GPU type {list(types)}; "
                                           f"unknown: {unknown}, missing: {missing}", field="costs")
             costs = [costs[t] for t in types]
-        arr = np.array(costs, dtype=np.float64).reshape(-1)
+        try:
+            arr = np.array(costs, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise InvalidProblemError(f"costs must be a price per GPU type {list(types)}, got {costs!r}",
+                                      field="costs") from None
         if arr.shape != (len(types),):
             raise InvalidProblemError(f"costs has {arr.size} entries, expected one per GPU type {list(types)}",
                                       field="costs")

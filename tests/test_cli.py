@@ -11,6 +11,7 @@ import pytest
 
 import allocopt
 from allocopt import cli
+from allocopt.backends import BACKENDS, get_backend
 from allocopt.throughput import ThroughputTable
 
 TOL = 1e-6
@@ -96,6 +97,15 @@ def test_solve_out_writes_file(tmp_path):
     assert output["objective"] == pytest.approx(8 / 11, rel=1e-6)
 
 
+@pytest.mark.parametrize("backend", [pytest.param(name, marks=pytest.mark.skipif(
+    not get_backend(name).is_installed(), reason=f"backend {name!r} is not installed")) for name in BACKENDS])
+def test_stdout_is_only_json_whatever_the_solver_prints(tmp_path, backend):
+    # solver logs and license banners are printed by C code straight to file descriptor 1
+    result = run_cli("solve", str(write(tmp_path, SMALL)), "--backend", backend, "--option", "verbose=true")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["backend"] == backend
+
+
 def test_policy_options_are_parsed_as_json(tmp_path):
     path = str(write(tmp_path, SMALL))
     aware = json.loads(run_cli("solve", path).stdout)
@@ -117,7 +127,7 @@ def test_policy_options_are_parsed_as_json(tmp_path):
                {"id": "b", "throughputs": {"v100": 2.0, "k80": -1.0}}]},
      ["throughput of job 'b'", "'k80'", "-1.0"]),
     ({"cluster": {"gpus": {"v100": 1}}, "jobs": [{"id": "a", "throughputs": {"v100": "fast"}}]},
-     ["problem.json: invalid problem", "fast"]),
+     ["job 'a'", "non-numeric throughput", "fast"]),
     ({"jobs": []}, ["'cluster'"]),
 ], ids=["bad-json", "unknown-gpu-type", "negative-throughput", "non-numeric-throughput", "no-cluster"])
 def test_malformed_problem_exits_2(tmp_path, document, fragments):
@@ -188,6 +198,16 @@ def test_demo_prints_summary():
                      "Normalized throughput", "job-0"):
         assert fragment in out, out
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(not get_backend("gurobi").is_installed(), reason="gurobipy is not installed")
+def test_demo_skips_a_backend_whose_license_is_too_small():
+    # 1000 jobs x 3 GPU types: 3001 variables, over the size-limited license's 2000 (fine with a full license)
+    result = run_cli("demo", "--jobs", "1000", "--backends", "highs,gurobi")
+    assert result.returncode == 0, result.stderr
+    gurobi_row = next(line.split() for line in result.stdout.splitlines() if line.lstrip().startswith("gurobi "))
+    assert gurobi_row[1] in ("optimal", "skipped")
+    assert "Allocation by highs" in result.stdout
 
 
 def _without_timings(text: str) -> list[str]:

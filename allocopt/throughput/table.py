@@ -15,6 +15,7 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from allocopt.errors import InvalidProblemError
 from allocopt.problem import Problem
 
 #: Gavel's distribution of job scale factors (GPUs per job) in its generated workloads.
-DEFAULT_SCALE_FACTOR_PROBS: Mapping[int, float] = {1: 0.7, 2: 0.1, 4: 0.15, 8: 0.05}
+DEFAULT_SCALE_FACTOR_PROBS: Mapping[int, float] = MappingProxyType({1: 0.7, 2: 0.1, 4: 0.15, 8: 0.05})
 
 _GAVEL_FILE = "gavel_throughputs.json"
 
