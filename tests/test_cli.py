@@ -195,7 +195,7 @@ def test_demo_prints_summary():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for fragment in ("20 jobs", "v100=36", "Backends (times in seconds)", "optimal", "Allocation by highs",
-                     "Normalized throughput", "job-0"):
+                     "Fair-share ratio", "job-0"):
         assert fragment in out, out
     assert "Traceback" not in result.stderr
 
