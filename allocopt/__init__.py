@@ -13,12 +13,15 @@ from allocopt.allocation import Allocation, Timings
 from allocopt.api import solve
 from allocopt.backends import BACKENDS, SolveOptions, installed_backends
 from allocopt.cluster import Cluster
+from allocopt.configurations import Configurations, sia_configurations
 from allocopt.formulations import POLICIES
+from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
 from allocopt.model import Model
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
 
 __version__ = "0.1.0"
 
-__all__ = ["Allocation", "BACKENDS", "Cluster", "Model", "POLICIES", "Problem", "Solution", "SolveOptions",
-           "Status", "Timings", "installed_backends", "solve", "__version__"]
+__all__ = ["Allocation", "BACKENDS", "Cluster", "ConfigurationAllocation", "Configurations", "GoodputProblem",
+           "Model", "POLICIES", "Problem", "Solution", "SolveOptions",
+           "Status", "Timings", "installed_backends", "restart_factor", "sia_configurations", "solve", "__version__"]

@@ -27,7 +27,9 @@ def solve(problem: Problem | Any, policy: str = "max_min_fairness", *, backend: 
     problem : Problem
     policy : str, default "max_min_fairness"
         A name from ``allocopt.POLICIES``: ``max_min_fairness``,
-        ``max_throughput``, ``isolated``, ``proportional``, ...
+        ``max_throughput``, ``min_makespan``, ``finish_time_fairness``,
+        ``water_filling``, ``isolated``, ``proportional``, ``sia`` (over a
+        :class:`~allocopt.GoodputProblem`), ...
     backend : {"highs", "gurobi", "pulp", "cvxpy", "scipy", "auto"}, default "highs"
         Solver backend; ``auto`` takes Gurobi when installed and licensed for
         the model, else HiGHS.

@@ -245,6 +245,14 @@ class CompiledModel:
     def is_mip(self) -> bool:
         return bool(self.integrality.any())
 
+    def row_groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row indices of equality rows, of other rows with a finite upper bound,
+        and of other rows with a finite lower bound (a ranged row is in both),
+        for solvers that take ``A_eq x == b``, ``A_ub x <= ub``, ``A_lb x >= lb``."""
+        has_lb, has_ub = np.isfinite(self.row_lb), np.isfinite(self.row_ub)
+        equal = has_lb & has_ub & (self.row_lb == self.row_ub)
+        return np.flatnonzero(equal), np.flatnonzero(has_ub & ~equal), np.flatnonzero(has_lb & ~equal)
+
 
 class Model:
     """A linear or mixed-integer model built from array-shaped blocks."""

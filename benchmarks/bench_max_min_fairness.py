@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import csv
-import dataclasses
 import gc
 import importlib
 import importlib.metadata
@@ -55,7 +54,7 @@ from typing import Any, Callable
 import numpy as np
 
 import allocopt
-from allocopt.backends import BACKENDS, SolveOptions, get_backend
+from allocopt.backends import BACKENDS, get_backend
 from allocopt.errors import BackendNotInstalledError, LicenseError, LicenseLimitError
 from allocopt.formulations.max_min_fairness import normalized_coefficients
 
@@ -69,11 +68,16 @@ TARGET_B_SPEEDUP = 5.0  # cvxpy end to end / highs end to end
 TARGET_B_CELL = (16384, 8)
 
 # The solver underneath each allocopt backend, as cvxpy names it. scipy's
-# linprog(method="highs") runs HiGHS; allocopt's cvxpy backend is compared with
-# cvxpy's HIGHS unless it reports another solver (see _cvxpy_backend_solver).
+# linprog(method="highs") runs HiGHS; allocopt's cvxpy backend runs the solver
+# given by --cvxpy-solver (HIGHS by default; cvxpy's own default would be
+# GUROBI when gurobipy is installed, which the size-limited license caps).
 SAME_SOLVER = {"highs": "HIGHS", "scipy": "HIGHS", "gurobi": "GUROBI", "pulp": "CBC", "cvxpy": "HIGHS"}
 # Cells of these are never skipped for time unless --cap-all is given.
 UNCAPPED = ("highs", "gavel-cvxpy[HIGHS]")
+try:
+    from allocopt.backends.gurobi import SIZE_LIMIT as GUROBI_SIZE_LIMIT
+except ImportError:
+    GUROBI_SIZE_LIMIT = 2000  # gurobipy's pip license: about 2000 variables and 2000 constraints
 
 
 # ----------------------------------------------------------------------------------------------
@@ -193,13 +197,14 @@ def max_violation(problem: allocopt.Problem, X: np.ndarray) -> float:
 # ----------------------------------------------------------------------------------------------
 # allocopt
 # ----------------------------------------------------------------------------------------------
-def run_allocopt(problem: allocopt.Problem, backend: str, repeat: int) -> Cell:
+def run_allocopt(problem: allocopt.Problem, backend: str, repeat: int,
+                 solver_options: dict[str, Any] | None = None) -> Cell:
     cell = Cell(backend, "allocopt", problem.num_jobs, problem.cluster.num_gpu_types)
     runs = []
     try:
         for _ in range(repeat):
             gc.collect()
-            alloc = allocopt.solve(problem, "max_min_fairness", backend=backend)
+            alloc = allocopt.solve(problem, "max_min_fairness", backend=backend, solver_options=solver_options)
             t = alloc.timings
             runs.append({"formulate_s": t.total_s - t.model_build_s - t.solver_build_s - t.solve_s,
                          "compile_s": t.model_build_s, "transfer_s": t.solver_build_s,
@@ -245,7 +250,18 @@ def build_gavel_cvxpy(problem: allocopt.Problem):
     return cp.Problem(objective, constraints), x
 
 
-def run_gavel_cvxpy(problem: allocopt.Problem, solver: str, repeat: int) -> Cell:
+def _cvxpy_data_size(data: Any) -> tuple[int | None, int | None]:
+    """(columns, rows) of the solver data cvxpy's get_problem_data returned."""
+    try:
+        cols = next(int(np.size(data[key])) for key in ("c", "q") if key in data)
+        rows = sum(int(data[key].shape[0]) for key in ("A", "F") if data.get(key) is not None)
+        return cols, rows
+    except Exception:  # noqa: BLE001
+        return None, None
+
+
+def run_gavel_cvxpy(problem: allocopt.Problem, solver: str, repeat: int,
+                    solver_opts: dict[str, Any] | None = None) -> Cell:
     import cvxpy as cp
 
     cell = Cell(f"gavel-cvxpy[{solver}]", "baseline", problem.num_jobs, problem.cluster.num_gpu_types)
@@ -253,6 +269,7 @@ def run_gavel_cvxpy(problem: allocopt.Problem, solver: str, repeat: int) -> Cell
         cell.status = f"skipped: cvxpy has no {solver} solver installed"
         return cell
     runs = []
+    data = None
     try:
         for _ in range(repeat):
             gc.collect()
@@ -261,7 +278,7 @@ def run_gavel_cvxpy(problem: allocopt.Problem, solver: str, repeat: int) -> Cell
             t1 = time.perf_counter()
             data, chain, inverse_data = prob.get_problem_data(solver)
             t2 = time.perf_counter()
-            raw = chain.solve_via_data(prob, data, False, False, {})
+            raw = chain.solve_via_data(prob, data, False, False, dict(solver_opts or {}))
             t3 = time.perf_counter()
             prob.unpack_results(raw, chain, inverse_data)
             t4 = time.perf_counter()
@@ -275,8 +292,13 @@ def run_gavel_cvxpy(problem: allocopt.Problem, solver: str, repeat: int) -> Cell
         cell.max_violation = max_violation(problem, np.asarray(x.value))
     except Exception as err:  # noqa: BLE001
         text = f"{type(err).__name__}: {err}"
+        cols, rows = _cvxpy_data_size(data) if data is not None else (None, None)
         if "size-limited" in text or "too large" in text.lower():
             cell.status = f"skipped: license limit ({_short(text)})"
+        elif solver == "GUROBI" and cols is not None and max(cols, rows) > GUROBI_SIZE_LIMIT:
+            # cvxpy swallows gurobipy's "size-limited license" error into a generic SolverError
+            cell.status = (f"skipped: license limit (cvxpy's GUROBI model has {cols} variables and {rows} "
+                           f"constraints; {_short(text, 40)})")
         else:
             cell.status = f"error: {_short(text)}"
         return cell
@@ -309,19 +331,6 @@ def discover_backends() -> tuple[list[str], dict[str, str]]:
             continue
         available.append(name)
     return available, missing
-
-
-def _cvxpy_backend_solver() -> str:
-    """The cvxpy solver allocopt's cvxpy backend uses by default, when it says so."""
-    try:
-        module = importlib.import_module("allocopt.backends.cvxpy")
-    except ImportError:
-        return SAME_SOLVER["cvxpy"]
-    for attr in ("DEFAULT_SOLVER", "default_solver", "SOLVER"):
-        value = getattr(module, attr, None) or getattr(getattr(module, "CvxpyBackend", None), attr, None)
-        if isinstance(value, str):
-            return value.upper()
-    return SAME_SOLVER["cvxpy"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -364,7 +373,12 @@ def machine_info() -> dict[str, Any]:
         versions["gurobi (library)"] = ".".join(map(str, gurobipy.gurobi.version()))
     except Exception:  # noqa: BLE001
         pass
+    try:
+        load = [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        load = None
     return {"platform": platform.platform(), "machine": platform.machine(), "cpu": cpu_model,
+            "load_average": load,
             "cpu_count": os.cpu_count(), "cpus_usable": usable, "memory_gib": mem_gib,
             "python": f"{platform.python_implementation()} {platform.python_version()}",
             "versions": {k: v for k, v in versions.items() if v is not None}}
@@ -511,53 +525,58 @@ def format_targets(targets: dict[str, Any]) -> str:
 def format_machine(info: dict[str, Any]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
     return (f"Machine: {info['platform']} ({info['machine']}), CPU {info['cpu']}, "
-            f"{info['cpu_count']} CPUs ({info['cpus_usable']} usable), {info['memory_gib']} GiB RAM\n"
+            f"{info['cpu_count']} CPUs ({info['cpus_usable']} usable), {info['memory_gib']} GiB RAM, "
+            f"load average {info['load_average']} at start\n"
             f"Python {info['python']}; {versions}")
 
 
 # ----------------------------------------------------------------------------------------------
 # Profiling allocopt's model building
 # ----------------------------------------------------------------------------------------------
-def profile_model_building(n: int, k: int, seed: int, top: int = 25) -> str:
-    """Step timings and a cProfile of the highs path outside the solver's run()."""
+def profile_model_building(n: int, k: int, seed: int, repeat: int = 1, top: int = 30) -> str:
+    """Where allocopt's time outside the solver goes on the ``highs`` path.
+
+    Times ``allocopt.solve`` (real solves), then profiles it with cProfile
+    while ``HighsBackend.run`` is replaced by a stub that returns zeros, so
+    the profile holds only formulation, ``Model.compile`` and
+    ``HighsBackend.build`` (``passModel``).
+    """
+    from allocopt.backends.base import RawResult
     from allocopt.backends.highs import HighsBackend
-    from allocopt.formulations.base import base_model
+    from allocopt.solution import Status
 
     problem = generate_problem(n, k, seed)
     allocopt.solve(generate_problem(64, k, seed), backend="highs")  # warm up imports
     out = io.StringIO()
+    real = run_allocopt(problem, "highs", repeat)
+    if not real.ok:
+        return f"allocopt.solve failed: {real.status}"
+    print(f"allocopt.solve, backend highs, {n} jobs x {k} types (median of {repeat}): formulate "
+          f"{real.formulate_s:.4f} s, compile (model_build_s) {real.compile_s:.4f} s, transfer "
+          f"(solver_build_s) {real.transfer_s:.4f} s, solve {real.solve_s:.4f} s, total {real.total_s:.4f} s",
+          file=out)
+    real_run = HighsBackend.run
 
-    def steps() -> dict[str, float]:
-        marks = [time.perf_counter()]
-        coef = normalized_coefficients(problem)
-        marks.append(time.perf_counter())
-        model, X = base_model(problem, name="max_min_fairness")
-        marks.append(time.perf_counter())
-        expr = (X * coef).sum(axis=1)
-        marks.append(time.perf_counter())
-        model.maximize_minimum(expr, name="normalized_throughput")
-        marks.append(time.perf_counter())
-        compiled = model.compile()
-        marks.append(time.perf_counter())
-        minimize = dataclasses.replace(compiled, c=-compiled.c, sense="min")
-        HighsBackend().build(minimize, SolveOptions())
-        marks.append(time.perf_counter())
-        names = ["normalized_coefficients", "base_model (X, time, capacity)", "(X * coef).sum(axis=1)",
-                 "maximize_minimum (expr - t >= 0)", "Model.compile", "HighsBackend.build (passModel)"]
-        return dict(zip(names, np.diff(marks)))
+    def stub_run(self, handle, model, options):  # noqa: ANN001
+        return RawResult(Status.OPTIMAL, "stub", x=np.zeros(model.num_cols), objective=0.0)
 
-    runs = [steps() for _ in range(5)]
-    print(f"Step timings of the highs path outside run(), {n} jobs x {k} types (median of 5):", file=out)
-    for name in runs[0]:
-        print(f"  {name:<36} {1000 * statistics.median(r[name] for r in runs):9.3f} ms", file=out)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(5):
-        steps()
-    prof.disable()
-    print(f"\ncProfile of 5 repetitions (top {top} by cumulative time):", file=out)
+    HighsBackend.run = stub_run
+    try:
+        reps = max(3, min(200, int(20000 / max(n * k, 1))))
+        stubbed = run_allocopt(problem, "highs", reps)
+        print(f"with run() stubbed (median of {reps}): formulate {stubbed.formulate_s * 1000:.3f} ms, compile "
+              f"{stubbed.compile_s * 1000:.3f} ms, transfer {stubbed.transfer_s * 1000:.3f} ms, "
+              f"total {stubbed.total_s * 1000:.3f} ms", file=out)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(reps):
+            allocopt.solve(problem, "max_min_fairness", backend="highs")
+        prof.disable()
+    finally:
+        HighsBackend.run = real_run
+    print(f"\ncProfile of {reps} stubbed solves, top {top} by cumulative time:", file=out)
     pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(top)
-    print(f"cProfile of 5 repetitions (top {top} by internal time):", file=out)
+    print(f"cProfile of {reps} stubbed solves, top {top} by internal time:", file=out)
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
     return out.getvalue()
 
@@ -573,6 +592,25 @@ def _int_list(text: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
+
+
+def _options(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in filter(None, (v.strip() for v in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {item!r}")
+        parsed: Any = value
+        for cast in (int, float):
+            try:
+                parsed = cast(value)
+                break
+            except ValueError:
+                pass
+        if value.lower() in ("true", "false"):
+            parsed = value.lower() == "true"
+        out[key.strip()] = parsed
+    return out
 
 
 def _name_list(text: str) -> list[str]:
@@ -592,12 +630,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--baselines", type=_name_list, default=None,
                    help="cvxpy solvers for the Gavel-style baseline, or 'none' (default: the solvers "
                         "underneath the chosen backends that cvxpy has, e.g. HIGHS,GUROBI)")
+    p.add_argument("--cvxpy-solver", default="HIGHS", type=str.upper,
+                   help="cvxpy solver for allocopt's cvxpy backend (default HIGHS)")
+    p.add_argument("--highs-options", type=_options, default={}, metavar="KEY=VALUE,...",
+                   help="HiGHS options for both allocopt's highs backend (and cvxpy backend on HIGHS) and "
+                        "gavel-cvxpy[HIGHS], e.g. solver=ipm (default: HiGHS's defaults)")
     p.add_argument("--repeat", type=int, default=1, help="runs per cell; times are medians (default 1)")
     p.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
     p.add_argument("--max-seconds", type=float, default=120.0,
-                   help="per-backend time budget per cell: after a cell takes longer, larger cells of that "
-                        "backend are skipped, as are cells whose linear extrapolation from the previous "
-                        "size exceeds it (default 120)")
+                   help="per-backend time budget for one run of a cell: after a run takes longer, larger "
+                        "cells of that backend are skipped, as are cells whose linear extrapolation from the "
+                        "previous size exceeds it (default 120)")
     p.add_argument("--cap-all", action="store_true",
                    help=f"apply --max-seconds to {' and '.join(UNCAPPED)} too (exempt by default)")
     p.add_argument("--json", metavar="PATH", help="write machine, cells and targets as JSON")
@@ -636,7 +679,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     info = machine_info()
     print(format_machine(info), flush=True)
     available, missing = discover_backends()
-    same_solver = dict(SAME_SOLVER, cvxpy=_cvxpy_backend_solver())
+    same_solver = dict(SAME_SOLVER, cvxpy=args.cvxpy_solver)
     if args.backends is None:
         backends = available
     else:
@@ -662,15 +705,29 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         baselines = [s.upper() for s in args.baselines]
     print(f"allocopt backends: {', '.join(backends) or 'none'}; gavel-cvxpy baselines: "
           f"{', '.join(baselines) or 'none'}; sizes {args.sizes}; types {args.types}; repeat {args.repeat}; "
-          f"seed {args.seed}; --max-seconds {args.max_seconds:g}", flush=True)
+          f"seed {args.seed}; --max-seconds {args.max_seconds:g}"
+          + (f"; HiGHS options {args.highs_options}" if args.highs_options else ""), flush=True)
+
+    def backend_options(b: str) -> dict[str, Any] | None:
+        if b == "highs":
+            return dict(args.highs_options) or None
+        if b == "cvxpy":
+            opts: dict[str, Any] = {"solver": args.cvxpy_solver}
+            if args.cvxpy_solver == "HIGHS" and args.highs_options:
+                opts["highs_options"] = dict(args.highs_options)  # nested: "solver" is taken by cvxpy
+            return opts
+        return None
+
+    def baseline_options(s: str) -> dict[str, Any] | None:
+        return dict(args.highs_options) if s == "HIGHS" else None
 
     # Warm up every solver path (imports, first-call costs) on a tiny instance.
     warm = generate_problem(32, 2, args.seed)
     for b in backends:
         if b in available:
-            run_allocopt(warm, b, 1)
+            run_allocopt(warm, b, 1, backend_options(b))
     for s in baselines:
-        run_gavel_cvxpy(warm, s, 1)
+        run_gavel_cvxpy(warm, s, 1, baseline_options(s))
 
     jobs: list[tuple[str, Callable[[allocopt.Problem], Cell]]] = []
     for b in backends:
@@ -678,9 +735,11 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             jobs.append((b, lambda prob, b=b: Cell(b, "allocopt", prob.num_jobs, prob.cluster.num_gpu_types,
                                                    status=f"skipped: {missing[b]}")))
         else:
-            jobs.append((b, lambda prob, b=b: run_allocopt(prob, b, args.repeat)))
+            opts = backend_options(b)
+            jobs.append((b, lambda prob, b=b, opts=opts: run_allocopt(prob, b, args.repeat, opts)))
     for s in baselines:
-        jobs.append((f"gavel-cvxpy[{s}]", lambda prob, s=s: run_gavel_cvxpy(prob, s, args.repeat)))
+        jobs.append((f"gavel-cvxpy[{s}]", lambda prob, s=s: run_gavel_cvxpy(prob, s, args.repeat,
+                                                                             baseline_options(s))))
 
     cells: list[Cell] = []
     history: dict[str, list[tuple[int, int, float]]] = {}
@@ -697,7 +756,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     t0 = time.perf_counter()
                     cell = job(problem)
-                    history.setdefault(name, []).append((n, k, time.perf_counter() - t0))
+                    per_run = (time.perf_counter() - t0) / (args.repeat if cell.ok else 1)
+                    history.setdefault(name, []).append((n, k, per_run))
                 group.append(cell)
                 msg = (f"  total {cell.total_s:.3f} s, objective {cell.objective:.8f}" if cell.ok else
                        f"  {cell.status}")
@@ -706,6 +766,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             cells.extend(group)
 
     targets = evaluate_targets(cells)
+    try:
+        info["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        pass
     print()
     print("Heterogeneity-aware max-min fairness; times per cell (median of --repeat runs).")
     print("formulate/compile/transfer/solve: see benchmarks/README.md; build/solve = (compile + transfer) / solve "
@@ -715,6 +779,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     print(format_table(cells))
     print()
     print(format_targets(targets))
+    if "load_average_at_end" in info:
+        print(f"Load average at the end: {info['load_average_at_end']} (other processes on the machine "
+              "make times noisy)")
     result = {"benchmark": "max_min_fairness (heterogeneity-aware)", "machine": info,
               "args": {k: v for k, v in vars(args).items() if k not in ("json", "csv", "profile")},
               "backends": backends, "baselines": baselines, "unavailable": missing,
@@ -753,7 +820,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             sys.exit(f"--profile expects NxK, e.g. 16384x8, got {args.profile!r}")
         print(format_machine(machine_info()))
-        print(profile_model_building(n, k, args.seed))
+        print(profile_model_building(n, k, args.seed, args.repeat))
         return 0
     run_benchmark(args)
     return 0

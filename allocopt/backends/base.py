@@ -73,7 +73,6 @@ class RawResult:
     status: Status
     raw_status: str
     x: np.ndarray | None = None
-    objective: float | None = None  # c @ x without the offset, minimization form
     row_duals: np.ndarray | None = None  # d objective_min / d delta per row
     mip_gap: float | None = None
     detail: str = ""
@@ -116,6 +115,11 @@ class Backend(ABC):
             raise InvalidOptionError(
                 f"backend {self.name!r} cannot solve models with integer variables; "
                 "use backend='highs', 'gurobi', 'pulp' or 'scipy'")
+        if model.num_cols == 0:  # several solvers reject an empty model; the empty point decides
+            feasible = bool(np.all(model.row_lb <= 0.0) and np.all(model.row_ub >= 0.0))
+            raw = RawResult(Status.OPTIMAL if feasible else Status.INFEASIBLE, raw_status="no columns",
+                            x=np.zeros(0) if feasible else None)
+            return self._to_solution(model, raw, 0.0, 0.0)
         minimize = model if model.sense == "min" else replace(model, c=-model.c, sense="min")
         t0 = time.perf_counter()
         handle = self.build(minimize, options)

@@ -4,7 +4,8 @@
 ``A_ub x <= ub``, ``A_lb x >= lb``; a ranged row sits in the last two) and
 compiles it with ``Problem.get_problem_data``; ``run`` calls
 ``SolvingChain.solve_via_data`` and ``Problem.unpack_results``. The cvxpy
-solver is ``solver_options["solver"]`` (default: cvxpy's own choice); the
+solver is ``solver_options["solver"]`` (default: HIGHS when cvxpy has it, else
+cvxpy's own choice); the
 other keys go to that solver verbatim. https://www.cvxpy.org/
 
 cvxpy's ``dual_value`` is the Lagrange multiplier of the constraint as
@@ -36,6 +37,9 @@ STATUS_MAP = {  # cvxpy.settings status strings
     "user_limit": Status.TIME_LIMIT,
     "solver_error": Status.ERROR,
 }
+# cvxpy's own default prefers a commercial solver when one is installed, even under a
+# size-limited license; HiGHS solves every LP and MILP we build.
+DEFAULT_SOLVER = "HIGHS"
 # allocopt's generic options under each cvxpy solver's own keyword names.
 OPTION_NAMES = {
     "HIGHS": {"time_limit_s": "time_limit", "mip_gap": "mip_rel_gap", "threads": "threads"},
@@ -64,25 +68,19 @@ class CvxpyBackend(Backend):
     required_modules = ("cvxpy",)
     install_hint = "pip install 'allocopt[cvxpy]'"
 
-    def build(self, model: CompiledModel, options: SolveOptions) -> _Handle | None:
+    def build(self, model: CompiledModel, options: SolveOptions) -> _Handle:
         import cvxpy as cp
 
         solver_opts = dict(options.solver_options)
-        solver = solver_opts.pop("solver", None)
+        solver = solver_opts.pop("solver", DEFAULT_SOLVER if DEFAULT_SOLVER in cp.installed_solvers() else None)
         if solver is not None and solver not in cp.installed_solvers():
             raise InvalidOptionError(f"cvxpy solver {solver!r} is not installed; installed: "
                                      f"{', '.join(cp.installed_solvers())}")
-        if model.num_cols == 0:  # cvxpy cannot compile a zero-size variable; run decides alone
-            return None
         integer = np.flatnonzero(model.integrality)
         x = cp.Variable(model.num_cols, bounds=[model.col_lb, model.col_ub],
                         integer=(integer,) if integer.size else False)
         lb, ub = model.row_lb, model.row_ub
-        has_lb, has_ub = np.isfinite(lb), np.isfinite(ub)
-        equal = has_lb & has_ub & (lb == ub)
-        eq_rows = np.flatnonzero(equal)
-        ub_rows = np.flatnonzero(has_ub & ~equal)
-        lb_rows = np.flatnonzero(has_lb & ~equal)
+        eq_rows, ub_rows, lb_rows = model.row_groups()
         blocks = []
         if eq_rows.size:
             blocks.append((model.A[eq_rows] @ x == ub[eq_rows], eq_rows, -1.0))
@@ -92,15 +90,18 @@ class CvxpyBackend(Backend):
             blocks.append((model.A[lb_rows] @ x >= lb[lb_rows], lb_rows, 1.0))
         problem = cp.Problem(cp.Minimize(model.c @ x), [con for con, _, _ in blocks])
         try:
-            data, chain, inverse_data = problem.get_problem_data(solver=solver)
+            data, chain, inverse_data = problem.get_problem_data(solver=solver, solver_opts=dict(solver_opts))
         except cp.error.SolverError as err:
-            raise InvalidOptionError(f"cvxpy cannot solve this model with solver {solver!r}: {err}") from err
+            which = f"solver {solver}" if solver else "any installed solver"
+            raise InvalidOptionError(f"cvxpy cannot solve this model with {which}: {err}") from err
         name = chain.solver.name()
         return _Handle(problem, x, blocks, chain, data, inverse_data, name,
-                       self._solver_opts(name, options, solver_opts))
+                       self.solver_options_for(name, options, solver_opts))
 
     @staticmethod
-    def _solver_opts(solver: str, options: SolveOptions, solver_opts: dict[str, Any]) -> dict[str, Any]:
+    def solver_options_for(solver: str, options: SolveOptions, solver_opts: dict[str, Any]) -> dict[str, Any]:
+        """Keyword arguments for cvxpy solver ``solver``: the generic options under its own
+        names, plus ``solver_opts`` verbatim."""
         names = OPTION_NAMES.get(solver, {})
         mapped: dict[str, Any] = {}
         for option, value in (("time_limit_s", options.time_limit_s), ("mip_gap", options.mip_gap),
@@ -121,13 +122,9 @@ class CvxpyBackend(Backend):
             solver_opts.setdefault("reoptimize", True)  # resolve INF_OR_UNBD to a definite status
         return {**mapped, **solver_opts}
 
-    def run(self, handle: _Handle | None, model: CompiledModel, options: SolveOptions) -> RawResult:
+    def run(self, handle: _Handle, model: CompiledModel, options: SolveOptions) -> RawResult:
         import cvxpy as cp
 
-        if handle is None:
-            feasible = bool(np.all(model.row_lb <= 0.0) and np.all(model.row_ub >= 0.0))
-            return RawResult(Status.OPTIMAL if feasible else Status.INFEASIBLE,
-                             raw_status="no columns", x=np.zeros(0) if feasible else None)
         try:
             solution = handle.chain.solve_via_data(handle.problem, handle.data, warm_start=False,
                                                    verbose=options.verbose,

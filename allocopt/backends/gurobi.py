@@ -65,8 +65,8 @@ def license_error(err: Exception, num_vars: int, num_constrs: int) -> LicenseErr
             f"Gurobi's size-limited license allows (about {SIZE_LIMIT} of each); use backend='highs', "
             "or backend='auto' to fall back to HiGHS automatically, or install a full Gurobi license")
     if errno == _NO_LICENSE or errno in _LICENSE_SERVER_ERRORS:
-        return LicenseError(f"Gurobi has no usable license ({err}); see "
-                            "https://support.gurobi.com/hc/en-us/articles/12872879801105 or use backend='highs'")
+        return LicenseError(f"Gurobi has no usable license ({err}); install or renew one "
+                            "(grbgetkey), or use backend='highs'")
     return None
 
 
@@ -182,7 +182,6 @@ class GurobiBackend(Backend):
             result.detail = "Gurobi could not meet its optimality tolerances; the point is sub-optimal."
         if m.SolCount > 0:
             result.x = np.asarray(handle.x.X, dtype=np.float64)
-            result.objective = float(m.ObjVal)
             if model.is_mip:
                 result.mip_gap = float(m.MIPGap)
         if code == GRB.OPTIMAL and not model.is_mip:

@@ -24,7 +24,6 @@ _STATUS_NAMES = {
     "kIterationLimit": Status.TIME_LIMIT,
     "kSolutionLimit": Status.TIME_LIMIT,
     "kInterrupt": Status.TIME_LIMIT,
-    "kModelEmpty": Status.OPTIMAL,  # no columns: the empty point is optimal
 }
 
 

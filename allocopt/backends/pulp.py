@@ -9,7 +9,10 @@ minimization, our convention as is. https://coin-or.github.io/pulp/
 
 from __future__ import annotations
 
+import contextlib
+import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +31,16 @@ STATUS_MAP = {
     -3: Status.ERROR,  # LpStatusUndefined
 }
 _SOLUTION_INTEGER_FEASIBLE = 2  # LpSolutionIntegerFeasible: CBC stopped at a limit with an incumbent
+
+
+@contextlib.contextmanager
+def _quiet_pulp4_deprecations() -> Iterator[None]:
+    """Silence PuLP 3's announcements of the PuLP 4 API (``LpVariable(...)``,
+    ``PULP_CBC_CMD``): the replacements are missing from the PuLP versions we
+    support, and our users cannot act on them."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*PuLP 4\.0", category=DeprecationWarning)
+        yield
 
 
 @dataclass
@@ -54,12 +67,15 @@ class PulpBackend(Backend):
         if options.threads is not None:
             settings["threads"] = int(options.threads)
         settings.update(options.solver_options)
+        with _quiet_pulp4_deprecations():
+            return self._build(model, options, settings)
+
+    @staticmethod
+    def _build(model: CompiledModel, options: SolveOptions, settings: dict[str, Any]) -> _Handle:
+        import pulp
+
         try:
-            with warnings.catch_warnings():
-                # PuLP 3 deprecates PULP_CBC_CMD for PuLP 4; our users cannot act on that warning.
-                warnings.filterwarnings("ignore", message="PULP_CBC_CMD is deprecated",
-                                        category=DeprecationWarning)
-                solver = pulp.PULP_CBC_CMD(**settings)
+            solver = pulp.PULP_CBC_CMD(**settings)
         except TypeError as err:
             raise InvalidOptionError(
                 f"PULP_CBC_CMD rejected solver_options {sorted(options.solver_options)}: {err}; "
@@ -67,13 +83,13 @@ class PulpBackend(Backend):
 
         problem = pulp.LpProblem("allocopt", pulp.LpMinimize)
         variables = [
-            pulp.LpVariable(f"x{j}", lowBound=lo if np.isfinite(lo) else None,
-                            upBound=hi if np.isfinite(hi) else None,
+            pulp.LpVariable(f"x{j}", lowBound=lo if math.isfinite(lo) else None,
+                            upBound=hi if math.isfinite(hi) else None,
                             cat=pulp.LpInteger if integer else pulp.LpContinuous)
             for j, (lo, hi, integer) in enumerate(zip(model.col_lb.tolist(), model.col_ub.tolist(),
                                                       model.integrality.tolist()))]
-        problem.setObjective(pulp.LpAffineExpression(
-            [(variables[j], model.c[j]) for j in np.flatnonzero(model.c)]))
+        # every column is in the objective, zeros included, so that CBC sees and values it
+        problem.setObjective(pulp.LpAffineExpression(zip(variables, model.c.tolist())))
         rows: list[tuple[int, Any]] = []
         A = model.A
         indptr, indices, data = A.indptr, A.indices.tolist(), A.data.tolist()
@@ -81,14 +97,13 @@ class PulpBackend(Backend):
             start, end = indptr[i], indptr[i + 1]
             expr = pulp.LpAffineExpression(
                 zip([variables[j] for j in indices[start:end]], data[start:end]))
-            if lo == hi and np.isfinite(hi):
+            if lo == hi and math.isfinite(hi):
                 rows.append((i, pulp.LpConstraint(expr, pulp.LpConstraintEQ, f"r{i}", hi)))
                 continue
-            if np.isfinite(hi):
+            if math.isfinite(hi):
                 rows.append((i, pulp.LpConstraint(expr, pulp.LpConstraintLE, f"r{i}", hi)))
-            if np.isfinite(lo):
+            if math.isfinite(lo):
                 rows.append((i, pulp.LpConstraint(expr, pulp.LpConstraintGE, f"r{i}_lb", lo)))
-        problem.addVariables(variables)  # columns in no row still get a value
         for _, constraint in rows:
             problem.addConstraint(constraint)
         return _Handle(problem, solver, variables, rows)

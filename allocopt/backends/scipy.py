@@ -68,11 +68,7 @@ class ScipyBackend(Backend):
                 "constraints": LinearConstraint(model.A, model.row_lb, model.row_ub)
                 if model.num_rows else None})
         lb, ub = model.row_lb, model.row_ub
-        has_lb, has_ub = np.isfinite(lb), np.isfinite(ub)
-        equal = has_lb & has_ub & (lb == ub)
-        eq_rows = np.flatnonzero(equal)
-        ub_rows = np.flatnonzero(has_ub & ~equal)
-        lb_rows = np.flatnonzero(has_lb & ~equal)
+        eq_rows, ub_rows, lb_rows = model.row_groups()
         kwargs: dict[str, Any] = {
             "c": model.c, "bounds": np.column_stack([model.col_lb, model.col_ub]),
             "method": "highs", "options": settings}
@@ -108,10 +104,6 @@ class ScipyBackend(Backend):
             options: SolveOptions) -> RawResult:
         from scipy.optimize import linprog, milp
 
-        if model.num_cols == 0:  # both functions reject an empty c; the empty point decides
-            feasible = bool(np.all(model.row_lb <= 0.0) and np.all(model.row_ub >= 0.0))
-            return RawResult(Status.OPTIMAL if feasible else Status.INFEASIBLE,
-                             raw_status="no columns", x=np.zeros(0) if feasible else None)
         if isinstance(handle, _MilpArgs):
             res = milp(**handle.kwargs)
         else:
@@ -122,17 +114,14 @@ class ScipyBackend(Backend):
         result = RawResult(status=status, raw_status=f"{res.status}: {res.message}")
         if res.x is not None and result.status in (Status.OPTIMAL, Status.TIME_LIMIT):
             result.x = np.asarray(res.x, dtype=np.float64)
-            result.objective = float(res.fun)
         if isinstance(handle, _MilpArgs):
             if result.x is not None and res.get("mip_gap") is not None:
                 result.mip_gap = float(res.mip_gap)
         elif result.status is Status.OPTIMAL:
             duals = np.zeros(model.num_rows)
             k = handle.ub_rows.size
-            if "A_ub" in handle.kwargs:
-                duals[handle.ub_rows] += res.ineqlin.marginals[:k]
-                duals[handle.lb_rows] -= res.ineqlin.marginals[k:]
-            if "A_eq" in handle.kwargs:
-                duals[handle.eq_rows] += res.eqlin.marginals
+            duals[handle.ub_rows] += res.ineqlin.marginals[:k]
+            duals[handle.lb_rows] -= res.ineqlin.marginals[k:]
+            duals[handle.eq_rows] += res.eqlin.marginals
             result.row_duals = duals
         return result

@@ -71,7 +71,11 @@ class ModelSolver:
         t0 = time.perf_counter()
         compiled = model.compile()
         self.model_build_s += time.perf_counter() - t0
-        solution = solve_model(compiled, self.backend, self.options)
+        return self.record(solve_model(compiled, self.backend, self.options))
+
+    def record(self, solution: Solution, *, model_build_s: float = 0.0) -> Solution:
+        """Add a solve's times to the totals (policies that call a solver directly use this)."""
+        self.model_build_s += model_build_s
         self.solver_build_s += solution.build_seconds
         self.solve_s += solution.solve_seconds
         self.num_solves += 1

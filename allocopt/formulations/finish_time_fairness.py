@@ -1,0 +1,187 @@
+"""Finish-time fairness (Themis; Gavel's ``finish_time_fairness_perf`` and,
+heterogeneity-agnostic, ``finish_time_fairness``).
+
+.. math::
+
+    \\min_X \\; \\max_i \\; \\rho_i, \\qquad
+    \\rho_i = \\frac{t_i + r_i / e_i}{D_i}, \\qquad
+    D_i = t^{iso}_i + \\frac{r_i}{e^{iso}_i}
+
+over the jobs with ``r_i > 0`` steps remaining, subject to the base
+constraints (see :mod:`allocopt.formulations.base`): ``t_i`` is the time since
+the job started (``Problem.time_since_start``, default 0), ``t^iso_i`` the time
+it would have needed so far under its isolated share (``Problem.time_isolated``,
+default 0) and ``e^iso_i`` its throughput under the isolated share
+(:func:`allocopt.formulations.shares.isolated_matrix`). ``rho_i < 1`` means the
+job finishes earlier than on its own 1/n of the cluster.
+
+``rho_i <= rho`` is ``e_i >= rate_i(rho) = r_i / (rho D_i - t_i)`` (for
+``rho > t_i / D_i``), linear in ``X`` for fixed ``rho``, and ``rho`` is
+optimal where ``theta(rho) = max_X min_i e_i / rate_i(rho)`` reaches 1; theta
+increases with rho. ``method="bisection"`` (every LP backend) finds that root
+with Brent's method to a relative tolerance of 1e-9, one LP per step,
+bracketed by ``max_i t_i / D_i`` (where theta is 0) and the ``rho`` of the
+isolated share (feasible), and returns the allocation of least attained
+``rho`` among all LPs solved. When every ``t_i`` is 0, ``rho = 1 / theta``
+with constant rates ``r_i / D_i``: a single LP. ``method="conic"``
+(``backend="cvxpy"`` only) solves the second-order-cone program
+``min rho s.t. (r_i / D_i) / e_i + t_i / D_i <= rho`` directly (CLARABEL
+unless ``solver_options["solver"]`` names another cvxpy solver).
+
+With ``heterogeneity_aware=False`` every GPU type runs a job at its
+throughput on ``reference_gpu_type``, for ``e_i`` and ``e^iso_i`` alike (see
+:mod:`allocopt.formulations.makespan`). With ``space_sharing=True`` pairs of
+jobs may share GPUs. Finished jobs impose nothing and get no time.
+
+Mahajan et al., "Themis: Fair and Efficient GPU Cluster Scheduling", NSDI 2020;
+Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
+Learning Workloads", OSDI 2020.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scipy.optimize import brentq
+
+from allocopt.backends.cvxpy import STATUS_MAP, CvxpyBackend
+from allocopt.errors import InvalidOptionError
+from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
+from allocopt.formulations.makespan import (evaluate, isolated_throughputs, max_speedup, planning_model,
+                                            policy_throughputs, steps_remaining)
+from allocopt.problem import Problem
+from allocopt.solution import STATUS_MESSAGES, Solution, Status
+
+RHO_RTOL = 1e-9
+METHODS = ("bisection", "conic")
+DEFAULT_CONIC_SOLVER = "CLARABEL"
+
+
+class FinishTimeFairness(Policy):
+    name = "finish_time_fairness"
+    options = {"method": "bisection", "heterogeneity_aware": True, "reference_gpu_type": None,
+               "space_sharing": False}
+
+    def allocate(self, problem: Problem, solver: ModelSolver, *, method: str = "bisection",
+                 heterogeneity_aware: bool = True, reference_gpu_type: str | None = None,
+                 space_sharing: bool = False) -> PolicyResult:
+        if method not in METHODS:
+            raise InvalidOptionError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        if method == "conic" and solver.backend != "cvxpy":
+            raise InvalidOptionError(f"method='conic' solves a second-order-cone program and needs "
+                                     f"backend='cvxpy', got backend={solver.backend!r}; use "
+                                     "method='bisection' with LP backends")
+        steps = steps_remaining(problem, self.name)
+        active = steps > 0
+        throughputs = policy_throughputs(problem, active, heterogeneity_aware=heterogeneity_aware,
+                                         reference_gpu_type=reference_gpu_type, space_sharing=space_sharing)
+        if not active.any():
+            return PolicyResult(np.zeros(problem.throughputs.shape), None,
+                                message="Every job has finished (num_steps_remaining = 0): nothing to allocate.",
+                                extras={"rho": np.full(problem.num_jobs, np.nan), "num_lp_solves": 0})
+        zeros = np.zeros(problem.num_jobs)
+        started = problem.time_since_start if problem.time_since_start is not None else zeros
+        isolated_time = problem.time_isolated if problem.time_isolated is not None else zeros
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # D_i in seconds (nan for finished jobs, whose isolated throughput may be 0)
+            isolated_finish = np.where(active, isolated_time + steps / isolated_throughputs(problem, throughputs),
+                                       np.nan)
+        if method == "conic":
+            return self._conic(problem, solver, steps, started, isolated_finish, throughputs, space_sharing)
+        return self._bisection(problem, solver, steps, started, isolated_finish, throughputs, space_sharing)
+
+    @staticmethod
+    def _rho(steps: np.ndarray, started: np.ndarray, isolated_finish: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """``rho_i`` of each job at effective throughputs ``e`` (nan for finished jobs)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(steps > 0, (started + steps / e) / isolated_finish, np.nan)
+
+    def _bisection(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
+                   isolated_finish: np.ndarray, throughputs: np.ndarray | None,
+                   space_sharing: bool) -> PolicyResult:
+        active = steps > 0
+        seen: list[tuple[float, np.ndarray, np.ndarray | None, np.ndarray]] = []  # (max rho, X, P, e) per LP
+        solutions: list[Solution] = []
+
+        def theta(rate: np.ndarray) -> float:
+            """``max_X min_i e_i / rate_i`` over the jobs with ``rate_i > 0`` (rates in steps/s)."""
+            X, P, e, solution = max_speedup(problem, solver, rate, name=self.name, throughputs=throughputs,
+                                            space_sharing=space_sharing)
+            seen.append((float(np.nanmax(self._rho(steps, started, isolated_finish, e))), X, P, e))
+            solutions.append(solution)
+            return solution.objective
+
+        if not started[active].any():  # rho = 1 / theta at the constant rates r_i / D_i
+            theta(np.where(active, steps / np.where(active, isolated_finish, 1.0), 0.0))
+        else:
+            lower = float(np.max(started[active] / isolated_finish[active]))
+            # the isolated share is feasible: its rho bounds the optimum from above
+            upper = float(np.nanmax(self._rho(steps, started, isolated_finish,
+                                              isolated_throughputs(problem, throughputs))))
+            values = {lower: -1.0}  # theta(lower) = 0: some job would need infinite throughput
+
+            def excess(rho: float) -> float:
+                if rho not in values:
+                    with np.errstate(divide="ignore"):
+                        values[rho] = theta(np.where(active, steps / (rho * isolated_finish - started), 0.0)) - 1.0
+                return values[rho]
+
+            if excess(upper) > 0.0:
+                brentq(excess, lower, upper, xtol=1e-15 * upper, rtol=RHO_RTOL)
+        rho, X, P, e = min(seen, key=lambda item: item[0])
+        failed = [s for s in solutions if s.status is not Status.OPTIMAL]
+        status, message = ((failed[0].status, failed[0].message) if failed else
+                           (Status.OPTIMAL, f"Optimal solution found ({len(solutions)} LP solve(s), rho to a "
+                                            f"relative tolerance of {RHO_RTOL:g})."))
+        return PolicyResult(X, rho, status, P, message, {"rho": self._rho(steps, started, isolated_finish, e),
+                                                         "num_lp_solves": len(solutions)})
+
+    def _conic(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
+               isolated_finish: np.ndarray, throughputs: np.ndarray | None, space_sharing: bool) -> PolicyResult:
+        CvxpyBackend.check_installed()
+        import cvxpy as cp
+
+        active = steps > 0
+        options = dict(solver.options.solver_options)
+        name = options.pop("solver", DEFAULT_CONIC_SOLVER)
+        if name not in cp.installed_solvers():
+            raise InvalidOptionError(f"cvxpy solver {name!r} is not installed; installed: "
+                                     f"{', '.join(cp.installed_solvers())}")
+        t0 = time.perf_counter()
+        base, e = planning_model(problem, active, name=self.name, throughputs=throughputs,
+                                 space_sharing=space_sharing)
+        model = base.model.compile()
+        t1 = time.perf_counter()
+        x = cp.Variable(model.num_cols, bounds=[model.col_lb, model.col_ub])
+        rho = cp.Variable()
+        has_ub, has_lb = np.isfinite(model.row_ub), np.isfinite(model.row_lb)
+        E = e.A[np.flatnonzero(active)]
+        finish = (cp.multiply(steps[active] / isolated_finish[active],
+                              cp.inv_pos(E @ x[:E.shape[1]] + e.const[active]))
+                  + started[active] / isolated_finish[active])
+        rows = [model.A[has_ub] @ x <= model.row_ub[has_ub]] if has_ub.any() else []
+        rows += [model.A[has_lb] @ x >= model.row_lb[has_lb]] if has_lb.any() else []
+        program = cp.Problem(cp.Minimize(rho), [*rows, finish <= rho])
+        solver_opts = CvxpyBackend.solver_options_for(name, solver.options, options)
+        t2 = time.perf_counter()
+        try:
+            program.solve(solver=name, verbose=solver.options.verbose, **solver_opts)
+            native = program.status
+        except cp.error.SolverError as err:
+            native = f"solver_error: {err}"
+        t3 = time.perf_counter()
+        status = STATUS_MAP.get(native, Status.ERROR)
+        detail = f" {name} did not reach its accuracy tolerances." if native.endswith("_inaccurate") else ""
+        values = {}
+        if x.value is not None:
+            values = {block: x.value[cols].reshape(shape) for block, (cols, shape) in model.variables.items()}
+        solution = solver.check(solver.record(Solution(
+            status=status, message=f"{STATUS_MESSAGES[status]} (cvxpy: {native} ({name})){detail}",
+            objective=None if rho.value is None else float(rho.value), x=x.value, backend="cvxpy",
+            raw_status=f"{native} ({name})", build_seconds=t2 - t1, solve_seconds=t3 - t2, values=values),
+            model_build_s=t1 - t0), f"{self.name} (conic)")
+        X, P = base.matrices(solution)
+        rhos = self._rho(steps, started, isolated_finish, evaluate(e, base, X, P))
+        return PolicyResult(X, float(np.nanmax(rhos)), solution.status, P, solution.message,
+                            {"rho": rhos, "num_lp_solves": 0})

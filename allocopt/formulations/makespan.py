@@ -1,0 +1,152 @@
+"""Minimum makespan: finish every job as early as possible (Gavel's
+``min_total_duration_perf`` and, heterogeneity-agnostic, ``min_total_duration``).
+
+.. math::
+
+    \\min_X \\; \\max_i \\; \\frac{r_i}{e_i}, \\qquad e_i = \\sum_j T_{ij} X_{ij}
+
+over the jobs with ``r_i > 0`` steps remaining, subject to the base
+constraints (see :mod:`allocopt.formulations.base`). With ``theta = 1 / M``
+this is one exact LP,
+
+.. math::
+
+    \\max_{X, \\theta} \\; \\theta \\quad \\text{s.t.} \\quad e_i \\ge r_i \\, \\theta,
+
+solved here scaled by the makespan ``M_0`` of the isolated share (which is
+feasible): ``theta' = M_0 theta`` is the speedup over the isolated share and
+every row ``e_i >= (r_i / M_0) theta'`` is in steps/s. Gavel instead bisects
+over feasibility LPs in ``M`` and stops within 5%. Finished jobs
+(``r_i = 0``) impose nothing and get no time; when every job has finished the
+makespan is 0 and no solver is called.
+
+With ``heterogeneity_aware=False`` every GPU type runs a job at its
+throughput on ``reference_gpu_type`` (``T'_ij = T_{i,ref}`` on the types job
+``i`` can run on), as a scheduler unaware of GPU speeds would assume; the
+reported makespan is then the one it plans for, under ``T'``. With
+``space_sharing=True`` pairs of jobs may share GPUs (see
+:func:`allocopt.formulations.base.base_model`).
+
+Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
+Learning Workloads", OSDI 2020 (policy "minimize makespan").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from allocopt.errors import InvalidOptionError, InvalidProblemError
+from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
+from allocopt.formulations.shares import isolated_matrix
+from allocopt.model import LinExpr
+from allocopt.problem import Problem
+from allocopt.solution import Solution
+
+
+def steps_remaining(problem: Problem, policy: str) -> np.ndarray:
+    """``problem.num_steps_remaining``, shape (n_jobs,), or a clear error when it is missing."""
+    if problem.num_steps_remaining is None:
+        raise InvalidProblemError(f"policy {policy!r} needs Problem(num_steps_remaining=...): the training "
+                                  "steps each job has left", field="num_steps_remaining")
+    return problem.num_steps_remaining
+
+
+def policy_throughputs(problem: Problem, active: np.ndarray, *, heterogeneity_aware: bool,
+                       reference_gpu_type: str | None, space_sharing: bool) -> np.ndarray | None:
+    """The throughputs the policy plans with, shape (n_jobs, n_gpu_types), in steps/s.
+
+    None means ``problem.throughputs`` (heterogeneity-aware). Otherwise
+    ``T'_ij = T_{i,ref}`` where job ``i`` can run on type ``j`` (0 elsewhere);
+    every ``active`` job needs a positive throughput on the reference type.
+    """
+    if heterogeneity_aware:
+        if reference_gpu_type is not None:
+            raise InvalidOptionError("reference_gpu_type only applies with heterogeneity_aware=False; "
+                                     "leave it unset")
+        return None
+    types = problem.gpu_types
+    if reference_gpu_type is None:
+        raise InvalidOptionError("heterogeneity_aware=False needs reference_gpu_type=...: the GPU type whose "
+                                 f"throughput every type is assumed to have (one of {list(types)})")
+    if reference_gpu_type not in types:
+        raise InvalidOptionError(f"reference_gpu_type {reference_gpu_type!r} is not a GPU type of the cluster; "
+                                 f"its types are {list(types)}")
+    if space_sharing:
+        raise InvalidOptionError("heterogeneity_aware=False cannot be combined with space_sharing=True: pair "
+                                 "throughputs are measured per GPU type")
+    reference = problem.throughputs[:, types.index(reference_gpu_type)]
+    slow = np.flatnonzero(active & (reference <= 0))
+    if slow.size:
+        names = ", ".join(repr(problem.job_ids[i]) for i in slow[:5])
+        raise InvalidOptionError(f"job(s) {names} have zero throughput on reference_gpu_type "
+                                 f"{reference_gpu_type!r}; choose a reference type every unfinished job runs on")
+    return np.where(problem.runnable, reference[:, None], 0.0)
+
+
+def evaluate(expr: LinExpr, base: AllocationModel, X: np.ndarray, P: np.ndarray | None) -> np.ndarray:
+    """Value of ``expr`` (over ``base``'s variables) at the time fractions ``X`` and ``P``."""
+    x = np.zeros(base.model.num_cols)
+    x[base.X.columns] = X.ravel()
+    if P is not None:
+        x[base.P.columns] = P.ravel()
+    return (expr.A @ x[:expr.A.shape[1]] + expr.const).reshape(expr.shape)
+
+
+def planning_model(problem: Problem, active: np.ndarray, *, name: str, throughputs: np.ndarray | None,
+                   space_sharing: bool) -> tuple[AllocationModel, LinExpr]:
+    """The base model, with no time for the jobs not ``active``, and the
+    effective throughput ``e`` (steps/s) under ``throughputs`` when given."""
+    base = base_model(problem, name=name, space_sharing=space_sharing)
+    e = base.throughput if throughputs is None else (base.X * throughputs).sum(axis=1)
+    if not active.all():
+        base.model.add_constraint("finished", base.time[~active] <= 0.0)
+    return base, e
+
+
+def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name: str,
+                throughputs: np.ndarray | None, space_sharing: bool
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, Solution]:
+    """Solve ``max s`` s.t. ``e_i >= rate_i s`` for the jobs with ``rate_i > 0``
+    (steps/s); jobs with ``rate_i = 0`` get no time.
+
+    Returns the cleaned ``X`` and ``P``, the effective throughput ``e`` they
+    attain (steps/s, under ``throughputs`` when given), and the solution
+    (``s`` is its objective).
+    """
+    active = rate > 0
+    base, e = planning_model(problem, active, name=name, throughputs=throughputs, space_sharing=space_sharing)
+    speedup = base.model.add_variable("speedup", lb=0.0)
+    base.model.add_constraint("finish", e[active] - speedup * rate[active] >= 0.0)
+    base.model.maximize(speedup)
+    solution = solver.solve(base.model, name)
+    X, P = base.matrices(solution)
+    return X, P, evaluate(e, base, X, P), solution
+
+
+def isolated_throughputs(problem: Problem, throughputs: np.ndarray | None) -> np.ndarray:
+    """Steps/s of each job under the isolated share, shape (n_jobs,)."""
+    T = problem.throughputs if throughputs is None else throughputs
+    return (T * isolated_matrix(problem)).sum(axis=1)
+
+
+class MinMakespan(Policy):
+    name = "min_makespan"
+    options = {"heterogeneity_aware": True, "reference_gpu_type": None, "space_sharing": False}
+
+    def allocate(self, problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
+                 reference_gpu_type: str | None = None, space_sharing: bool = False) -> PolicyResult:
+        steps = steps_remaining(problem, self.name)
+        active = steps > 0
+        throughputs = policy_throughputs(problem, active, heterogeneity_aware=heterogeneity_aware,
+                                         reference_gpu_type=reference_gpu_type, space_sharing=space_sharing)
+        if not active.any():
+            return PolicyResult(np.zeros(problem.throughputs.shape), 0.0,
+                                message="Every job has finished (num_steps_remaining = 0): makespan 0 s.",
+                                extras={"makespan_s": 0.0})
+        isolated = isolated_throughputs(problem, throughputs)
+        isolated_makespan = float(np.max(steps[active] / isolated[active]))
+        X, P, e, solution = max_speedup(problem, solver, steps / isolated_makespan, name=self.name,
+                                        throughputs=throughputs, space_sharing=space_sharing)
+        with np.errstate(divide="ignore"):
+            makespan = float(np.max(steps[active] / e[active]))
+        return PolicyResult(X, makespan, solution.status, P, solution.message, {"makespan_s": makespan})
