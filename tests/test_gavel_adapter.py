@@ -88,3 +88,21 @@ def test_cvxpy_solver_names_route_to_cvxpy_backend():
     pytest.importorskip("cvxpy")
     alloc = gavel.get_policy("max_min_fairness_perf", solver="CLARABEL").get_allocation(THROUGHPUTS, ONES, ONES, SPEC)
     assert alloc["a"]["v100"] == pytest.approx(5 / 11, abs=1e-5)
+
+
+def test_makespan_and_finish_time_fairness_names():
+    steps = {"a": 4000.0, ("b", 1): 1200.0, 7: 10_000.0}
+    started = {"a": 0.0, ("b", 1): 0.0, 7: 0.0}
+    perf = gavel.get_policy("min_total_duration_perf").get_allocation(THROUGHPUTS, ONES, steps, SPEC)
+    agnostic = gavel.get_policy("min_total_duration").get_allocation(THROUGHPUTS, ONES, steps, SPEC)
+
+    def makespan(alloc):
+        return max(steps[j] / sum(THROUGHPUTS[j][t] * f for t, f in alloc[j].items()) for j in steps)
+    assert makespan(perf) <= makespan(agnostic) + 1e-6
+    ftf = gavel.get_policy("finish_time_fairness_perf").get_allocation(
+        THROUGHPUTS, ONES, ONES, started, {**steps, "gone": 5.0}, SPEC)
+    assert set(ftf) == set(THROUGHPUTS)
+    assert all(sum(f.values()) <= 1 + 1e-6 for f in ftf.values())
+    with pytest.raises(Exception, match=r"num_steps_remaining has no entry for job\(s\) \[7\]"):
+        gavel.get_policy("finish_time_fairness").get_allocation(
+            THROUGHPUTS, ONES, ONES, started, {"a": 1.0, ("b", 1): 1.0}, SPEC)
