@@ -106,3 +106,25 @@ def test_makespan_and_finish_time_fairness_names():
     with pytest.raises(Exception, match=r"num_steps_remaining has no entry for job\(s\) \[7\]"):
         gavel.get_policy("finish_time_fairness").get_allocation(
             THROUGHPUTS, ONES, ONES, started, {"a": 1.0, ("b", 1): 1.0}, SPEC)
+
+
+def test_packed_and_baseline_names():
+    tput = {"a": {"v100": 10.0, "k80": 4.0}, "b": {"v100": 10.0, "k80": 4.0}, "c": {"v100": 10.0, "k80": 4.0},
+            ("a", "b"): {"v100": [9.0, 9.0], "k80": [3.5, 3.5]}}
+    ones = {"a": 1, "b": 1, "c": 1}
+    spec = {"v100": 1, "k80": 0}
+    packed = gavel.get_policy("max_min_fairness_packed").get_allocation(tput, ones, ones, spec)
+    assert set(packed) == {"a", "b", "c", ("a", "b")}
+    plain = gavel.get_policy("max_min_fairness_perf").get_allocation(
+        {k: v for k, v in tput.items() if k != ("a", "b")}, ones, ones, spec)
+    # sharing lets a and b run together: everyone gets more than a third of the V100's time-equivalent
+    assert 9.0 * packed[("a", "b")]["v100"] + 10 * packed["a"]["v100"] > 10 * plain["a"]["v100"] + 1e-6
+    fifo = gavel.get_policy("fifo_perf").get_allocation(tput, ones, {"v100": 1, "k80": 1})
+    assert fifo["a"] == {"v100": 1.0, "k80": 0.0} and fifo["b"] == {"v100": 0.0, "k80": 1.0}
+    gandiva = gavel.get_policy("gandiva").get_allocation(tput, ones, spec)
+    assert gandiva[("a", "b")]["v100"] > 0
+    allox = gavel.get_policy("allox").get_allocation(
+        {k: v for k, v in tput.items() if k != ("a", "b")}, ones, {"a": 3.0, "b": 2.0, "c": 1.0},
+        {"a": 100.0, "b": 100.0, "c": 100.0}, {"v100": 1, "k80": 1})
+    # both oldest jobs are cheaper queued on the V100 than one of them on the 2.5x slower K80
+    assert allox["a"]["v100"] + allox["b"]["v100"] == 1.0 and allox["c"] == {"v100": 0.0, "k80": 0.0}

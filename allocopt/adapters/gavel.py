@@ -26,6 +26,8 @@ import warnings
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+import numpy as np
+
 from allocopt.api import solve
 from allocopt.backends import BACKENDS
 from allocopt.cluster import Cluster
@@ -66,7 +68,7 @@ class GavelPolicy:
             if key in values:
                 raise TypeError(f"{self._name}.get_allocation got multiple values for {key!r}")
             values[key] = value
-        throughputs = values["unflattened_throughputs"]
+        throughputs, pairs, pair_keys = _split_pairs(values["unflattened_throughputs"])
         if not throughputs:
             return None
         cluster_spec = values["cluster_spec"]
@@ -83,7 +85,7 @@ class GavelPolicy:
             costs=values.get("instance_costs"),
             num_steps_remaining=steps,
             time_since_start=started, time_isolated=started,
-            slos=slos)
+            slos=slos, pair_throughputs=pairs or None)
         options = dict(self._options)
         if "instance_costs" in params and values.get("instance_costs") is None:
             options.pop("normalize_by_cost", None)
@@ -91,7 +93,23 @@ class GavelPolicy:
                            best_effort=slos is not None, **options)
         if allocation.status is not Status.OPTIMAL:
             warnings.warn(f"{self._name}: {allocation.message}", AllocoptWarning, stacklevel=2)
-        return allocation.to_dict()
+        return {pair_keys.get(key, key): fractions for key, fractions in allocation.to_dict().items()}
+
+
+def _split_pairs(throughputs: Mapping) -> tuple[dict, dict, dict]:
+    """Gavel's throughputs dict holds single jobs (a number per worker type) and, for
+    packing policies, pairs (``[tput_a, tput_b]`` per worker type) keyed by a 2-tuple or
+    a Gavel ``JobIdPair``. Returns the singles, the pairs keyed ``(a, b)``, and the
+    original key of each pair."""
+    singles, pairs, keys = {}, {}, {}
+    for key, row in throughputs.items():
+        if not any(isinstance(v, (list, tuple, np.ndarray)) for v in row.values()):
+            singles[key] = row
+            continue
+        members = tuple(key.singletons()) if hasattr(key, "singletons") else tuple(key)
+        pairs[members] = row
+        keys[members] = key
+    return singles, pairs, keys
 
 
 def _current(values: Mapping | None, jobs: Mapping) -> dict | None:
@@ -132,9 +150,12 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "duration": ("unflattened_throughputs", "scale_factors", "num_steps_remaining", "cluster_spec"),
     "finish_time": ("unflattened_throughputs", "scale_factors", "unflattened_priority_weights",
                     "times_since_start", "num_steps_remaining", "cluster_spec"),
+    "allox": ("unflattened_throughputs", "scale_factors", "times_since_start", "num_steps_remaining",
+              "cluster_spec"),
 }
 # Gavel's heterogeneity-agnostic policies assume every type runs at the V100 speed.
 _AGNOSTIC = {"heterogeneity_aware": False, "reference_gpu_type": "v100"}
+_PACKED = {"space_sharing": True}
 
 # Gavel policy name -> (allocopt policy, get_allocation signature, policy options)
 POLICY_NAMES: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -149,6 +170,16 @@ POLICY_NAMES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "min_total_duration_perf": ("min_makespan", "duration", {}),
     "finish_time_fairness": ("finish_time_fairness", "finish_time", _AGNOSTIC),
     "finish_time_fairness_perf": ("finish_time_fairness", "finish_time", {}),
+    "max_min_fairness_packed": ("max_min_fairness", "weighted", _PACKED),
+    "min_total_duration_packed": ("min_makespan", "duration", _PACKED),
+    "finish_time_fairness_packed": ("finish_time_fairness", "finish_time", _PACKED),
+    "max_sum_throughput_normalized_by_cost_packed_SLOs": ("max_throughput", "cost_slos",
+                                                          {"normalize_by_cost": True, **_PACKED}),
+    "fifo": ("fifo", "unweighted", {}),
+    "fifo_perf": ("fifo", "unweighted", {"heterogeneity_aware": True}),
+    "fifo_packed": ("fifo", "unweighted", {"heterogeneity_aware": True, **_PACKED}),
+    "gandiva": ("gandiva", "unweighted", {}),
+    "allox": ("allox", "allox", {}),
 }
 
 

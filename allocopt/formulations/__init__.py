@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from allocopt.errors import UnknownPolicyError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model
+from allocopt.formulations.baselines import AlloX, Fifo, Gandiva
 from allocopt.formulations.finish_time_fairness import FinishTimeFairness
 from allocopt.formulations.makespan import MinMakespan
 from allocopt.formulations.max_min_fairness import MaxMinFairness
@@ -13,7 +14,8 @@ from allocopt.formulations.sia import Sia
 from allocopt.formulations.water_filling import WaterFilling
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (MaxMinFairness(), MaxThroughput(), Isolated(), Proportional(),
-                                                     MinMakespan(), FinishTimeFairness(), WaterFilling(), Sia())}
+                                                     MinMakespan(), FinishTimeFairness(), WaterFilling(), Sia(),
+                                                     Fifo(), Gandiva(), AlloX())}
 
 
 def get_policy(name: str) -> Policy:
