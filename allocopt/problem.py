@@ -7,7 +7,7 @@ array is validated once, when the Problem is built, and then frozen.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,6 +37,14 @@ def _pairs_from_json(pairs: Any) -> dict | None:
                                       field=f"pairs[{k}]")
         out[tuple(pair["jobs"])] = pair.get("throughputs")
     return out
+
+
+class PairThroughputs(NamedTuple):
+    """Pair throughputs in array form, for many pairs: ``jobs[p] = (job_a, job_b)`` and
+    ``values[p, j] = (tput_a, tput_b)`` in steps/s on GPU type ``j`` (cluster order)."""
+
+    jobs: Sequence[tuple[Hashable, Hashable]]
+    values: Any  # array-like of shape (n_pairs, n_gpu_types, 2)
 
 
 def _frozen(arr: np.ndarray | None) -> np.ndarray | None:
@@ -81,7 +89,7 @@ class Problem:
     pair_throughputs : mapping of (job_id, job_id) to mapping of str to (float, float), optional
         Steps/s of each member of a pair when the two share the same GPUs:
         ``{(a, b): {gpu_type: (tput_a, tput_b)}}``; ``(0, 0)`` where they cannot
-        share. Members must have equal scale factors. Stored as ``pairs``
+        share. For many pairs, a :class:`PairThroughputs` (arrays) is faster. Members must have equal scale factors. Stored as ``pairs``
         (int array of shape (n_pairs, 2), job rows) and ``pair_throughput_array``
         (shape (n_pairs, n_gpu_types, 2)).
     """
@@ -93,7 +101,8 @@ class Problem:
                  costs: Mapping[str, float] | Any = None, slos: Any = None,
                  time_isolated: Any = None, entities: Sequence[Hashable] | None = None,
                  entity_weights: Mapping[Hashable, float] | None = None,
-                 pair_throughputs: Mapping[tuple[Hashable, Hashable], Mapping[str, Any]] | None = None):
+                 pair_throughputs: Mapping[tuple[Hashable, Hashable], Mapping[str, Any]] | PairThroughputs
+                 | None = None):
         if not isinstance(cluster, Cluster):
             raise InvalidProblemError(
                 f"cluster must be an allocopt.Cluster, got {type(cluster).__name__}; "
@@ -418,52 +427,70 @@ class Problem:
                                       field="entity_weights")
         return index, tuple(ids), w
 
-    def _pairs(self, pairs: Mapping | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    def _pairs(self, pairs: Mapping | PairThroughputs | None) -> tuple[np.ndarray | None, np.ndarray | None]:
         if pairs is None:
             return None, None
-        if not isinstance(pairs, Mapping):
+        if not isinstance(pairs, (Mapping, PairThroughputs)):
             raise InvalidProblemError("pair_throughputs must be a mapping {(job_a, job_b): {gpu_type: "
                                       "(tput_a, tput_b)}}", field="pair_throughputs")
         types = self.cluster.gpu_types
-        rows = np.empty((len(pairs), 2), dtype=np.int64)
-        tputs = np.empty((len(pairs), len(types), 2))
-        seen: set = set()
-        for p, (key, by_type) in enumerate(pairs.items()):
-            if not (isinstance(key, tuple) and len(key) == 2):
-                raise InvalidProblemError(f"pair_throughputs key {key!r} must be a 2-tuple of job ids",
-                                          field="pair_throughputs")
-            a, b = key
-            for job in key:
-                if job not in self._index:
-                    raise InvalidProblemError(f"pair {key!r} names unknown job {job!r}",
-                                              field="pair_throughputs", job=job)
-            ia, ib = self._index[a], self._index[b]
-            if ia == ib:
-                raise InvalidProblemError(f"pair {key!r} pairs a job with itself", field="pair_throughputs", job=a)
-            if frozenset((ia, ib)) in seen:
-                raise InvalidProblemError(f"pair {key!r} appears twice (in either order)", field="pair_throughputs",
-                                          job=a)
-            seen.add(frozenset((ia, ib)))
-            if self.scale_factors[ia] != self.scale_factors[ib]:
-                raise InvalidProblemError(
-                    f"pair {key!r} has scale factors {self.scale_factors[ia]} and {self.scale_factors[ib]}; only "
-                    "jobs with equal scale factors can share GPUs, remove the pair", field="pair_throughputs", job=a)
-            if not isinstance(by_type, Mapping) or set(map(str, by_type)) != set(types):
-                raise InvalidProblemError(f"pair {key!r} must give (tput_a, tput_b) for exactly the GPU types "
-                                          f"{list(types)}", field="pair_throughputs", job=a)
-            try:
-                values = np.array([by_type[t] for t in types], dtype=np.float64)
-            except (TypeError, ValueError) as err:
-                raise InvalidProblemError(f"pair {key!r}: throughputs must be numeric pairs: {err}",
-                                          field="pair_throughputs", job=a) from err
-            if values.shape != (len(types), 2) or not np.isfinite(values).all() or (values < 0).any():
-                raise InvalidProblemError(f"pair {key!r}: each GPU type needs two finite steps/s >= 0, got "
-                                          f"{by_type}", field="pair_throughputs", job=a)
-            if ia > ib:
-                ia, ib, values = ib, ia, values[:, ::-1]
-            rows[p] = ia, ib
-            tputs[p] = values
-        return rows, tputs
+        keys = list(pairs.jobs if isinstance(pairs, PairThroughputs) else pairs)
+        bad = next((k for k in keys if not (isinstance(k, tuple) and len(k) == 2)), None)
+        if bad is not None:
+            raise InvalidProblemError(f"pair_throughputs key {bad!r} must be a 2-tuple of job ids",
+                                      field="pair_throughputs")
+        rows = np.array([(self._index.get(a, -1), self._index.get(b, -1)) for a, b in keys],
+                        dtype=np.int64).reshape(-1, 2)
+
+        def fail(p: int, message: str) -> InvalidProblemError:
+            return InvalidProblemError(f"pair {keys[p]!r} {message}", field="pair_throughputs", job=keys[p][0])
+
+        unknown = np.flatnonzero((rows < 0).any(axis=1))
+        if unknown.size:
+            p = int(unknown[0])
+            raise fail(p, f"names unknown job {keys[p][int(np.argmax(rows[p] < 0))]!r}")
+        same = np.flatnonzero(rows[:, 0] == rows[:, 1])
+        if same.size:
+            raise fail(int(same[0]), "pairs a job with itself")
+        swapped = rows[:, 0] > rows[:, 1]
+        rows = np.sort(rows, axis=1)
+        _, first, counts = np.unique(rows, axis=0, return_index=True, return_counts=True)
+        if (counts > 1).any():
+            dup = np.flatnonzero((rows == rows[first[np.argmax(counts > 1)]]).all(axis=1))[1]
+            raise fail(int(dup), "appears twice (in either order)")
+        scale = self.scale_factors[rows]
+        mixed = np.flatnonzero(scale[:, 0] != scale[:, 1])
+        if mixed.size:
+            p = int(mixed[0])
+            raise fail(p, f"has scale factors {scale[p, 0]} and {scale[p, 1]}; only jobs with equal scale "
+                          "factors can share GPUs, remove the pair")
+        try:
+            if isinstance(pairs, PairThroughputs):
+                values = np.array(pairs.values, dtype=np.float64)
+                if values.shape[:2] != (len(keys), len(types)):
+                    raise InvalidProblemError(f"PairThroughputs.values has shape {values.shape}, expected "
+                                              f"(n_pairs, n_gpu_types, 2) = ({len(keys)}, {len(types)}, 2)",
+                                              field="pair_throughputs")
+            else:
+                type_set = set(types)
+                for p, by_type in enumerate(pairs.values()):
+                    if not isinstance(by_type, Mapping) or by_type.keys() != type_set:
+                        raise fail(p, f"must give (tput_a, tput_b) for exactly the GPU types {list(types)}")
+                values = np.array([[by_type[t] for t in types] for by_type in pairs.values()], dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            if isinstance(err, InvalidProblemError):
+                raise
+            raise InvalidProblemError(f"pair throughputs must be numeric pairs (tput_a, tput_b): {err}",
+                                      field="pair_throughputs") from err
+        values = values.reshape(len(keys), len(types), -1)
+        if values.shape[2] != 2:
+            raise fail(0, "must give two throughputs (tput_a, tput_b) per GPU type")
+        invalid = np.flatnonzero(~np.isfinite(values).all(axis=(1, 2)) | (values < 0).any(axis=(1, 2)))
+        if invalid.size:
+            p = int(invalid[0])
+            raise fail(p, f": each GPU type needs two finite steps/s >= 0, got {values[p].tolist()}")
+        values[swapped] = values[swapped, :, ::-1]
+        return rows, values
 
     def _costs(self, costs: Any) -> np.ndarray | None:
         if costs is None:
