@@ -12,10 +12,11 @@ from allocopt.allocation import Allocation, Timings
 from allocopt.backends import BACKENDS, SolveOptions
 from allocopt.errors import InvalidOptionError, UnknownBackendError
 from allocopt.formulations import ModelSolver, PolicyResult, get_policy
+from allocopt.goodput_problem import GoodputProblem
 from allocopt.problem import Problem
 
 
-def solve(problem: Problem | Any, policy: str = "max_min_fairness", *, backend: str = "highs",
+def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "highs",
           time_limit_s: float | None = None, mip_gap: float | None = None,
           threads: int | None = None, verbose: bool = False,
           solver_options: dict[str, Any] | None = None, best_effort: bool = False,
@@ -25,8 +26,9 @@ def solve(problem: Problem | Any, policy: str = "max_min_fairness", *, backend: 
     Parameters
     ----------
     problem : Problem
-    policy : str, default "max_min_fairness"
-        A name from ``allocopt.POLICIES``: ``max_min_fairness``,
+    policy : str, optional
+        Default ``"max_min_fairness"`` for a Problem and ``"sia"`` for a
+        GoodputProblem. A name from ``allocopt.POLICIES``: ``max_min_fairness``,
         ``max_throughput``, ``min_makespan``, ``finish_time_fairness``,
         ``water_filling``, ``isolated``, ``proportional``, ``sia`` (over a
         :class:`~allocopt.GoodputProblem`), ...
@@ -77,6 +79,8 @@ def solve(problem: Problem | Any, policy: str = "max_min_fairness", *, backend: 
     0.727273
     """
     t0 = time.perf_counter()
+    if policy is None:
+        policy = "sia" if isinstance(problem, GoodputProblem) else "max_min_fairness"
     pol = get_policy(policy)
     if not isinstance(problem, pol.problem_type):
         raise InvalidOptionError(f"policy {policy!r} expects an allocopt.{pol.problem_type.__name__}, got "

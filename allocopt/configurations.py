@@ -8,6 +8,7 @@ configuration out of a small set instead of a time fraction per GPU type.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ class Configurations:
 
     __slots__ = ("cluster", "gpu_type", "num_nodes", "num_gpus")
 
-    def __init__(self, cluster: Cluster, gpu_type, num_nodes, num_gpus):
+    def __init__(self, cluster: Cluster, gpu_type: Any, num_nodes: Any, num_gpus: Any):
         if not isinstance(cluster, Cluster):
             raise InvalidProblemError(f"Configurations needs an allocopt.Cluster, got {type(cluster).__name__}",
                                       field="cluster")
@@ -89,7 +90,7 @@ class Configurations:
         for name, value in (("cluster", cluster), ("gpu_type", t), ("num_nodes", nodes), ("num_gpus", gpus)):
             object.__setattr__(self, name, value)
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Configurations is immutable")
 
     def __len__(self) -> int:

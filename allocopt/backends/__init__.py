@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 from allocopt.backends.base import Backend, RawResult, SolveOptions
 from allocopt.errors import AllocoptWarning, LicenseError, UnknownBackendError
@@ -39,26 +42,33 @@ def installed_backends() -> list[str]:
     return [name for name in BACKENDS if get_backend(name).is_installed()]
 
 
-def solve_model(model: CompiledModel, backend: str = "highs",
-                options: SolveOptions | None = None) -> Solution:
+def solve_model(model: CompiledModel, backend: str = "highs", options: SolveOptions | None = None,
+                defaults: Mapping[str, Mapping[str, Any]] | None = None) -> Solution:
     """Solve a compiled model with the named backend.
 
     ``backend="auto"`` tries Gurobi when it is installed and licensed for the
     model's size, and otherwise falls back to HiGHS (with a warning when
-    Gurobi was installed but could not take the model).
+    Gurobi was installed but could not take the model). ``defaults`` maps a
+    backend name to solver options used unless ``options.solver_options``
+    sets them (policies tune solvers for their models this way).
     """
+    options = options or SolveOptions()
+
+    def run(name: str) -> Solution:
+        tuned = {**(defaults or {}).get(name, {}), **options.solver_options}
+        return get_backend(name).solve(model, replace(options, solver_options=tuned))
+
     if backend != "auto":
-        return get_backend(backend).solve(model, options)
+        return run(backend)
     for name in AUTO_ORDER[:-1]:
-        candidate = get_backend(name)
-        if not candidate.is_installed():
+        if not get_backend(name).is_installed():
             continue
         try:
-            return candidate.solve(model, options)
+            return run(name)
         except LicenseError as err:
             warnings.warn(f"backend 'auto': {name} cannot take this model ({err}); "
                           f"falling back to {AUTO_ORDER[-1]}", AllocoptWarning, stacklevel=2)
-    return get_backend(AUTO_ORDER[-1]).solve(model, options)
+    return run(AUTO_ORDER[-1])
 
 
 __all__ = ["BACKENDS", "Backend", "RawResult", "SolveOptions", "get_backend",

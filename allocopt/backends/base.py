@@ -78,6 +78,18 @@ class RawResult:
     detail: str = ""
 
 
+def is_feasible(model: CompiledModel, x: np.ndarray, tol: float = 1e-6) -> bool:
+    """Whether ``x`` satisfies the bounds, rows and integrality of ``model`` (tolerance relative to 1)."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape != (model.num_cols,) or not np.isfinite(x).all():
+        return False
+    ax = model.A @ x
+    return bool(np.all(x >= model.col_lb - tol) and np.all(x <= model.col_ub + tol)
+                and np.all(ax >= model.row_lb - tol * np.maximum(1.0, np.abs(model.row_lb)))
+                and np.all(ax <= model.row_ub + tol * np.maximum(1.0, np.abs(model.row_ub)))
+                and np.all(np.abs(x[model.integrality] - np.round(x[model.integrality])) <= tol))
+
+
 class Backend(ABC):
     """Base class of the solver backends (see the module docstring)."""
 
@@ -126,6 +138,10 @@ class Backend(ABC):
         t1 = time.perf_counter()
         raw = self.run(handle, minimize, options)
         t2 = time.perf_counter()
+        if raw.status is not Status.OPTIMAL and raw.x is not None and not is_feasible(model, raw.x):
+            # some interfaces hand back whatever point the solver held when it stopped
+            raw.x, raw.row_duals = None, None
+            raw.detail = (raw.detail + " The point the solver returned is not feasible; it was dropped.").strip()
         return self._to_solution(model, raw, t1 - t0, t2 - t1)
 
     def _to_solution(self, model: CompiledModel, raw: RawResult,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -66,12 +67,13 @@ class ModelSolver:
         self.num_solves = 0
         self.backend_used: str | None = None
 
-    def solve_raw(self, model: Model) -> Solution:
-        """Solve and return the Solution whatever its status."""
+    def solve_raw(self, model: Model, *, defaults: Mapping[str, Mapping[str, Any]] | None = None) -> Solution:
+        """Solve and return the Solution whatever its status; ``defaults`` are
+        per-backend solver options the caller's ``solver_options`` override."""
         t0 = time.perf_counter()
         compiled = model.compile()
         self.model_build_s += time.perf_counter() - t0
-        return self.record(solve_model(compiled, self.backend, self.options))
+        return self.record(solve_model(compiled, self.backend, self.options, defaults))
 
     def record(self, solution: Solution, *, model_build_s: float = 0.0) -> Solution:
         """Add a solve's times to the totals (policies that call a solver directly use this)."""
@@ -82,10 +84,11 @@ class ModelSolver:
         self.backend_used = solution.backend
         return solution
 
-    def solve(self, model: Model, what: str = "the model") -> Solution:
+    def solve(self, model: Model, what: str = "the model", *,
+              defaults: Mapping[str, Mapping[str, Any]] | None = None) -> Solution:
         """Solve; raise a typed error unless the result is optimal, or
         ``best_effort`` was asked for and the solver returned a point."""
-        return self.check(self.solve_raw(model), what)
+        return self.check(self.solve_raw(model, defaults=defaults), what)
 
     def check(self, solution: Solution, what: str = "the model") -> Solution:
         """Return ``solution`` if usable (see :meth:`solve`), else raise its typed error."""

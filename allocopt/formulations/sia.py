@@ -24,14 +24,31 @@ only (invalid pairs are not in the model)::
 afterwards (moved or stopped) and ``sigma`` is +1 when minimizing, -1 when
 maximizing, so ``lambda_a >= 0`` always discourages changes (in the model: the
 coefficient of ``x[i, previous_i]`` moves by ``-sigma * lambda_a``, plus a
-constant). Up to the constant ``lambda_n * n_jobs`` this is the published
-objective ``sum x U + lambda_n (n_jobs - sum x)``: ``lambda_n`` is the cost of
-leaving a job idle, and ``|lambda_n| > 1`` makes even a job's smallest
-configuration (``U = 1``) worth allocating. The published code states
-``lambda_a`` but leaves it out of its MILP; its default here is 0.
+constant). The published code states ``lambda_a`` but leaves it out of its
+MILP; its default here is 0. Up to the constant ``lambda_n * n_jobs`` the
+objective is the published ``sum x U + lambda_n (n_jobs - sum x)``, so
+``lambda_n`` prices an idle job: the published convention is ``lambda_n > 1``
+for ``p < 0`` and ``lambda_n < -1`` for ``p > 0``, which makes even a job's
+smallest configuration (``U = 1``) worth allocating.
+
+Leaving every job idle is optimal exactly when no entry of an unpinned job has
+a coefficient of the improving sign (``< 0`` when minimizing, ``> 0`` when
+maximizing). Because ``U > 0``, that holds for every input when ``p < 0`` and
+``lambda_n <= 0``: this option combination is rejected up front, and any other
+input where it happens is rejected once the coefficients are known, both with
+an :class:`~allocopt.errors.InvalidOptionError` that says why.
+
+Exact reductions keep the model small without changing its optimum: a pinned
+job keeps only its previous entry, and of the other entries only those that
+improve the objective and beat every entry of the same job and GPU type with
+no more GPUs are built. With ``backend="highs"`` (and ``scipy``) HiGHS
+presolve is turned off unless ``solver_options`` sets it: it removes nothing here and its setup grows
+superlinearly (about 50 s of a 65 s solve at 5,120 jobs x 29 configurations,
+against 3 s without it).
 """
 
 from __future__ import annotations
+
 
 import numpy as np
 import scipy.sparse as sp
@@ -52,9 +69,10 @@ class Sia(Policy):
         Fairness power, nonzero: ``p < 0`` minimizes ``sum G ** p`` (more
         negative is fairer), ``p > 0`` maximizes it (``p = 1``: total normalized goodput).
     lambda_n : float, default 1.1
-        Cost of leaving a job idle, in utility units. Use ``lambda_n > 1`` with
-        ``p < 0`` and ``lambda_n < 0`` with ``p > 0`` (the published sign
-        convention); ``p < 0`` with ``lambda_n <= 0`` is rejected, as it leaves every job idle.
+        Price of an idle job, in utility units (each allocated job adds
+        ``U - lambda_n``). Published convention: ``lambda_n > 1`` with ``p < 0``,
+        ``lambda_n < -1`` with ``p > 0``; ``p < 0`` with ``lambda_n <= 0`` is
+        rejected, as it leaves every job idle.
     lambda_a : float >= 0, default 0.0
         Cost of moving or stopping a job that has a previous configuration, in utility units.
     """
@@ -67,17 +85,18 @@ class Sia(Policy):
                  lambda_a: float = 0.0) -> PolicyResult:
         p, lambda_n, lambda_a = _check_options(p, lambda_n, lambda_a)
         n, C = problem.num_jobs, problem.num_configurations
-        rows, cols = np.nonzero(problem.valid)  # sorted by job, >= 1 entry per job
+        rows, cols = valid_entries(problem)
         coef, offset = utility_coefficients(problem, rows, cols, p, lambda_n, lambda_a)
         _check_not_all_idle(problem, rows, coef, p, lambda_n, lambda_a)
+        keep = useful_entries(problem, rows, cols, coef if p < 0 else -coef)
+        rows, cols, coef = rows[keep], cols[keep], coef[keep]
 
         k = rows.size
         entries = np.arange(k)
         configs = problem.configurations
-        at_previous = cols == problem.previous[rows]
+        pinned = problem.pinned[rows] & (cols == problem.previous[rows])
         model = Model(self.name)
-        x = model.add_variable("x", k, lb=(problem.pinned[rows] & at_previous).astype(np.float64), ub=1.0,
-                               kind="binary")
+        x = model.add_variable("x", k, lb=pinned.astype(np.float64), ub=1.0, kind="binary")
         per_job = sp.csr_matrix((np.ones(k), (rows, entries)), shape=(n, k))
         model.add_constraint("one_configuration", per_job @ x <= 1.0)
         gpus = sp.csr_matrix((configs.num_gpus[cols].astype(np.float64), (configs.gpu_type[cols], entries)),
@@ -88,7 +107,7 @@ class Sia(Policy):
             model.minimize(objective)
         else:
             model.maximize(objective)
-        solution = solver.solve(model, "sia")
+        solution = solver.solve(model, "sia", defaults=SOLVER_DEFAULTS)
         chosen = np.zeros((n, C))
         chosen[rows, cols] = solution.values["x"]
         return PolicyResult(chosen, solution.objective, solution.status, message=solution.message)
@@ -104,10 +123,18 @@ class Sia(Policy):
                                        message=result.message, timings=timings)
 
 
+def valid_entries(problem: GoodputProblem) -> tuple[np.ndarray, np.ndarray]:
+    """Job and configuration of each valid pair, sorted by job, then GPU type, then GPU count."""
+    configs = problem.configurations
+    order = np.lexsort((configs.num_gpus, configs.gpu_type))
+    rows, position = np.nonzero(problem.valid[:, order])
+    return rows, order[position]
+
+
 def utility_coefficients(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray, p: float,
                          lambda_n: float, lambda_a: float) -> tuple[np.ndarray, float]:
-    """Objective coefficient of each valid entry ``(rows[e], cols[e])`` (``rows``
-    sorted, every job present) and the objective's constant, in the sense of ``p``.
+    """Objective coefficient of each entry ``(rows[e], cols[e])`` of :func:`valid_entries`
+    and the objective's constant, in the sense of ``p``.
 
     Returns ``U - lambda_n``, moved by ``-sigma * lambda_a`` at each job's
     previous configuration, and ``sigma * lambda_a * (jobs with a previous
@@ -125,6 +152,36 @@ def utility_coefficients(problem: GoodputProblem, rows: np.ndarray, cols: np.nda
     coef = G ** p - lambda_n
     coef[at_previous] -= sigma * lambda_a
     return coef, sigma * lambda_a * float(np.count_nonzero(problem.previous >= 0))
+
+
+def useful_entries(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """Entries an optimal solution needs (bool per entry); dropping the others keeps the optimum.
+
+    ``rows``, ``cols`` are :func:`valid_entries` and ``cost`` each entry's
+    objective coefficient in minimization form. Kept: for pinned jobs only the previous configuration (the rest are 0
+    anyway), for the others each entry that lowers the objective (``cost < 0``;
+    leaving the job idle is no worse otherwise) and costs less than every entry
+    of the same job and GPU type with no more GPUs (else swapping to that one
+    uses fewer GPUs and is no worse).
+    """
+    t = problem.configurations.gpu_type[cols]
+    first = np.r_[True, (rows[1:] != rows[:-1]) | (t[1:] != t[:-1])]
+    rank = np.arange(rows.size) - np.flatnonzero(first)[np.cumsum(first) - 1]
+    best_before = np.full(rows.size, np.inf)  # lowest cost of the group's entries with no more GPUs
+    running = cost.copy()  # lowest cost up to and including each entry
+    by_rank = np.argsort(rank, kind="stable")
+    bounds = np.searchsorted(rank[by_rank], np.arange(1, rank.max(initial=0) + 2))
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        e = by_rank[lo:hi]
+        best_before[e] = running[e - 1]
+        running[e] = np.minimum(running[e - 1], cost[e])
+    keep = (cost < 0) & (cost < best_before)
+    return np.where(problem.pinned[rows], cols == problem.previous[rows], keep)
+
+
+# HiGHS presolve removes nothing from this model and its clique-table setup grows
+# superlinearly (about 50 s of a 65 s solve at 5,120 jobs x 29 configurations).
+SOLVER_DEFAULTS = {"highs": {"presolve": "off"}, "scipy": {"presolve": False}}
 
 
 def _check_options(p: float, lambda_n: float, lambda_a: float) -> tuple[float, float, float]:
