@@ -454,9 +454,10 @@ class Problem:
             raise fail(int(same[0]), "pairs a job with itself")
         swapped = rows[:, 0] > rows[:, 1]
         rows = np.sort(rows, axis=1)
-        _, first, counts = np.unique(rows, axis=0, return_index=True, return_counts=True)
+        code = rows[:, 0] * self.num_jobs + rows[:, 1]
+        _, first, counts = np.unique(code, return_index=True, return_counts=True)
         if (counts > 1).any():
-            dup = np.flatnonzero((rows == rows[first[np.argmax(counts > 1)]]).all(axis=1))[1]
+            dup = np.flatnonzero(code == code[first[np.argmax(counts > 1)]])[1]
             raise fail(int(dup), "appears twice (in either order)")
         scale = self.scale_factors[rows]
         mixed = np.flatnonzero(scale[:, 0] != scale[:, 1])
@@ -482,7 +483,7 @@ class Problem:
                 raise
             raise InvalidProblemError(f"pair throughputs must be numeric pairs (tput_a, tput_b): {err}",
                                       field="pair_throughputs") from err
-        values = values.reshape(len(keys), len(types), -1)
+        values = values.reshape(len(keys), len(types), -1) if keys else np.zeros((0, len(types), 2))
         if values.shape[2] != 2:
             raise fail(0, "must give two throughputs (tput_a, tput_b) per GPU type")
         invalid = np.flatnonzero(~np.isfinite(values).all(axis=(1, 2)) | (values < 0).any(axis=(1, 2)))
