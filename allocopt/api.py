@@ -90,7 +90,7 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
     unknown = sorted(set(policy_options) - set(pol.options))
     if unknown:
         allowed = ", ".join(sorted(pol.options)) or "none"
-        common = ", ".join(p for p in inspect.signature(solve).parameters if p not in ("problem", "policy_options"))
+        common = ", ".join(p for p in inspect.signature(solve).parameters if p not in ("problem", "policy", "policy_options"))
         raise InvalidOptionError(f"policy {policy!r} has no option(s) {unknown}; its options: {allowed}; "
                                  f"options of every policy: {common}")
     options = {**pol.options, **policy_options}
@@ -100,7 +100,10 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
     if problem.num_jobs == 0:
         result = PolicyResult(np.zeros((0, problem.cluster.num_gpu_types)), None, message="No jobs to allocate.")
     else:
+        started = time.perf_counter()
         result = pol.allocate(problem, solver, **options)
+        # formulating the models happens inside allocate: everything there but the solver counts
+        solver.model_build_s = time.perf_counter() - started - solver.solver_build_s - solver.solve_s
     for array in (result.matrix, result.pair_matrix):
         if array is not None:
             array.setflags(write=False)

@@ -114,36 +114,34 @@ class LinExpr:
             out_index = (np.ravel_multi_index(tuple(keep), out_shape) if out_shape
                          else np.zeros(self.size, dtype=np.int64))
         n_out = int(np.prod(out_shape, dtype=np.int64))
-        S = sp.csr_matrix((np.ones(self.size), (out_index, np.arange(self.size))),
-                          shape=(n_out, self.size))
-        return LinExpr(sp.csr_matrix(S @ self.A), S @ self.const, out_shape)
+        # summing matrix straight in CSR: row r sums the entries whose out_index is r
+        order = np.argsort(out_index, kind="stable")
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(out_index, minlength=n_out))])
+        S = sp.csr_matrix((np.ones(self.size), order, indptr), shape=(n_out, self.size))
+        return LinExpr(S @ self.A, S @ self.const, out_shape)
 
     def __rmatmul__(self, matrix: Any) -> LinExpr:
         """``M @ expr`` for a (sparse or dense) matrix ``M`` and a 1-D expression."""
         if self.ndim != 1:
             raise TypeError("M @ expr needs a 1-D expression; use .ravel() first")
         M = sp.csr_matrix(matrix, dtype=np.float64)
-        return LinExpr(sp.csr_matrix(M @ self.A), M @ self.const, (M.shape[0],))
+        return LinExpr((M @ self.A).tocsr(), M @ self.const, (M.shape[0],))
 
     def dot(self, coefficients: ArrayLike) -> LinExpr:
         """``sum(self * coefficients)`` as a scalar expression."""
         return (self * coefficients).sum()
 
     # ----- arithmetic ---------------------------------------------------------
-    @staticmethod
-    def _as_expr(other: Operand, n_cols: int) -> LinExpr:
-        if isinstance(other, LinExpr):
-            return other
-        arr = np.asarray(other, dtype=np.float64)
-        return LinExpr(sp.csr_matrix((arr.size, n_cols)), arr.ravel().copy(), arr.shape)
-
     def __add__(self, other: Operand) -> LinExpr:
-        other = self._as_expr(other, self.A.shape[1])
+        if not isinstance(other, LinExpr):  # a constant only shifts const
+            arr = np.asarray(other, dtype=np.float64)
+            shape = np.broadcast_shapes(self.shape, arr.shape)
+            e = self.broadcast_to(shape)
+            return LinExpr(e.A, e.const + np.broadcast_to(arr, shape).ravel(), shape)
         shape = np.broadcast_shapes(self.shape, other.shape)
         a, b = self.broadcast_to(shape), other.broadcast_to(shape)
         n_cols = max(a.A.shape[1], b.A.shape[1])
-        A = _pad_cols(a.A, n_cols) + _pad_cols(b.A, n_cols)
-        return LinExpr(sp.csr_matrix(A), a.const + b.const, shape)
+        return LinExpr((_pad_cols(a.A, n_cols) + _pad_cols(b.A, n_cols)).tocsr(), a.const + b.const, shape)
 
     __radd__ = __add__
 
@@ -163,7 +161,12 @@ class LinExpr:
         shape = np.broadcast_shapes(self.shape, coef.shape)
         e = self.broadcast_to(shape)
         coef = np.broadcast_to(coef, shape).ravel()
-        A = sp.csr_matrix(sp.diags(coef) @ e.A)
+        data = e.A.data * np.repeat(coef, np.diff(e.A.indptr))
+        if coef.all():  # same sparsity: share the index arrays
+            A = sp.csr_matrix((data, e.A.indices, e.A.indptr), shape=e.A.shape)
+        else:
+            A = sp.csr_matrix((data, e.A.indices.copy(), e.A.indptr.copy()), shape=e.A.shape)
+            A.eliminate_zeros()
         return LinExpr(A, e.const * coef, shape)
 
     __rmul__ = __mul__
@@ -172,17 +175,26 @@ class LinExpr:
         return self * (1.0 / np.asarray(other, dtype=np.float64))
 
     # ----- constraints --------------------------------------------------------
+    def _compare(self, other: Operand) -> tuple[LinExpr, np.ndarray]:
+        """``(expr, rhs)`` with ``self - other == expr - rhs``: constants go to the bounds."""
+        if isinstance(other, LinExpr):
+            diff = self - other
+            return diff, np.zeros(diff.size)
+        arr = np.asarray(other, dtype=np.float64)
+        shape = np.broadcast_shapes(self.shape, arr.shape)
+        return self.broadcast_to(shape), np.broadcast_to(arr, shape).ravel().copy()
+
     def __le__(self, other: Operand) -> Constraint:
-        diff = self - other
-        return Constraint(diff, lb=np.full(diff.size, -np.inf), ub=np.zeros(diff.size))
+        expr, rhs = self._compare(other)
+        return Constraint(expr, lb=np.full(expr.size, -np.inf), ub=rhs)
 
     def __ge__(self, other: Operand) -> Constraint:
-        diff = self - other
-        return Constraint(diff, lb=np.zeros(diff.size), ub=np.full(diff.size, np.inf))
+        expr, rhs = self._compare(other)
+        return Constraint(expr, lb=rhs, ub=np.full(expr.size, np.inf))
 
     def __eq__(self, other: Operand) -> Constraint:  # type: ignore[override]
-        diff = self - other
-        return Constraint(diff, lb=np.zeros(diff.size), ub=np.zeros(diff.size))
+        expr, rhs = self._compare(other)
+        return Constraint(expr, lb=rhs, ub=rhs.copy())
 
 
 class Variable(LinExpr):

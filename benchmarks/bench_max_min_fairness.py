@@ -191,7 +191,7 @@ def max_violation(problem: allocopt.Problem, X: np.ndarray) -> float:
             float(np.max((problem.scale_factors @ X - problem.capacity) / np.maximum(problem.capacity, 1),
                          initial=0.0)),
             float(np.max(X[~problem.runnable], initial=0.0))]
-    return max(viol)
+    return max(viol) + 0.0  # + 0.0 turns -0.0 into 0.0
 
 
 # ----------------------------------------------------------------------------------------------

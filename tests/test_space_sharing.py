@@ -140,18 +140,19 @@ def test_mixed_scale_factors_time_at_most_one(backend, policy):
 # Random instances: backends agree, and sharing never hurts
 # ----------------------------------------------------------------------------------------------
 def random_shared_problem(seed: int, n: int, k: int) -> Problem:
-    """Scale factors 1 or 2, pairs among same-scale jobs with probability 0.6,
-    each member keeping 30-100% of its speed, and about 20% of (pair, type)
-    entries (0, 0): the pair cannot share that type."""
+    """Scale factors 1 or 2, pair (0, 1) and other pairs of same-scale jobs
+    with probability 0.6, each member keeping 30-100% of its speed, and about
+    20% of (pair, type) entries (0, 0): the pair cannot share that type."""
     rng = np.random.default_rng(seed)
     T = rng.uniform(0.5, 50.0, size=(n, k))
     T[rng.random((n, k)) < 0.25] = 0.0
     T[:, 0] = np.maximum(T[:, 0], 0.5)
     scale = rng.choice([1, 2], size=n)
+    scale[1] = scale[0]
     capacity = rng.integers(1, 5, size=k)
     capacity[0] = max(capacity[0], 2)
     pairs = [(a, b) for a, b in itertools.combinations(range(n), 2)
-             if scale[a] == scale[b] and rng.random() < 0.6]
+             if (a, b) == (0, 1) or (scale[a] == scale[b] and rng.random() < 0.6)]
     factor = rng.uniform(0.3, 1.0, size=(len(pairs), k, 2))
     factor[rng.random((len(pairs), k)) < 0.2] = 0.0
     return Problem(T, cluster(capacity), scale_factors=scale, priority_weights=rng.choice([1.0, 2.0], size=n),

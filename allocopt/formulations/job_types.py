@@ -16,7 +16,7 @@ jobs, type pairs ``r = (g, h)``, ``g <= h``; with ``h == g`` when ``n_g >= 2``):
     e_g = T_g . X_g + sum_r sum_j PT_r[j, member g] Q[r, j] / n_g
 
 (``m_gr`` = 2 when ``r = (g, g)``, since both members are of type g, else 1)
-has ``G k + |r| k`` columns and ``2 G + k`` rows, whatever the number of jobs.
+has ``(G + |r|) k`` columns and ``G + k`` rows (plus the objective's), whatever the number of jobs.
 Its optimum is the pairwise LP's (:func:`~allocopt.formulations.base.base_model`),
 and it spreads back to a feasible allocation of the pairwise LP with the same
 objective: every job of type g gets ``X[g]`` alone, every concrete pair of

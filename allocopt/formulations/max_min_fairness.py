@@ -11,7 +11,10 @@ objective compares jobs by how much better than an even split they do.
 With ``heterogeneity_aware=False`` every ``T_ij`` is 1 (on types where the job
 can run) and ``p_i`` is 1: classic least-attained-service fairness,
 ``max min_i s_i sum_j X_ij / w_i``. With ``space_sharing=True`` pairs of jobs
-may share GPUs (see :func:`allocopt.formulations.base.base_model`).
+may share GPUs (see :func:`allocopt.formulations.base.base_model`). With
+``aggregate_job_types=True`` interchangeable jobs are solved as one job type
+(:mod:`allocopt.formulations.job_types`): same optimum, a model whose size
+grows with the number of job types rather than jobs.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model
+from allocopt.formulations.job_types import max_min_fairness_by_job_type
 from allocopt.problem import Problem
 
 
@@ -36,10 +40,13 @@ def normalized_coefficients(problem: Problem, heterogeneity_aware: bool = True) 
 
 class MaxMinFairness(Policy):
     name = "max_min_fairness"
-    options = {"heterogeneity_aware": True, "space_sharing": False}
+    options = {"heterogeneity_aware": True, "space_sharing": False, "aggregate_job_types": False}
 
-    def allocate(self, problem: Problem, solver: ModelSolver, *,
-                 heterogeneity_aware: bool = True, space_sharing: bool = False) -> PolicyResult:
+    def allocate(self, problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
+                 space_sharing: bool = False, aggregate_job_types: bool = False) -> PolicyResult:
+        if aggregate_job_types:
+            return max_min_fairness_by_job_type(problem, solver, heterogeneity_aware=heterogeneity_aware,
+                                                space_sharing=space_sharing)
         base = base_model(problem, name=self.name, space_sharing=space_sharing)
         if heterogeneity_aware:
             scale = problem.scale_factors / (problem.priority_weights * problem.proportional_throughputs)

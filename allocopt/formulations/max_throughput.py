@@ -24,6 +24,7 @@ import numpy as np
 
 from allocopt.errors import InfeasibleError, InvalidOptionError
 from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
+from allocopt.formulations.job_types import max_throughput_by_job_type
 from allocopt.problem import Problem
 from allocopt.solution import Status
 
@@ -32,10 +33,13 @@ _SHORTFALL_TOL = 1e-7
 
 class MaxThroughput(Policy):
     name = "max_throughput"
-    options = {"normalize_by_cost": False, "space_sharing": False}
+    options = {"normalize_by_cost": False, "space_sharing": False, "aggregate_job_types": False}
 
-    def allocate(self, problem: Problem, solver: ModelSolver, *,
-                 normalize_by_cost: bool = False, space_sharing: bool = False) -> PolicyResult:
+    def allocate(self, problem: Problem, solver: ModelSolver, *, normalize_by_cost: bool = False,
+                 space_sharing: bool = False, aggregate_job_types: bool = False) -> PolicyResult:
+        if aggregate_job_types:
+            return max_throughput_by_job_type(problem, solver, normalize_by_cost=normalize_by_cost,
+                                              space_sharing=space_sharing)
         if normalize_by_cost and problem.costs is None:
             raise InvalidOptionError("normalize_by_cost=True needs Problem(costs=...) with a price per GPU type")
         has_deadline = (np.isfinite(problem.slos) if problem.slos is not None
