@@ -96,6 +96,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated backends to run (default: every installed one)")
     d.add_argument("--policy", default="max_min_fairness", help="scheduling policy (default: %(default)s)")
     d.set_defaults(run=_run_demo)
+
+    f = commands.add_parser("fit-profiles", help="fit goodput throughput models to application profiles",
+                            description="Fit the Pollux throughput model for every (application, GPU type) under "
+                                        "PROFILE_DIR (laid out like Sia's profiles: <app>/placements-<type>.csv, "
+                                        "scalability-<type>.csv) and report the median absolute relative error of "
+                                        "predicted vs measured iteration time on placements held out of the fit.")
+    f.add_argument("profile_dir", metavar="PROFILE_DIR", help="directory of application profiles")
+    f.add_argument("--json", metavar="OUT", dest="json_out",
+                   help="also write the results as JSON to OUT (- for stdout; the table then goes to stderr)")
+    f.set_defaults(run=_run_fit_profiles)
     return parser
 
 
@@ -241,6 +251,51 @@ def _run_demo(args: argparse.Namespace) -> int:
         print(f"\nAllocation by {name} ({args.policy})")
         _print_allocation(alloc, jobs)
     return EXIT_FAILURE if failed or not allocations else 0
+
+
+# ----- allocopt fit-profiles -------------------------------------------------------------
+def _run_fit_profiles(args: argparse.Namespace) -> int:
+    from allocopt.throughput.profiles import ProfileFormatError, discover, load_application
+
+    try:
+        pairs = discover(args.profile_dir)
+    except ProfileFormatError as err:
+        raise _UsageError(str(err)) from None
+    results: list[dict[str, Any]] = []
+    rows = []
+    for app, gpu_type in pairs:
+        try:
+            profile = load_application(args.profile_dir, app, gpu_type)
+            held = profile.heldout_error()
+        except ProfileFormatError as err:
+            print(f"allocopt: warning: skipped {app} on {gpu_type}: {err}", file=sys.stderr)
+            results.append({"application": app, "gpu_type": gpu_type, "median_abs_rel_error": None,
+                            "n_heldout": 0, "error": str(err)})
+            rows.append([app, gpu_type, "-", "0", "skipped"])
+            continue
+        error = None if np.isnan(held.median_abs_rel_error) else held.median_abs_rel_error
+        results.append({"application": app, "gpu_type": gpu_type, "median_abs_rel_error": error,
+                        "n_heldout": held.n_heldout})
+        rows.append([app, gpu_type, str(len(profile.observations)), str(held.n_heldout),
+                     "-" if error is None else f"{error:.1%}"])
+    if all("error" in r for r in results):
+        raise _UsageError(f"no (application, GPU type) pair under {args.profile_dir} could be fitted")
+    table = sys.stderr if args.json_out == "-" else sys.stdout
+    print(f"Held-out iteration-time error of the fitted throughput model ({args.profile_dir})", file=table)
+    print(_format_table(["application", "GPU type", "rows", "held out", "median |rel. error|"], rows, left=2),
+          file=table)
+    fitted = [r["median_abs_rel_error"] for r in results if r["median_abs_rel_error"] is not None]
+    print(f"  {sum(e <= 0.10 for e in fitted)} of {len(fitted)} pairs with multi-GPU data within 10%", file=table)
+    if args.json_out is not None:
+        text = json.dumps(results, indent=2) + "\n"
+        if args.json_out == "-":
+            sys.stdout.write(text)
+        else:
+            try:
+                Path(args.json_out).write_text(text, encoding="utf-8")
+            except OSError as err:
+                raise _UsageError(f"cannot write {args.json_out}: {err.strerror or err}") from None
+    return 0
 
 
 def _print_problem(problem: Problem, jobs: Sequence[tuple[str, int]]) -> None:

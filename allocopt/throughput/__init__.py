@@ -8,9 +8,21 @@ shipped with allocopt; ``from_csv`` / ``from_json`` / ``from_frame`` read your
 own. :class:`ThroughputEstimator` keeps smoothed online estimates of measured
 throughput, with priors for what was never measured.
 
+The Pollux/Sia goodput model (:mod:`allocopt.throughput.goodput`) fits
+:class:`PerfParams` to measured step times, scales throughput by statistical
+efficiency (:class:`GoodputModel`) and gives the ``goodput`` matrix of a
+:class:`~allocopt.GoodputProblem` (:func:`goodput_matrix`);
+:mod:`allocopt.throughput.profiles` loads Sia's application profiles and
+:mod:`allocopt.throughput.bootstrap` projects models across GPU types from
+1-GPU profiles (:class:`BootstrappedJob`).
 """
 
+from allocopt.throughput.bootstrap import BootstrappedJob, project, throughput_ratio
+from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix
 from allocopt.throughput.online import ThroughputEstimator
+from allocopt.throughput.profiles import ApplicationProfile, Observations, ProfileFormatError, load_profiles
 from allocopt.throughput.table import DEFAULT_SCALE_FACTOR_PROBS, MEASUREMENT_COLUMNS, ThroughputTable
 
-__all__ = ["DEFAULT_SCALE_FACTOR_PROBS", "MEASUREMENT_COLUMNS", "ThroughputEstimator", "ThroughputTable"]
+__all__ = ["DEFAULT_SCALE_FACTOR_PROBS", "MEASUREMENT_COLUMNS", "ApplicationProfile", "BootstrappedJob", "GoodputModel",
+           "GradParams", "Observations", "PerfParams", "ProfileFormatError", "ThroughputEstimator", "ThroughputTable",
+           "fit_perf_params", "goodput_matrix", "load_profiles", "project", "throughput_ratio"]
