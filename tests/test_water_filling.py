@@ -1,0 +1,185 @@
+"""Water-filling: closed-form hierarchical cases, uniqueness across backends, Pareto
+improvement over max-min fairness, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import ALL_BACKENDS, assert_feasible
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import allocopt
+from allocopt import Cluster, Problem
+from allocopt.errors import InvalidOptionError
+
+# 3 entities (weights 1, 2, 3) of 6 single-GPU jobs each, 3 GPUs of each of 3 types, every
+# throughput 1: n_i is job i's time share, and 9 GPUs go to 18 jobs.
+ENTITY_IDS = ["e1", "e2", "e3"]
+HIERARCHY = Problem(np.ones((18, 3)), Cluster({"a": 3, "b": 3, "c": 3}),
+                    priority_weights=np.tile([1.0, 2.0], 9), entities=list(np.repeat(ENTITY_IDS, 6)),
+                    entity_weights={"e1": 1.0, "e2": 2.0, "e3": 3.0},
+                    time_since_start=np.arange(18, 0, -1.0))  # within each entity, job order is age order
+# at t = 3/2 the entities hold 3/2, 3 and 9/2 GPUs: all 9, and entity 3's weight-2 jobs run all the time
+FAIRNESS_SHARES = np.concatenate([np.tile([1 / 6, 1 / 3], 3), np.tile([1 / 3, 2 / 3], 3), np.tile([1 / 2, 1], 3)])
+# the oldest job of an entity takes its whole share until it runs all the time, then the next one
+FIFO_SHARES = np.array([1, 1 / 2, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1 / 2, 0])
+FIFO = {e: "fifo" for e in ENTITY_IDS}
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_hierarchical_fairness_closed_form(backend):
+    alloc = allocopt.solve(HIERARCHY, "water_filling", backend=backend)
+    np.testing.assert_allclose(alloc.time_fraction, FAIRNESS_SHARES, atol=1e-6)
+    np.testing.assert_allclose(alloc.extras["levels"] * HIERARCHY.priority_weights, FAIRNESS_SHARES, atol=1e-6)
+    assert alloc.objective == pytest.approx(1.5, rel=1e-6)
+    assert alloc.extras["num_iterations"] == 1 and alloc.timings.num_solves == alloc.extras["num_lp_solves"]
+    assert_feasible(alloc)
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_hierarchical_fifo_closed_form(backend):
+    alloc = allocopt.solve(HIERARCHY, "water_filling", backend=backend, entity_policies=FIFO)
+    np.testing.assert_allclose(alloc.time_fraction, FIFO_SHARES, atol=1e-6)
+    assert alloc.objective == pytest.approx(1 / 3, rel=1e-6)  # entity 3's oldest job saturates first
+    assert_feasible(alloc)
+
+
+def test_fifo_follows_time_since_start_and_mixes_with_fairness():
+    reversed_age = Problem(HIERARCHY.throughputs, HIERARCHY.cluster, priority_weights=HIERARCHY.priority_weights,
+                           entities=list(np.repeat(ENTITY_IDS, 6)), entity_weights={"e1": 1, "e2": 2, "e3": 3},
+                           time_since_start=np.arange(18.0))
+    alloc = allocopt.solve(reversed_age, "water_filling", entity_policies=FIFO)
+    np.testing.assert_allclose(alloc.time_fraction, FIFO_SHARES.reshape(3, 6)[:, ::-1].ravel(), atol=1e-6)
+    mixed = allocopt.solve(HIERARCHY, "water_filling", entity_policies={"e2": "fifo"})
+    # e2 takes the same 3 GPUs either way; e1 and e3 keep their fairness shares
+    expected = np.where(np.repeat(ENTITY_IDS, 6) == "e2", FIFO_SHARES, FAIRNESS_SHARES)
+    np.testing.assert_allclose(mixed.time_fraction, expected, atol=1e-6)
+
+
+def random_problem(seed: int, n: int, k: int, n_entities: int) -> tuple[Problem, dict | None]:
+    """Mixed scale factors, some zero throughputs, weights, and optionally entities
+    with mixed fairness / fifo policies."""
+    rng = np.random.default_rng(seed)
+    capacity = rng.integers(1, 5, size=k)
+    capacity[0] = max(capacity[0], 4)
+    T = rng.uniform(0.5, 20.0, size=(n, k))
+    T[rng.random((n, k)) < 0.3] = 0.0
+    T[:, 0] = np.maximum(T[:, 0], 0.5)  # type 0 fits every job
+    cluster = Cluster({f"t{j}": int(c) for j, c in enumerate(capacity)})
+    kwargs = {"scale_factors": rng.choice([1, 1, 2, 4], size=n),
+              "priority_weights": rng.choice([1.0, 2.0, 3.0], size=n)}
+    if not n_entities:
+        return Problem(T, cluster, **kwargs), None
+    entities = [f"e{v}" for v in rng.integers(0, n_entities, size=n)]
+    names = sorted(set(entities))
+    problem = Problem(T, cluster, entities=entities, entity_weights={e: float(rng.choice([1, 2, 3])) for e in names},
+                      time_since_start=rng.choice([0.0, 10.0, 20.0], size=n), **kwargs)
+    return problem, {e: str(rng.choice(["fairness", "fifo"])) for e in names}
+
+
+def normalized(alloc, heterogeneity_aware: bool) -> np.ndarray:
+    """``n_i``: s_i e_i / p_i, or s_i times the time share."""
+    share = alloc.normalized_throughput if heterogeneity_aware else alloc.time_fraction
+    return share * alloc.problem.scale_factors
+
+
+def most_normalized(problem: Problem, heterogeneity_aware: bool) -> np.ndarray:
+    """``u_i``: the most n_i can be, the scale of water-filling's tolerances."""
+    if not heterogeneity_aware:
+        return problem.scale_factors.astype(float)
+    best = (problem.throughputs * problem.runnable).max(axis=1)
+    return problem.scale_factors * best / problem.proportional_throughputs
+
+
+INSTANCES = dict(seed=st.integers(0, 2**31), n=st.integers(1, 8), k=st.integers(1, 3), n_entities=st.integers(0, 3),
+                 heterogeneity_aware=st.booleans())
+FAST_BACKENDS = [b for b in ALL_BACKENDS if b.values[0] != "pulp"]
+PULP = [b for b in ALL_BACKENDS if b.values[0] == "pulp"]
+
+
+def check_against_highs(backend: str, tol: float, seed: int, n: int, k: int, n_entities: int,
+                        heterogeneity_aware: bool) -> None:
+    problem, policies = random_problem(seed, n, k, n_entities)
+    options = {"heterogeneity_aware": heterogeneity_aware, "entity_policies": policies}
+    reference = allocopt.solve(problem, "water_filling", **options)
+    alloc = allocopt.solve(problem, "water_filling", backend=backend, **options)
+    assert_feasible(alloc)
+    n_ref = normalized(reference, heterogeneity_aware)
+    np.testing.assert_array_less(np.abs(normalized(alloc, heterogeneity_aware) - n_ref),
+                                 tol * most_normalized(problem, heterogeneity_aware) + 1e-12)
+    np.testing.assert_allclose(n_ref, reference.extras["levels"] * problem.priority_weights, rtol=1e-9, atol=1e-9)
+    if policies is None:
+        max_min = allocopt.solve(problem, "max_min_fairness", heterogeneity_aware=heterogeneity_aware)
+        assert alloc.objective == pytest.approx(max_min.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", FAST_BACKENDS)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(**INSTANCES)
+def test_unique_across_backends(backend, seed, n, k, n_entities, heterogeneity_aware):
+    """n is unique even where X is not: every backend finds it to 1e-6 of u_i."""
+    check_against_highs(backend, 1e-6, seed, n, k, n_entities, heterogeneity_aware)
+
+
+@pytest.mark.parametrize("backend", PULP)
+@settings(max_examples=4, deadline=None)
+@given(**INSTANCES)
+def test_unique_across_backends_cbc(backend, seed, n, k, n_entities, heterogeneity_aware):
+    """CBC through PuLP reports values to about 8 digits within a 1e-7 feasibility
+    tolerance; throughput ratios up to 40 amplify that to about 1e-6 of u_i."""
+    check_against_highs(backend, 1e-5, seed, n, k, n_entities, heterogeneity_aware)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), n=st.integers(1, 10), k=st.integers(1, 3), n_entities=st.integers(0, 3))
+def test_pareto_better_than_max_min(seed, n, k, n_entities):
+    """Every job gets at least its max-min share. Without heterogeneity, n_i is job i's
+    GPU time and the achievable n form a polymatroid, where no point is above a
+    water-filling one (nobody can rise): its total is the most any allocation has."""
+    problem, policies = random_problem(seed, n, k, n_entities)
+    for aware in (True, False):
+        fill = allocopt.solve(problem, "water_filling", heterogeneity_aware=aware, entity_policies=policies)
+        max_min = allocopt.solve(problem, "max_min_fairness", heterogeneity_aware=aware)
+        n_fill, n_max_min = normalized(fill, aware), normalized(max_min, aware)
+        tol = 1e-6 * most_normalized(problem, aware)
+        if policies is None:
+            assert np.all(n_fill >= max_min.objective * problem.priority_weights - tol)
+            assert fill.extras["levels"].min() == pytest.approx(max_min.objective, rel=1e-6)
+        if not aware:
+            assert n_fill.sum() >= n_max_min.sum() - tol.sum()
+
+
+def test_space_sharing_pairs():
+    problem = Problem([[4.0, 1.0], [2.0, 2.0], [3.0, 0.0]], Cluster({"v100": 1, "k80": 1}),
+                      pair_throughputs={(0, 1): {"v100": (3.0, 1.5), "k80": (0.8, 1.5)},
+                                        (1, 2): {"v100": (1.8, 2.7), "k80": (0.0, 0.0)}})
+    alone = allocopt.solve(problem, "water_filling")
+    shared = allocopt.solve(problem, "water_filling", space_sharing=True)
+    assert_feasible(shared)
+    assert shared.objective == pytest.approx(allocopt.solve(problem, "max_min_fairness", space_sharing=True).objective)
+    assert shared.objective == pytest.approx(20 / 21) and alone.objective == pytest.approx(10 / 11)
+    assert shared.pair_matrix.sum() > 0.4  # jobs 1 and 2 share the v100 about half the time
+    np.testing.assert_allclose(shared.normalized_throughput, shared.extras["levels"], rtol=1e-9)
+
+
+def test_entity_policy_errors():
+    with pytest.raises(InvalidOptionError, match=r"unknown entity 'e9'"):
+        allocopt.solve(HIERARCHY, "water_filling", entity_policies={"e9": "fifo"})
+    with pytest.raises(InvalidOptionError, match=r"\['e1'\] is 'lifo'; choose one of 'fairness', 'fifo'"):
+        allocopt.solve(HIERARCHY, "water_filling", entity_policies={"e1": "lifo"})
+    with pytest.raises(InvalidOptionError, match="problem has no entities"):
+        allocopt.solve(random_problem(0, 3, 2, 0)[0], "water_filling", entity_policies={"e1": "fifo"})
+    with pytest.raises(InvalidOptionError, match="must be a dict"):
+        allocopt.solve(HIERARCHY, "water_filling", entity_policies=["fifo"])
+
+
+def test_every_job_frozen_once_per_level():
+    """Jobs of a fifo entity that can get nothing more are frozen with its oldest job,
+    not one iteration each."""
+    cluster = Cluster({"a": 1})
+    problem = Problem(np.ones((6, 1)), cluster, entities=["x"] * 6)
+    alloc = allocopt.solve(problem, "water_filling", entity_policies={"x": "fifo"})
+    np.testing.assert_allclose(alloc.time_fraction, [1, 0, 0, 0, 0, 0], atol=1e-9)
+    np.testing.assert_allclose(alloc.extras["levels"], [1, 0, 0, 0, 0, 0], atol=1e-9)
+    assert alloc.extras["num_iterations"] == 1
