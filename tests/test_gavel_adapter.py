@@ -128,3 +128,19 @@ def test_packed_and_baseline_names():
         {"a": 100.0, "b": 100.0, "c": 100.0}, {"v100": 1, "k80": 1})
     # both oldest jobs are cheaper queued on the V100 than one of them on the 2.5x slower K80
     assert allox["a"]["v100"] + allox["b"]["v100"] == 1.0 and allox["c"] == {"v100": 0.0, "k80": 0.0}
+
+
+def test_water_filling_names_reproduce_the_hierarchical_closed_form():
+    """3 entities (weights 1, 2, 3) of 6 single-GPU jobs, 9 GPUs, throughputs 1, fifo inside entities."""
+    jobs = [(e, k) for e in range(3) for k in range(6)]
+    tput = {j: {"k80": 1.0, "p100": 1.0, "v100": 1.0} for j in jobs}
+    ones = {j: 1 for j in jobs}
+    mapping = {e: [(e, k) for k in range(6)] for e in range(3)}
+    policy = gavel.get_policy("max_min_fairness_water_filling_perf",
+                              priority_reweighting_policies={0: "fifo", 1: "fifo", 2: "fifo"})
+    alloc = policy.get_allocation(tput, ones, ones, {"k80": 3, "p100": 3, "v100": 3},
+                                  entity_weights={0: 1.0, 1: 2.0, 2: 3.0}, entity_to_job_mapping=mapping)
+    shares = [[sum(alloc[(e, k)].values()) for k in range(6)] for e in range(3)]
+    np.testing.assert_allclose(shares, [[1, 0.5, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0.5, 0]], atol=1e-6)
+    with pytest.raises(TypeError, match="only applies to the water-filling"):
+        gavel.get_policy("max_min_fairness", priority_reweighting_policies={0: "fifo"})

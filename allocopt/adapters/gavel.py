@@ -3,7 +3,11 @@
 ``get_policy(name, solver=None)`` returns an object whose ``get_allocation``
 takes the argument lists of the Gavel policy of that name (nested dicts keyed
 by job id and worker type) and returns ``{job_id: {worker_type: fraction}}``,
-computed by allocopt. Job ids may be any hashable.
+computed by allocopt. Job ids may be any hashable. Packing (``*_packed``)
+policies and ``gandiva`` read pairs from the same throughputs dict: a key
+that is a 2-tuple of job ids (or a Gavel ``JobIdPair``) whose values are
+``[tput_a, tput_b]`` per worker type; their time fractions come back under
+the same key. Every name of :data:`POLICY_NAMES` is implemented.
 
 ``solver`` accepts an allocopt backend name (``"highs"``, ``"gurobi"``, ...)
 or a cvxpy solver name as Gavel passes them (``"ECOS"``, ``"SCS"``, ...), which
@@ -15,7 +19,9 @@ instead of rescaling every row by the largest row sum (see
 :mod:`allocopt.formulations.shares`); when SLOs cannot all be met the
 ``*_SLOs`` policy minimizes the total deadline shortfall (with a warning)
 instead of silently dropping every SLO; ``min_total_duration*`` is one exact
-LP instead of a bisection that stops within 5%. As in Gavel's
+LP instead of a bisection that stops within 5%; water-filling detects
+bottlenecks exactly instead of with a MILP and a 1.0001 slack; the baselines
+(``fifo``, ``gandiva``, ``allox``) keep no state between calls. As in Gavel's
 ``FinishTimeFairnessPolicyWithPerf``, ``times_since_start`` also stands for
 the time a job would have needed so far under its isolated share.
 """
@@ -46,7 +52,7 @@ class GavelPolicy:
         self._name = name
         self._policy = policy
         self._signature = signature
-        self._options = dict(options or {})
+        self._options = {k: v for k, v in (options or {}).items() if v is not None}
         self._backend, self._solver_options = _backend_for(solver)
 
     @property
@@ -71,6 +77,13 @@ class GavelPolicy:
         throughputs, pairs, pair_keys = _split_pairs(values["unflattened_throughputs"])
         if not throughputs:
             return None
+        if values.get("return_effective_throughputs"):
+            raise TypeError(f"{self._name}: return_effective_throughputs=True is not supported; "
+                            "allocopt.solve(...).extras['levels'] holds each job's normalized level")
+        try:  # Gavel orders jobs by id (fifo inside entities takes the lowest id first)
+            throughputs = dict(sorted(throughputs.items()))
+        except TypeError:
+            pass
         cluster_spec = values["cluster_spec"]
         cluster = Cluster({t: cluster_spec[t] for t in sorted(cluster_spec)})
         slos = values.get("SLOs") or None
@@ -85,7 +98,9 @@ class GavelPolicy:
             costs=values.get("instance_costs"),
             num_steps_remaining=steps,
             time_since_start=started, time_isolated=started,
-            slos=slos, pair_throughputs=pairs or None)
+            slos=slos, pair_throughputs=pairs or None,
+            entities=_entities(values.get("entity_to_job_mapping"), throughputs),
+            entity_weights=values.get("entity_weights"))
         options = dict(self._options)
         if "instance_costs" in params and values.get("instance_costs") is None:
             options.pop("normalize_by_cost", None)
@@ -120,6 +135,18 @@ def _current(values: Mapping | None, jobs: Mapping) -> dict | None:
     return {job: value for job, value in values.items() if job in jobs}
 
 
+def _entities(mapping: Mapping | None, jobs: Mapping) -> dict | None:
+    """``{entity: [job ids]}`` to ``{job: entity}`` over the current jobs."""
+    if mapping is None:
+        return None
+    entities = {job: entity for entity, members in mapping.items() for job in members if job in jobs}
+    missing = [job for job in jobs if job not in entities]
+    if missing:
+        raise InvalidProblemError(f"entity_to_job_mapping has no entity for job(s) {missing[:5]}",
+                                  field="entity_to_job_mapping", job=missing[0])
+    return entities
+
+
 def _deadline_steps(slos: Mapping | None, steps: dict | None, jobs: Mapping) -> dict | None:
     """Steps of the jobs with a deadline; the others' are irrelevant to the policy and set to 0."""
     if not slos:
@@ -152,6 +179,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
                     "times_since_start", "num_steps_remaining", "cluster_spec"),
     "allox": ("unflattened_throughputs", "scale_factors", "times_since_start", "num_steps_remaining",
               "cluster_spec"),
+    "water_filling": ("unflattened_throughputs", "scale_factors", "unflattened_priority_weights", "cluster_spec",
+                      "entity_weights", "entity_to_job_mapping", "verbose", "return_effective_throughputs"),
 }
 # Gavel's heterogeneity-agnostic policies assume every type runs at the V100 speed.
 _AGNOSTIC = {"heterogeneity_aware": False, "reference_gpu_type": "v100"}
@@ -180,13 +209,24 @@ POLICY_NAMES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "fifo_packed": ("fifo", "unweighted", {"heterogeneity_aware": True, **_PACKED}),
     "gandiva": ("gandiva", "unweighted", {}),
     "allox": ("allox", "allox", {}),
+    "max_min_fairness_water_filling": ("water_filling", "water_filling", {"heterogeneity_aware": False}),
+    "max_min_fairness_water_filling_perf": ("water_filling", "water_filling", {}),
+    "max_min_fairness_water_filling_packed": ("water_filling", "water_filling", _PACKED),
 }
 
 
-def get_policy(name: str, solver: str | None = None) -> GavelPolicy:
-    """The allocopt implementation of Gavel's policy ``name``."""
+def get_policy(name: str, solver: str | None = None,
+               priority_reweighting_policies: Mapping[Hashable, str] | None = None) -> GavelPolicy:
+    """The allocopt implementation of Gavel's policy ``name``.
+
+    ``priority_reweighting_policies`` (``{entity: "fairness" | "fifo"}``) is the
+    water-filling policies' constructor argument."""
     if name not in POLICY_NAMES:
         raise UnknownPolicyError(f"unknown Gavel policy {name!r}; allocopt implements "
                                  f"{', '.join(sorted(POLICY_NAMES))}")
     policy, signature, options = POLICY_NAMES[name]
+    if priority_reweighting_policies is not None:
+        if policy != "water_filling":
+            raise TypeError(f"priority_reweighting_policies only applies to the water-filling policies, not {name!r}")
+        options = {**options, "entity_policies": dict(priority_reweighting_policies)}
     return GavelPolicy(name, policy, signature, solver, options)
