@@ -144,3 +144,31 @@ def test_water_filling_names_reproduce_the_hierarchical_closed_form():
     np.testing.assert_allclose(shares, [[1, 0.5, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0.5, 0]], atol=1e-6)
     with pytest.raises(TypeError, match="only applies to the water-filling"):
         gavel.get_policy("max_min_fairness", priority_reweighting_policies={0: "fifo"})
+
+
+@pytest.mark.parametrize("name", sorted(gavel.POLICY_NAMES))
+def test_every_gavel_name_returns_a_feasible_allocation(name):
+    jobs = ["j0", "j1", "j2", "j3"]
+    rows = [[4.0, 2.0, 1.0], [6.0, 3.0, 1.5], [3.0, 2.5, 1.0], [8.0, 4.0, 2.0]]
+    tput = {j: dict(zip(["v100", "p100", "k80"], r)) for j, r in zip(jobs, rows)}
+    tput[("j0", "j1")] = {"v100": [3.0, 4.0], "p100": [1.5, 2.0], "k80": [0.0, 0.0]}
+    spec = {"v100": 1, "p100": 1, "k80": 1}
+    ones = {j: 1 for j in jobs}
+    values = {"unflattened_throughputs": tput, "scale_factors": ones, "unflattened_priority_weights": ones,
+              "cluster_spec": spec, "instance_costs": {"v100": 3.0, "p100": 1.5, "k80": 0.5},
+              "SLOs": {"j0": 1e6}, "num_steps_remaining": {j: 1000.0 for j in jobs},
+              "times_since_start": {"j0": 30.0, "j1": 20.0, "j2": 10.0, "j3": 0.0},
+              "entity_weights": {"a": 1.0, "b": 2.0}, "entity_to_job_mapping": {"a": ["j0", "j1"], "b": ["j2", "j3"]}}
+    _, signature, _ = gavel.POLICY_NAMES[name]
+    args = [values[p] for p in gavel.SIGNATURES[signature] if p in values]
+    alloc = gavel.get_policy(name).get_allocation(*args)
+    packed = gavel.POLICY_NAMES[name][2].get("space_sharing") or name == "gandiva"
+    assert set(alloc) == set(tput) if packed else set(alloc) == set(jobs)
+    time = {j: sum(alloc[j].values()) for j in jobs}
+    for key, fractions in alloc.items():
+        if isinstance(key, tuple):
+            for j in key:
+                time[j] += sum(fractions.values())
+    assert all(t <= 1 + 1e-6 for t in time.values()), time
+    for t in spec:
+        assert sum(fractions[t] for fractions in alloc.values()) <= spec[t] + 1e-6
