@@ -9,19 +9,47 @@ array([[0.455, 0.   ],
        [0.091, 0.909]])
 """
 
-from allocopt.allocation import Allocation, Timings
-from allocopt.api import solve
-from allocopt.backends import BACKENDS, SolveOptions, installed_backends
-from allocopt.cluster import Cluster
-from allocopt.configurations import Configurations, sia_configurations
-from allocopt.formulations import POLICIES
-from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
-from allocopt.model import Model
-from allocopt.problem import Problem
-from allocopt.solution import Solution, Status
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Allocation", "BACKENDS", "Cluster", "ConfigurationAllocation", "Configurations", "GoodputProblem",
-           "Model", "POLICIES", "Problem", "Solution", "SolveOptions",
-           "Status", "Timings", "installed_backends", "restart_factor", "sia_configurations", "solve", "__version__"]
+# Public names and their modules, imported on first use: a training script that
+# imports allocopt.runtime.client must not pay for scipy and the solvers.
+_EXPORTS = {
+    "Allocation": "allocopt.allocation", "Timings": "allocopt.allocation", "solve": "allocopt.api",
+    "BACKENDS": "allocopt.backends", "SolveOptions": "allocopt.backends", "installed_backends": "allocopt.backends",
+    "Cluster": "allocopt.cluster", "Configurations": "allocopt.configurations",
+    "sia_configurations": "allocopt.configurations", "Engine": "allocopt.engine", "POLICIES": "allocopt.formulations",
+    "ConfigurationAllocation": "allocopt.goodput_problem", "GoodputProblem": "allocopt.goodput_problem",
+    "restart_factor": "allocopt.goodput_problem", "simulate": "allocopt.mechanism.simulator",
+    "Model": "allocopt.model", "Problem": "allocopt.problem", "Solution": "allocopt.solution",
+    "Status": "allocopt.solution",
+}
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+if TYPE_CHECKING:
+    from allocopt.allocation import Allocation, Timings
+    from allocopt.api import solve
+    from allocopt.backends import BACKENDS, SolveOptions, installed_backends
+    from allocopt.cluster import Cluster
+    from allocopt.configurations import Configurations, sia_configurations
+    from allocopt.engine import Engine
+    from allocopt.formulations import POLICIES
+    from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
+    from allocopt.mechanism.simulator import simulate
+    from allocopt.model import Model
+    from allocopt.problem import Problem
+    from allocopt.solution import Solution, Status
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'allocopt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -106,6 +106,75 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--json", metavar="OUT", dest="json_out",
                    help="also write the results as JSON to OUT (- for stdout; the table then goes to stderr)")
     f.set_defaults(run=_run_fit_profiles)
+
+    r = commands.add_parser("run", help="run training jobs on this machine's devices, round by round",
+                            description="Run the jobs of JOBS (YAML or JSON: jobs: [{name, command, total_steps, "
+                                        "scale_factor, priority_weight, throughputs, gpu_types}]) to completion: "
+                                        "each round solve the policy, lease devices, run, measure. State is "
+                                        "journaled to --state; rerunning the command resumes every job.")
+    r.add_argument("jobs", metavar="JOBS", help="job file (YAML needs the runtime extra, or JSON)")
+    r.add_argument("--cluster", required=True, metavar="TYPE=N[,...]", help="devices to use, e.g. cpu=2 or a100=4")
+    r.add_argument("--policy", default="max_min_fairness", help="scheduling policy (default: %(default)s)")
+    r.add_argument("--executor", default="local", choices=["local", "ray"], help="where jobs run (default: local)")
+    r.add_argument("--round-seconds", type=float, default=30.0, metavar="S", help="round length (default: 30)")
+    r.add_argument("--state", required=True, metavar="STATE.db", help="SQLite journal; reused to resume")
+    r.add_argument("--work-dir", metavar="DIR", help="job files, logs, checkpoints (default: STATE.db.d)")
+    r.add_argument("--grace-s", type=float, default=2.0, metavar="S",
+                   help="seconds from a stop request to SIGKILL (default: 2)")
+    r.add_argument("--max-retries", type=int, default=2, help="restarts of a crashing job (default: 2)")
+    r.add_argument("--max-rounds", type=_positive_int, help="stop after this many rounds")
+    r.set_defaults(run=_run_jobs)
+
+    m = commands.add_parser("simulate", help="simulate a policy on a cluster over a job trace",
+                            description="Simulate round-based scheduling (Gavel's priority mechanism) of a Gavel "
+                                        "trace or a generated Poisson workload; print and write the metrics.")
+    source = m.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", metavar="FILE", help="Gavel trace (10 tab-separated columns)")
+    source.add_argument("--generate", type=_positive_int, metavar="N_JOBS",
+                        help="generate N_JOBS jobs with Poisson arrivals (see --jobs-per-hour)")
+    m.add_argument("--jobs-per-hour", type=float, default=4.0, help="arrival rate of --generate (default: %(default)s)")
+    m.add_argument("--throughputs", metavar="FILE",
+                   help="throughput table: allocopt CSV/JSON or Gavel's simulation_throughputs.json "
+                        "(default: Gavel's measurements shipped with allocopt)")
+    m.add_argument("--cluster", type=_counts, default=dict(DEMO_CLUSTER), metavar="TYPE=N,...",
+                   help="GPUs per type, e.g. v100=36,p100=36,k80=36 (the default)")
+    m.add_argument("--gpus-per-node", type=_counts, metavar="TYPE=N,...",
+                   help="GPUs per server per type (default: 8 for every type)")
+    m.add_argument("--policy", default="max_min_fairness_perf",
+                   help="allocopt or Gavel policy name (default: %(default)s; gavel:NAME forces Gavel's meaning)")
+    m.add_argument("--round-seconds", type=float, default=360.0, help="round length (default: %(default)s)")
+    m.add_argument("--recompute-min-seconds", type=float, default=1920.0,
+                   help="minimum seconds between allocation recomputes (default: %(default)s)")
+    m.add_argument("--restart-overhead-s", type=float, default=0.0,
+                   help="seconds lost per restart (default: %(default)s)")
+    m.add_argument("--mode", choices=("mechanism", "ideal"), default="mechanism",
+                   help="rounds with the priority mechanism, or the fractional allocation applied directly")
+    m.add_argument("--window", type=_index_pair, metavar="A,B", help="measure JCTs of jobs A..B-1 only")
+    m.add_argument("--seed", type=int, default=0, help="seed of random streams (default: %(default)s)")
+    m.add_argument("--backend", default="highs", help="solver backend (default: %(default)s)")
+    m.add_argument("--json", metavar="FILE", dest="json_out", help="write the full result as JSON")
+    m.add_argument("--csv", metavar="FILE", dest="csv_out", help="write one row per job as CSV")
+    m.add_argument("--plot", metavar="FILE", help="write a JCT CDF and utilization plot (needs matplotlib)")
+    m.add_argument("--progress", action="store_true", help="show a progress bar (needs tqdm)")
+    m.set_defaults(run=_run_simulate)
+
+    v = commands.add_parser("serve", help="run the HTTP JSON service (solve and a shared allocation engine)",
+                            description="Serve POST /solve and the allocation engine's endpoints as JSON over HTTP "
+                                        "(see the allocopt.server module documentation) until interrupted.")
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    v.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0 picks a free one)")
+    v.add_argument("--cluster", type=_cluster_arg, metavar="JSON",
+                   help='start the engine with this cluster, e.g. \'{"v100": 4, "k80": 8}\' '
+                        '(else POST /engine configures it)')
+    v.add_argument("--policy", default="max_min_fairness", help="the engine's policy (default: %(default)s)")
+    v.add_argument("--backend", default="highs", help="the engine's backend (default: %(default)s)")
+    v.add_argument("--state", metavar="FILE",
+                   help="restore the engine from FILE if it exists (over --cluster) and save it there after "
+                        "every change")
+    v.add_argument("--max-body-bytes", type=_positive_int, default=16 * 2**20, metavar="N",
+                   help="reject request bodies larger than N bytes with 413 (default: %(default)s)")
+    v.add_argument("--quiet", action="store_true", help="do not log requests to stderr")
+    v.set_defaults(run=_run_serve)
     return parser
 
 
@@ -251,6 +320,110 @@ def _run_demo(args: argparse.Namespace) -> int:
         print(f"\nAllocation by {name} ({args.policy})")
         _print_allocation(alloc, jobs)
     return EXIT_FAILURE if failed or not allocations else 0
+
+
+# ----- allocopt run ---------------------------------------------------------------------
+def _run_jobs(args: argparse.Namespace) -> int:
+    from allocopt.runtime.devices import devices_for_cluster
+    from allocopt.runtime.local import LocalExecutor
+    from allocopt.runtime.loop import Scheduler, StateStore, load_jobs, parse_cluster
+
+    if args.executor != "local":
+        raise _UsageError("the ray executor is not available yet; use --executor local")
+    get_policy(args.policy)
+    try:
+        jobs = load_jobs(args.jobs)
+    except OSError as err:
+        raise _UsageError(f"cannot read job file {args.jobs}: {err.strerror or err}") from None
+    gpus = parse_cluster(args.cluster)
+    executor = LocalExecutor({}, devices_for_cluster(gpus), args.work_dir or f"{args.state}.d",
+                             grace_s=args.grace_s, max_retries=args.max_retries)
+    state = StateStore(args.state)
+    try:
+        with _solver_output_to_stderr():
+            scheduler = Scheduler(jobs, Cluster(gpus), executor, state, policy=args.policy,
+                                  round_seconds=args.round_seconds, out=sys.stderr)
+            report = scheduler.run(args.max_rounds)
+    finally:
+        state.close()
+    print(json.dumps(report, indent=2, default=str))
+    return EXIT_FAILURE if any(j["status"] == "failed" for j in report["jobs"].values()) else 0
+
+
+# ----- allocopt simulate ------------------------------------------------------------------
+def _counts(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"expected TYPE=N,... with integer N >= 0, got {text!r}")
+        out[key.strip()] = int(value)
+    return out
+
+
+def _index_pair(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected A,B (job indices), got {text!r}") from None
+    return a, b
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    from allocopt.mechanism import generate_workload, simulate
+    from allocopt.mechanism.workload import load_throughputs, read_gavel_trace
+
+    try:
+        table = load_throughputs(args.throughputs) if args.throughputs else ThroughputTable.gavel()
+        workload = (read_gavel_trace(args.trace, table) if args.trace else
+                    generate_workload(table, args.generate, jobs_per_hour=args.jobs_per_hour, seed=args.seed))
+    except OSError as err:
+        raise _UsageError(f"cannot read {err.filename}: {err.strerror or err}") from None
+    cluster = Cluster(args.cluster, args.gpus_per_node or 8)
+    with _solver_output_to_stderr():
+        result = simulate(workload, cluster, args.policy, throughputs=table, round_seconds=args.round_seconds,
+                          recompute_min_seconds=args.recompute_min_seconds, seed=args.seed, mode=args.mode,
+                          restart_overhead_s=args.restart_overhead_s, window=args.window, backend=args.backend,
+                          progress=args.progress)
+    for key in ("average_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "restarts_per_job",
+                "gpu_hours_per_job", "num_rounds", "solve_s_per_round"):
+        print(f"{key}: {result.metrics[key]:.6g}")
+    try:
+        if args.json_out:
+            result.to_json(args.json_out)
+        if args.csv_out:
+            result.to_csv(args.csv_out)
+        if args.plot:
+            result.plot(args.plot)
+    except OSError as err:
+        raise _UsageError(f"cannot write {err.filename}: {err.strerror or err}") from None
+    return 0
+
+
+# ----- allocopt serve ----------------------------------------------------------------------
+def _cluster_arg(text: str) -> Cluster:
+    try:
+        document = json.loads(text)
+        return Cluster.from_dict(document) if isinstance(document, dict) and "gpus" in document else Cluster(document)
+    except (json.JSONDecodeError, InvalidProblemError) as err:
+        raise argparse.ArgumentTypeError(f"expected a JSON object of GPU type to count, got {text!r}: {err}")
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from allocopt.engine import Engine
+    from allocopt.server import serve
+
+    engine = None
+    if args.state is not None and Path(args.state).exists():
+        engine = Engine.load(args.state)
+    elif args.cluster is not None:
+        engine = Engine(args.cluster, args.policy, args.backend)
+    try:
+        serve(args.host, args.port, engine, max_body_bytes=args.max_body_bytes, state_path=args.state,
+              quiet=args.quiet)
+    except OSError as err:
+        raise _UsageError(f"cannot serve on {args.host}:{args.port}: {err.strerror or err}") from None
+    return 0
 
 
 # ----- allocopt fit-profiles -------------------------------------------------------------

@@ -27,6 +27,14 @@ class InvalidProblemError(AllocoptError, ValueError):
         self.job = job
 
 
+class UnknownJobError(InvalidProblemError):
+    """The job id is not known (e.g. to an :class:`allocopt.Engine`)."""
+
+
+class DuplicateJobError(InvalidProblemError):
+    """A job with this id already exists (e.g. in an :class:`allocopt.Engine`)."""
+
+
 class InvalidOptionError(AllocoptError, ValueError):
     """An option passed to a policy, backend or command is unknown or out of range."""
 

@@ -36,7 +36,7 @@ class Lease:
     job_id : hashable
     gpu_type : str
     gpu_ids : tuple of int
-        Cluster-wide GPU ids (see :class:`GpuLayout`), ``scale_factor`` of them.
+        Cluster-wide GPU ids (see :class:`allocopt.mechanism.placement.GpuLayout`), ``scale_factor`` of them.
     max_seconds : float
         Length of the lease (the round), in seconds.
     max_steps : int or None

@@ -1,0 +1,483 @@
+"""``allocopt.Engine``: a stateful allocation engine for schedulers that embed allocopt.
+
+A scheduler keeps one Engine, tells it what changes (jobs arrive, finish or
+change; throughputs are measured; nodes join or leave) and asks for the
+current allocation whenever it needs one. The engine rebuilds the
+:class:`~allocopt.Problem` and re-solves only when something changed since
+the last :meth:`Engine.allocate`; otherwise it returns the cached allocation.
+
+Every public method takes the engine's re-entrant lock, so one engine can be
+shared by many threads (an HTTP service, a scheduler loop and a metrics
+thread). A solve holds the lock: mutations wait for it to finish.
+
+>>> import allocopt
+>>> engine = allocopt.Engine({"v100": 1, "k80": 1})
+>>> engine.add_job("a", throughputs={"v100": 40.0, "k80": 10.0})
+>>> engine.add_job("b", throughputs={"v100": 12.0, "k80": 4.0})
+>>> engine.add_job("c", throughputs={"v100": 100.0, "k80": 50.0})
+>>> round(engine.allocate().objective, 6)
+0.727273
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+import os
+import threading
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+from allocopt.allocation import Allocation
+from allocopt.api import solve
+from allocopt.backends import BACKENDS
+from allocopt.cluster import DEFAULT_GPUS_PER_NODE, Cluster
+from allocopt.errors import (DuplicateJobError, InvalidOptionError, InvalidProblemError, UnknownBackendError,
+                             UnknownJobError)
+from allocopt.formulations import get_policy
+from allocopt.problem import Problem
+
+#: ``format`` of the engine's state document (:meth:`Engine.to_json`).
+STATE_FORMAT = "allocopt-engine"
+STATE_FORMAT_VERSION = 1
+
+#: Keyword arguments of :func:`allocopt.solve` an engine passes on (``solve_options``).
+SOLVE_OPTIONS = ("time_limit_s", "mip_gap", "threads", "verbose", "solver_options", "best_effort")
+
+#: Optional per-job fields, named as in the problem JSON document (:meth:`allocopt.Problem.to_json`).
+JOB_FIELDS = ("scale_factor", "priority_weight", "num_steps_remaining", "time_since_start_s", "slo_s",
+              "time_isolated_s", "entity")
+
+# Problem's array names -> the per-job field names of the engine (and of the problem document).
+_FIELD_NAMES = {"scale_factors": "scale_factor", "priority_weights": "priority_weight", "slos": "slo_s",
+                "time_since_start": "time_since_start_s", "time_isolated": "time_isolated_s",
+                "entities": "entity"}
+
+# Capacity of every GPU type in the cluster a single job is validated against: capacity is
+# checked when allocating (a job may wait for nodes to join), not when it is added.
+_VALIDATION_CAPACITY = 2**31
+
+
+class Engine:
+    """A stateful, thread-safe allocation engine.
+
+    Parameters
+    ----------
+    cluster : Cluster or mapping of str to int
+        The GPUs of each type now (``{"v100": 4, "k80": 8}``); change it later
+        with :meth:`set_capacity`.
+    policy : str, default "max_min_fairness"
+        A policy over :class:`~allocopt.Problem` from ``allocopt.POLICIES``.
+    backend : str, default "highs"
+        Solver backend, or ``"auto"``.
+    policy_options : mapping, optional
+        Options of the policy (e.g. ``{"heterogeneity_aware": False}``); JSON values.
+    solve_options : mapping, optional
+        Other keyword arguments of :func:`allocopt.solve`: ``time_limit_s``,
+        ``mip_gap``, ``threads``, ``verbose``, ``solver_options``, ``best_effort``.
+    throughput_smoothing : float in (0, 1], default 1.0
+        Weight ``a`` of a new measurement in :meth:`observe_throughput`: the
+        first measurement of a (job, GPU type) replaces the given throughput,
+        each later one ``x`` moves it to ``(1 - a) * old + a * x``. The default
+        1.0 keeps the latest measurement.
+
+    Attributes
+    ----------
+    version : int
+        Incremented by every change of the engine's state; an allocation is
+        recomputed only when the version moved since the last one.
+
+    Raises
+    ------
+    UnknownPolicyError, UnknownBackendError, InvalidOptionError
+        For unknown names, options or a policy over another problem type.
+    InvalidProblemError
+        For a malformed cluster.
+    """
+
+    def __init__(self, cluster: Cluster | Mapping[str, int], policy: str = "max_min_fairness",
+                 backend: str = "highs", *, policy_options: Mapping[str, Any] | None = None,
+                 solve_options: Mapping[str, Any] | None = None, throughput_smoothing: float = 1.0):
+        if not isinstance(cluster, Cluster):
+            cluster = Cluster(cluster)
+        pol = get_policy(policy)
+        if pol.problem_type is not Problem:
+            raise InvalidOptionError(f"policy {policy!r} allocates an allocopt.{pol.problem_type.__name__}; "
+                                     "the Engine allocates jobs with throughputs per GPU type (allocopt.Problem)")
+        if backend != "auto" and backend not in BACKENDS:
+            raise UnknownBackendError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)} or 'auto'")
+        policy_options = dict(policy_options or {})
+        unknown = sorted(set(policy_options) - set(pol.options))
+        if unknown:
+            raise InvalidOptionError(f"policy {policy!r} has no option(s) {unknown}; its options: "
+                                     f"{', '.join(sorted(pol.options)) or 'none'}")
+        solve_options = dict(solve_options or {})
+        unknown = sorted(set(solve_options) - set(SOLVE_OPTIONS))
+        if unknown:
+            raise InvalidOptionError(f"unknown solve option(s) {unknown}; choose from {', '.join(SOLVE_OPTIONS)} "
+                                     "(policy options go in policy_options)")
+        for name, options in (("policy_options", policy_options), ("solve_options", solve_options)):
+            try:
+                json.dumps(options, allow_nan=False)
+            except (TypeError, ValueError) as err:
+                raise InvalidOptionError(f"{name} must hold JSON values (the engine saves them): {err}") from None
+        if not (isinstance(throughput_smoothing, (int, float)) and 0 < throughput_smoothing <= 1):
+            raise InvalidOptionError(f"throughput_smoothing must be in (0, 1], got {throughput_smoothing!r}")
+        self.policy = policy
+        self.backend = backend
+        self.policy_options = policy_options
+        self.solve_options = solve_options
+        self.throughput_smoothing = float(throughput_smoothing)
+        self.version = 0
+        self._lock = threading.RLock()
+        self._gpus = dict(zip(cluster.gpu_types, cluster.capacity.tolist()))
+        self._gpus_per_node = dict(zip(cluster.gpu_types, cluster.gpus_per_node.tolist()))
+        self._jobs: dict[Hashable, dict[str, Any]] = {}
+        self._measured: set[tuple[Hashable, str]] = set()
+        self._cached: tuple[int, Allocation] | None = None
+
+    # ----- state ------------------------------------------------------------------------
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster now."""
+        with self._lock:
+            return Cluster(self._gpus, self._gpus_per_node)
+
+    @property
+    def job_ids(self) -> tuple[Hashable, ...]:
+        """Job ids in the order they were added."""
+        with self._lock:
+            return tuple(self._jobs)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._jobs)
+
+    def __contains__(self, job_id: object) -> bool:
+        with self._lock:
+            return job_id in self._jobs
+
+    def get_job(self, job_id: Hashable) -> dict[str, Any]:
+        """The job as a problem-document job object: ``{"id", "throughputs", "scale_factor", ...}``.
+
+        ``throughputs`` has every GPU type of the cluster (0.0 where none was given).
+        """
+        with self._lock:
+            return self._job_document(job_id, self._entry(job_id))
+
+    # ----- jobs -------------------------------------------------------------------------
+    def add_job(self, job_id: str | int, throughputs: Mapping[str, float], scale_factor: int = 1,
+                priority_weight: float = 1.0, num_steps_remaining: float | None = None,
+                time_since_start_s: float | None = None, slo_s: float | None = None,
+                time_isolated_s: float | None = None, entity: str | int | None = None) -> None:
+        """Add a job.
+
+        Parameters
+        ----------
+        job_id : str or int
+        throughputs : mapping of str to float
+            Steps/s of the whole job on ``scale_factor`` GPUs of each type;
+            types left out count as 0 (the job cannot run there).
+        scale_factor : int, default 1
+            GPUs the job uses at once.
+        priority_weight : float, default 1.0
+        num_steps_remaining, time_since_start_s, slo_s, time_isolated_s, entity : optional
+            As in the problem document (steps, seconds, seconds from now, seconds, entity label).
+
+        Raises
+        ------
+        DuplicateJobError
+            When ``job_id`` is already in the engine.
+        InvalidProblemError
+            For a malformed value; ``field`` names it.
+        """
+        fields = {"scale_factor": scale_factor, "priority_weight": priority_weight,
+                  "num_steps_remaining": num_steps_remaining, "time_since_start_s": time_since_start_s,
+                  "slo_s": slo_s, "time_isolated_s": time_isolated_s, "entity": entity}
+        with self._lock:
+            self._check_job_id(job_id)
+            if job_id in self._jobs:
+                raise DuplicateJobError(f"job {job_id!r} is already in the engine; update it with update_job "
+                                        "or remove it first", field="job_id", job=job_id)
+            entry = {"throughputs": throughputs, **{k: v for k, v in fields.items() if v is not None}}
+            self._jobs[job_id] = self._validated(job_id, entry)
+            self._changed()
+
+    def update_job(self, job_id: Hashable, **fields: Any) -> None:
+        """Change fields of a job (the keyword arguments of :meth:`add_job` but ``job_id``).
+
+        ``throughputs`` updates the GPU types it names and keeps the others; a
+        field set to None goes back to its default (1 GPU, weight 1.0, unset).
+
+        Raises
+        ------
+        UnknownJobError
+        InvalidProblemError
+            For an unknown field or a malformed value; ``field`` names it. The job is left unchanged.
+        """
+        unknown = sorted(set(fields) - {"throughputs", *JOB_FIELDS})
+        if unknown:
+            raise InvalidProblemError(f"update_job got unknown field(s) {unknown}; known: throughputs, "
+                                      f"{', '.join(JOB_FIELDS)}", field=unknown[0])
+        with self._lock:
+            entry = dict(self._entry(job_id))
+            for name, value in fields.items():
+                if name == "throughputs":
+                    if not isinstance(value, Mapping):
+                        raise InvalidProblemError(f"throughputs of job {job_id!r} must be a mapping of GPU type "
+                                                  f"to steps/s, got {type(value).__name__}",
+                                                  field="throughputs", job=job_id)
+                    entry["throughputs"] = {**entry["throughputs"], **value}
+                elif value is None:
+                    entry.pop(name, None)
+                else:
+                    entry[name] = value
+            self._jobs[job_id] = self._validated(job_id, entry)
+            if "throughputs" in fields:
+                self._measured -= {(job_id, t) for t in fields["throughputs"]}
+            self._changed()
+
+    def remove_job(self, job_id: Hashable) -> None:
+        """Remove a job (finished or cancelled).
+
+        Raises
+        ------
+        UnknownJobError
+        """
+        with self._lock:
+            self._entry(job_id)
+            del self._jobs[job_id]
+            self._measured = {cell for cell in self._measured if cell[0] != job_id}
+            self._changed()
+
+    def observe_throughput(self, job_id: Hashable, gpu_type: str, steps_per_s: float) -> float:
+        """Record a measured throughput of a job on a GPU type; return the new estimate in steps/s.
+
+        The first measurement of the pair replaces the throughput given when the
+        job was added; later ones are smoothed (see ``throughput_smoothing``).
+
+        Raises
+        ------
+        UnknownJobError
+        InvalidProblemError
+            For an unknown GPU type or a negative or non-finite value.
+        """
+        with self._lock:
+            entry = self._entry(job_id)
+            self._check_gpu_type(gpu_type)
+            value = _finite_non_negative(steps_per_s, "steps_per_s", job_id)
+            if (job_id, gpu_type) in self._measured:
+                old = float(entry["throughputs"].get(gpu_type, 0.0))
+                value = (1 - self.throughput_smoothing) * old + self.throughput_smoothing * value
+            updated = {**entry, "throughputs": {**entry["throughputs"], gpu_type: value}}
+            self._jobs[job_id] = self._validated(job_id, updated)
+            self._measured.add((job_id, gpu_type))
+            self._changed()
+            return value
+
+    # ----- cluster ----------------------------------------------------------------------
+    def set_capacity(self, gpu_type: str, count: int, *, gpus_per_node: int | None = None) -> None:
+        """Set the number of GPUs of a type (nodes joined or left); a new type is added.
+
+        Jobs have throughput 0 on a new type until :meth:`update_job` or
+        :meth:`observe_throughput` gives one. Jobs that no longer fit anywhere
+        stay in the engine and get no allocation until capacity returns (see
+        :meth:`allocate`).
+
+        Parameters
+        ----------
+        gpu_type : str
+        count : int
+            GPUs of the type, >= 0.
+        gpus_per_node : int, optional
+            GPUs per server of the type; default: unchanged, or 8 for a new type.
+
+        Raises
+        ------
+        InvalidProblemError
+            For a negative or non-integer count, or an empty type name.
+        """
+        if not isinstance(gpu_type, str) or not gpu_type:
+            raise InvalidProblemError(f"gpu_type must be a non-empty string, got {gpu_type!r}", field="gpu_type")
+        with self._lock:
+            per_node = self._gpus_per_node.get(gpu_type, DEFAULT_GPUS_PER_NODE)
+            cluster = Cluster({**self._gpus, gpu_type: count},
+                              {**self._gpus_per_node, gpu_type: per_node if gpus_per_node is None else gpus_per_node})
+            self._gpus = dict(zip(cluster.gpu_types, cluster.capacity.tolist()))
+            self._gpus_per_node = dict(zip(cluster.gpu_types, cluster.gpus_per_node.tolist()))
+            self._changed()
+
+    # ----- allocation -------------------------------------------------------------------
+    def problem(self) -> tuple[Problem, tuple[Hashable, ...]]:
+        """The problem :meth:`allocate` solves now, and the jobs left out of it.
+
+        Jobs left out cannot run on the cluster now: no GPU type with positive
+        throughput has at least their ``scale_factor`` GPUs.
+        """
+        with self._lock:
+            jobs, waiting = [], []
+            for job_id, entry in self._jobs.items():
+                scale = int(entry.get("scale_factor", 1))
+                fits = any(self._gpus[t] >= scale and tput > 0 for t, tput in entry["throughputs"].items())
+                (jobs if fits else waiting).append(self._job_document(job_id, entry))
+            cluster = {"gpus": self._gpus, "gpus_per_node": self._gpus_per_node}
+            return Problem.from_json({"cluster": cluster, "jobs": jobs}), tuple(d["id"] for d in waiting)
+
+    def allocate(self) -> Allocation:
+        """The allocation of the current state, solved again only if the state changed.
+
+        Jobs that cannot run on the cluster now are left out of the
+        allocation's problem and listed in ``allocation.extras["waiting_jobs"]``;
+        ``allocation.extras["engine_version"]`` is the :attr:`version` it was computed at.
+
+        Raises
+        ------
+        InvalidProblemError
+            When the jobs together do not form a valid problem (e.g. some jobs
+            give ``num_steps_remaining`` and others not).
+        NotOptimalError, SolverError, ...
+            As :func:`allocopt.solve`; nothing is cached then.
+        """
+        with self._lock:
+            if self._cached is not None and self._cached[0] == self.version:
+                return self._cached[1]
+            problem, waiting = self.problem()
+            allocation = solve(problem, self.policy, backend=self.backend, **self.solve_options,
+                               **self.policy_options)
+            allocation = dataclasses.replace(allocation, extras={**allocation.extras, "waiting_jobs": list(waiting),
+                                                                 "engine_version": self.version})
+            self._cached = (self.version, allocation)
+            return allocation
+
+    # ----- persistence ------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The engine's state as a JSON document; its ``cluster`` and ``jobs`` form a problem document."""
+        with self._lock:
+            return {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "version": self.version,
+                    "policy": self.policy, "backend": self.backend, "policy_options": self.policy_options,
+                    "solve_options": self.solve_options, "throughput_smoothing": self.throughput_smoothing,
+                    "cluster": {"gpus": dict(self._gpus), "gpus_per_node": dict(self._gpus_per_node)},
+                    "jobs": [self._job_document(j, e) for j, e in self._jobs.items()],
+                    "measured": [[j, t] for j, t in sorted(self._measured, key=repr)]}
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> Engine:
+        """An engine in the state of ``document`` (as written by :meth:`to_json`).
+
+        Raises
+        ------
+        InvalidProblemError
+            For a document of another format or with malformed content.
+        """
+        if not isinstance(document, Mapping) or document.get("format") != STATE_FORMAT:
+            raise InvalidProblemError(f"not an engine state document: 'format' must be {STATE_FORMAT!r}",
+                                      field="format")
+        if document.get("format_version") != STATE_FORMAT_VERSION:
+            raise InvalidProblemError(f"unsupported engine state format_version {document.get('format_version')!r}; "
+                                      f"this allocopt reads {STATE_FORMAT_VERSION}", field="format_version")
+        jobs, measured = document.get("jobs", []), document.get("measured", [])
+        if not isinstance(jobs, list) or not all(isinstance(j, Mapping) and "id" in j for j in jobs):
+            raise InvalidProblemError("'jobs' must be a list of job objects with an 'id'", field="jobs")
+        engine = cls(Cluster.from_dict(document.get("cluster")), document.get("policy", "max_min_fairness"),
+                     document.get("backend", "highs"), policy_options=document.get("policy_options"),
+                     solve_options=document.get("solve_options"),
+                     throughput_smoothing=document.get("throughput_smoothing", 1.0))
+        for k, job in enumerate(jobs):
+            unknown = sorted(set(job) - {"id", "throughputs", *JOB_FIELDS})
+            if unknown or "throughputs" not in job:
+                raise InvalidProblemError(f"jobs[{k}] must have 'id' and 'throughputs' and no field(s) other than "
+                                          f"{', '.join(JOB_FIELDS)}; got {sorted(job)}", field=f"jobs[{k}]")
+            engine.add_job(job["id"], **{key: v for key, v in job.items() if key != "id"})
+        for cell in measured:
+            if not (isinstance(cell, list) and len(cell) == 2 and cell[0] in engine._jobs
+                    and cell[1] in engine._gpus):
+                raise InvalidProblemError(f"'measured' entry {cell!r} must be [job_id, gpu_type] of a known job "
+                                          "and type", field="measured")
+            engine._measured.add((cell[0], cell[1]))
+        version = document.get("version", engine.version)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise InvalidProblemError(f"'version' must be a non-negative integer, got {version!r}", field="version")
+        engine.version = version
+        return engine
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the state to ``path`` as JSON (atomically: a reader never sees a partial file)."""
+        text = json.dumps(self.to_json(), indent=1) + "\n"
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Engine:
+        """An engine in the state saved at ``path`` by :meth:`save`."""
+        try:
+            document = json.loads(Path(path).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise InvalidProblemError(f"{path}: invalid JSON at line {err.lineno}: {err.msg}",
+                                      field="document") from None
+        return cls.from_json(document)
+
+    def __repr__(self) -> str:
+        with self._lock:
+            gpus = ", ".join(f"{t}={c}" for t, c in self._gpus.items())
+            return (f"Engine(policy={self.policy!r}, backend={self.backend!r}, n_jobs={len(self._jobs)}, "
+                    f"gpus=({gpus}), version={self.version})")
+
+    # ----- helpers ------------------------------------------------------------------------
+    def _changed(self) -> None:
+        self.version += 1
+
+    def _entry(self, job_id: Hashable) -> dict[str, Any]:
+        try:
+            return self._jobs[job_id]
+        except (KeyError, TypeError):
+            raise UnknownJobError(f"unknown job {job_id!r}; the engine has {len(self._jobs)} job(s)",
+                                  field="job_id", job=job_id) from None
+
+    def _check_gpu_type(self, gpu_type: Any) -> None:
+        if gpu_type not in self._gpus:
+            raise InvalidProblemError(f"unknown GPU type {gpu_type!r}; the cluster's types are "
+                                      f"{list(self._gpus)} (add one with set_capacity)", field="gpu_type")
+
+    @staticmethod
+    def _check_job_id(job_id: Any) -> None:
+        if isinstance(job_id, bool) or not isinstance(job_id, (str, int)):
+            raise InvalidProblemError(f"job id {job_id!r} must be a string or an integer", field="job_id")
+
+    def _job_document(self, job_id: Hashable, entry: Mapping[str, Any]) -> dict[str, Any]:
+        tput = entry["throughputs"]
+        return {"id": job_id, **entry, "throughputs": {t: float(tput.get(t, 0.0)) for t in self._gpus}}
+
+    def _validated(self, job_id: Hashable, entry: dict[str, Any]) -> dict[str, Any]:
+        """``entry`` with plain-float throughputs, after Problem's validation of the job alone."""
+        tput = entry["throughputs"]
+        if not isinstance(tput, Mapping):
+            raise InvalidProblemError(f"throughputs of job {job_id!r} must be a mapping of GPU type to steps/s, "
+                                      f"got {type(tput).__name__}", field="throughputs", job=job_id)
+        for gpu_type in tput:
+            self._check_gpu_type(gpu_type)
+        values = {t: _finite_non_negative(v, f"throughputs.{t}", job_id) for t, v in tput.items()}
+        for name in JOB_FIELDS:
+            value, kind = entry.get(name), (str, int) if name == "entity" else numbers.Real
+            if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+                expected = "a string or an integer" if name == "entity" else "a number"
+                raise InvalidProblemError(f"{name} of job {job_id!r} must be {expected}, got {value!r}",
+                                          field=name, job=job_id)
+        entry = {**entry, "throughputs": values}
+        cluster = {"gpus": {t: _VALIDATION_CAPACITY for t in self._gpus}}
+        try:
+            Problem.from_json({"cluster": cluster, "jobs": [self._job_document(job_id, entry)]})
+        except InvalidProblemError as err:
+            raise InvalidProblemError(str(err), field=_FIELD_NAMES.get(err.field, err.field), job=job_id) from None
+        return entry
+
+
+def _finite_non_negative(value: Any, name: str, job_id: Hashable) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise InvalidProblemError(f"{name} of job {job_id!r} is {value!r}; give finite steps/s >= 0",
+                                  field=name, job=job_id)
+    return float(value)

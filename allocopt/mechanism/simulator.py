@@ -1,0 +1,491 @@
+"""Trace-driven simulation of a scheduling policy on a GPU cluster.
+
+The loop is the one a real deployment runs: jobs arrive, a :class:`RoundPlanner`
+turns the current jobs into a :class:`~allocopt.runtime.executor.RoundPlan`,
+an :class:`~allocopt.runtime.executor.Executor` runs it (here the
+:class:`~allocopt.runtime.simulated.SimulatedExecutor`, in simulated time),
+and the results update each job's progress. :class:`PriorityPlanner` is
+Gavel's planner (recompute the allocation with :func:`allocopt.solve` when jobs
+arrive or leave, at most every ``recompute_min_seconds``; priorities;
+placement). Another planner (e.g. Sia-style configuration rounds) plugs in by
+implementing :class:`RoundPlanner`. ``mode="ideal"`` applies the fractional
+allocation directly, without rounds, to measure the mechanism's overhead.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any, Protocol
+
+import numpy as np
+
+from allocopt.api import solve
+from allocopt.cluster import Cluster
+from allocopt.errors import AllocoptError, InvalidOptionError
+from allocopt.formulations import POLICIES
+from allocopt.mechanism.placement import GpuLayout, place
+from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
+from allocopt.mechanism.workload import Workload, read_gavel_trace
+from allocopt.problem import Problem
+from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
+from allocopt.runtime.simulated import SimulatedExecutor
+from allocopt.throughput.table import ThroughputTable
+
+
+class SimulationError(AllocoptError, RuntimeError):
+    """The simulation cannot make progress (e.g. jobs no planner ever schedules)."""
+
+
+def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any], bool]:
+    """An allocopt or Gavel policy name -> (allocopt policy, options, heterogeneity-agnostic).
+
+    Gavel names map through :data:`allocopt.adapters.gavel.POLICY_NAMES`; like
+    Gavel, their types are visited in random order unless the name contains
+    ``perf`` or ``packed``. A name of both (``max_min_fairness``, ``isolated``,
+    ``fifo``, ...) is allocopt's; prefix ``gavel:`` for Gavel's meaning
+    (``gavel:max_min_fairness`` is heterogeneity-agnostic). An allocopt policy
+    is agnostic when its ``heterogeneity_aware`` option is False.
+    """
+    from allocopt.adapters.gavel import POLICY_NAMES
+
+    extra = dict(options or {})
+    gavel_name = name.removeprefix("gavel:")
+    if name in POLICIES and gavel_name == name:
+        merged = {**POLICIES[name].options, **extra}
+        policy, agnostic = name, merged.get("heterogeneity_aware", True) is False
+    elif gavel_name in POLICY_NAMES:
+        policy, _, gavel_options = POLICY_NAMES[gavel_name]
+        merged = {**POLICIES[policy].options, **gavel_options, **extra}
+        extra = {**gavel_options, **extra}
+        agnostic = "perf" not in gavel_name and "packed" not in gavel_name
+    else:
+        raise InvalidOptionError(f"unknown policy {name!r}; allocopt policies: {', '.join(sorted(POLICIES))}; "
+                                 f"Gavel names: {', '.join(sorted(POLICY_NAMES))}")
+    if merged.get("space_sharing"):
+        raise InvalidOptionError(f"policy {name!r} uses space sharing, which the simulator does not run yet; "
+                                 "pick the policy without space sharing")
+    if POLICIES[policy].problem_type is not Problem:
+        raise InvalidOptionError(f"policy {name!r} allocates configurations, not time fractions; the "
+                                 "priority-round simulator needs a policy over an allocopt.Problem")
+    return policy, extra, agnostic
+
+
+class SimulationState:
+    """Jobs of a simulation (rows in arrival order) and their progress.
+
+    Attributes
+    ----------
+    workload : Workload
+    cluster : Cluster
+    throughputs : ndarray of shape (n_jobs, n_gpu_types)
+        Steps/s of each job on each type.
+    remaining_steps : ndarray of int of shape (n_jobs,)
+    active : ndarray of bool of shape (n_jobs,)
+        Arrived and not finished.
+    changed : bool
+        Jobs arrived or left since the planner last looked.
+    """
+
+    def __init__(self, workload: Workload, cluster: Cluster, throughputs: np.ndarray):
+        self.workload = workload
+        self.cluster = cluster
+        self.throughputs = throughputs
+        self.remaining_steps = workload.total_steps.astype(np.int64).copy()
+        self.active = np.zeros(workload.num_jobs, dtype=bool)
+        self.changed = False
+
+    def active_rows(self) -> np.ndarray:
+        return np.flatnonzero(self.active)
+
+    def problem(self, rows: np.ndarray, now_s: float, policy: str) -> Problem:
+        """The allocation problem of ``rows`` at ``now_s`` (steps remaining, time since arrival)."""
+        since = now_s - self.workload.arrival_s[rows]
+        return Problem(self.throughputs[rows], self.cluster, job_ids=rows.tolist(),
+                       scale_factors=self.workload.scale_factors[rows],
+                       priority_weights=self.workload.priority_weights[rows],
+                       num_steps_remaining=self.remaining_steps[rows], time_since_start=since,
+                       time_isolated=since if policy == "finish_time_fairness" else None)
+
+
+class RoundPlanner(Protocol):
+    """What decides each round: the seam between the simulator loop and a scheduling mechanism.
+
+    ``plan`` sees the state (active jobs, remaining steps) and returns the
+    leases of the round starting at ``now_s``; ``observe`` receives what the
+    executor did. ``solve_seconds`` lists the wall-clock seconds of every
+    allocation computed so far (for the metrics).
+    """
+
+    solve_seconds: list[float]
+
+    def plan(self, state: SimulationState, now_s: float, round_index: int) -> RoundPlan: ...
+
+    def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None: ...
+
+
+class PriorityPlanner:
+    """Gavel's planner: allocation by :func:`allocopt.solve`, priorities, greedy selection, placement.
+
+    Parameters
+    ----------
+    state : SimulationState
+    policy : str
+        allocopt policy name.
+    policy_options : mapping
+        Options passed to :func:`allocopt.solve`.
+    options : MechanismOptions
+    backend : str, default "highs"
+    """
+
+    def __init__(self, state: SimulationState, policy: str, policy_options: Mapping[str, Any],
+                 options: MechanismOptions, backend: str = "highs"):
+        self.policy, self.policy_options, self.backend = policy, dict(policy_options), backend
+        self.options = options
+        cluster = state.cluster
+        self.mechanism = PriorityMechanism(state.throughputs, state.workload.scale_factors, cluster.capacity,
+                                           cluster.gpu_types, options)
+        self.layout = GpuLayout(cluster)
+        self.solve_seconds: list[float] = []
+        self._known = np.zeros(state.workload.num_jobs, dtype=bool)
+        self._previous: dict[Hashable, tuple[int, ...]] = {}
+
+    def plan(self, state: SimulationState, now_s: float, round_index: int) -> RoundPlan:
+        known_now = state.active
+        arrived = np.flatnonzero(known_now & ~self._known)
+        left = np.flatnonzero(~known_now & self._known)
+        self.mechanism.add_jobs(arrived)
+        self.mechanism.remove_jobs(left)
+        self._known = known_now.copy()
+        rows = state.active_rows()
+        if state.changed and rows.size and self.mechanism.recompute_due(now_s):
+            started = time.perf_counter()
+            allocation = solve(state.problem(rows, now_s, self.policy), self.policy, backend=self.backend,
+                               **self.policy_options)
+            self.solve_seconds.append(time.perf_counter() - started)
+            self.mechanism.reset(now_s, rows, allocation.matrix)
+            state.changed = False
+        chosen = self.mechanism.select(rows)
+        run = chosen >= 0
+        jobs, types = rows[run], chosen[run]
+        placements = place(self.layout, jobs.tolist(), types, state.workload.scale_factors[jobs], self._previous)
+        names = state.cluster.gpu_types
+        leases = tuple(Lease(int(job), names[t], p.gpu_ids, self.options.round_seconds,
+                             max_steps=int(state.remaining_steps[job]), extended=p.extended)
+                       for job, t, p in zip(jobs.tolist(), types.tolist(), placements))
+        running = set(jobs.tolist())
+        stop = tuple(job for job in self._previous if job not in running)
+        self._previous = {lease.job_id: lease.gpu_ids for lease in leases}
+        return RoundPlan(round_index, now_s, self.options.round_seconds, leases, stop)
+
+    def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
+        if not results:
+            return
+        type_of = {lease.job_id: self.layout.cluster.gpu_types.index(lease.gpu_type) for lease in plan.leases}
+        jobs = np.fromiter((r.job_id for r in results), dtype=np.int64, count=len(results))
+        types = np.fromiter((type_of[r.job_id] for r in results), dtype=np.int64, count=len(results))
+        self.mechanism.record(jobs, types, np.array([r.run_seconds for r in results]))
+
+
+@dataclass
+class SimulationResult:
+    """Outcome of :func:`simulate`.
+
+    Attributes
+    ----------
+    metrics : dict
+        ``average_jct_s``, ``median_jct_s``, ``p99_jct_s`` (over the measurement
+        window), ``makespan_s``, ``utilization`` (busy GPU-seconds over GPUs x
+        makespan), ``restarts_per_job``, ``gpu_hours_per_job``, ``num_rounds``,
+        ``num_solves``, ``solve_s_per_round`` (mean solve wall-clock seconds per
+        round), ``solve_s_total``, ``wall_s`` (the simulation's own wall-clock
+        seconds), ``num_jobs`` and ``window`` (first and last job index measured).
+    jobs : dict of str to ndarray
+        Per job, in arrival order: ``model``, ``scale_factor``, ``arrival_s``,
+        ``finish_s``, ``jct_s``, ``gpu_hours``, ``restarts``.
+    rounds : dict of str to ndarray
+        Per round: ``start_s``, ``end_s``, ``busy_gpus`` (GPUs leased).
+    config : dict
+        Policy, mode, cluster, round length, seed, workload source.
+    """
+
+    metrics: dict[str, Any]
+    jobs: dict[str, np.ndarray]
+    rounds: dict[str, np.ndarray]
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: metrics, config, per-job and per-round lists."""
+        def plain(a: np.ndarray) -> list:
+            return a.tolist()
+
+        return {"metrics": self.metrics, "config": self.config,
+                "jobs": {k: plain(v) for k, v in self.jobs.items()},
+                "rounds": {k: plain(v) for k, v in self.rounds.items()}}
+
+    def to_json(self, path: str | PathLike[str]) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=1)
+            fh.write("\n")
+
+    def to_csv(self, path: str | PathLike[str]) -> None:
+        """One row per job: index and the ``jobs`` columns."""
+        names = list(self.jobs)
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["job", *names])
+            for k, row in enumerate(zip(*(self.jobs[n].tolist() for n in names))):
+                writer.writerow([k, *row])
+
+    def plot(self, path: str | PathLike[str]) -> None:
+        """JCT CDF and busy GPUs over time, to an image file (needs matplotlib: the ``plot`` extra)."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            from allocopt.errors import BackendNotInstalledError
+
+            raise BackendNotInstalledError("plotting needs matplotlib: pip install 'allocopt[plot]'") from None
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        jct = np.sort(self.jobs["jct_s"]) / 3600
+        left.plot(jct, np.arange(1, jct.size + 1) / max(jct.size, 1))
+        left.set(xlabel="JCT (hours)", ylabel="fraction of jobs", title="JCT CDF")
+        right.step(self.rounds["start_s"] / 3600, self.rounds["busy_gpus"], where="post")
+        right.set(xlabel="time (hours)", ylabel="GPUs busy", title="utilization")
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+
+
+def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mapping[str, int],
+             policy: str = "max_min_fairness_perf", *, throughputs: ThroughputTable | None = None,
+             round_seconds: float = 360.0, recompute_min_seconds: float = 1920.0,
+             initial_received_rounds: float = 0.5, type_order: str | Sequence[str] | None = None,
+             seed: int = 0, mode: str = "mechanism", restart_overhead_s: float = 0.0,
+             window: tuple[int, int] | None = None, backend: str = "highs",
+             policy_options: Mapping[str, Any] | None = None, executor: Executor | None = None,
+             planner: RoundPlanner | None = None, progress: bool = False) -> SimulationResult:
+    """Simulate ``policy`` on ``cluster`` running ``workload``.
+
+    Parameters
+    ----------
+    workload : Workload or path
+        Jobs (:func:`~allocopt.mechanism.workload.generate_workload`), or a
+        Gavel trace file.
+    cluster : Cluster or mapping of str to int
+        ``{"v100": 36, ...}`` (8 GPUs per server) or a Cluster.
+    policy : str, default "max_min_fairness_perf"
+        An allocopt policy name or a Gavel policy name.
+    throughputs : ThroughputTable, optional
+        Default: Gavel's measurements (:meth:`ThroughputTable.gavel`).
+    round_seconds : float, default 360
+    recompute_min_seconds : float, default 1920
+        Minimum seconds between allocation recomputes.
+    initial_received_rounds : float, default 0.5
+        Rounds each received-time counter starts at.
+    type_order : {"fastest_first", "random"} or list of str, optional
+        Default: random for heterogeneity-agnostic policies, else fastest first.
+    seed : int, default 0
+        Seed of the random type order.
+    mode : {"mechanism", "ideal"}, default "mechanism"
+        ``ideal``: every job progresses continuously at its allocated rate
+        (allocation recomputed at every arrival and departure), no rounds.
+    restart_overhead_s : float, default 0
+        Seconds lost by a job at each lease that does not keep its GPUs.
+    window : (int, int), optional
+        Measure the JCT metrics over jobs ``a .. b - 1`` (arrival order) only.
+    backend : str, default "highs"
+    policy_options : mapping, optional
+        Extra options of the policy.
+    executor : Executor, optional
+        Default: a :class:`SimulatedExecutor` over the table's throughputs.
+    planner : RoundPlanner, optional
+        Default: :class:`PriorityPlanner` (Gavel's mechanism).
+    progress : bool, default False
+        Show a progress bar (needs tqdm).
+
+    Returns
+    -------
+    SimulationResult
+
+    Raises
+    ------
+    TraceError
+        Malformed trace, unknown model, or a job no GPU type can run.
+    InvalidOptionError
+        Unknown policy or out-of-range options.
+    """
+    wall = time.perf_counter()
+    table = throughputs if throughputs is not None else ThroughputTable.gavel()
+    if not isinstance(cluster, Cluster):
+        cluster = Cluster(dict(cluster))
+    if not isinstance(workload, Workload):
+        workload = read_gavel_trace(workload, table)
+    name, options, agnostic = resolve_policy(policy, policy_options)
+    if mode not in ("mechanism", "ideal"):
+        raise InvalidOptionError(f"mode must be 'mechanism' or 'ideal', got {mode!r}")
+    T = workload.throughputs(table, cluster.gpu_types)
+    workload.check_fits(T, cluster)
+    state = SimulationState(workload, cluster, T)
+    mech = MechanismOptions(round_seconds, recompute_min_seconds, initial_received_rounds,
+                            type_order or ("random" if agnostic else "fastest_first"), seed)
+    bar = _progress(workload.num_jobs, progress)
+    if mode == "ideal":
+        finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
+    else:
+        if executor is None:
+            executor = SimulatedExecutor(lambda job, gpu_type, _n: float(T[job, cluster.index(gpu_type)]),
+                                         restart_overhead_s=restart_overhead_s)
+        planner = planner or PriorityPlanner(state, name, options, mech, backend)
+        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar)
+        solve_s = planner.solve_seconds
+    if bar is not None:
+        bar.close()
+    jct = finish - workload.arrival_s
+    a, b = window if window is not None else (0, workload.num_jobs)
+    if not 0 <= a < b <= workload.num_jobs:
+        raise InvalidOptionError(f"window {window} must satisfy 0 <= a < b <= {workload.num_jobs} (jobs)")
+    measured = jct[a:b]
+    makespan = float(finish.max())
+    num_rounds = len(rounds["start_s"])
+    metrics = {
+        "average_jct_s": float(measured.mean()), "median_jct_s": float(np.median(measured)),
+        "p99_jct_s": float(np.percentile(measured, 99)), "makespan_s": makespan,
+        "utilization": float(busy_gpu_s / (cluster.capacity.sum() * makespan)) if makespan > 0 else 0.0,
+        "restarts_per_job": float(np.maximum(starts[a:b] - 1, 0).mean()),
+        "gpu_hours_per_job": float(gpu_s[a:b].mean() / 3600),
+        "num_rounds": num_rounds, "num_solves": len(solve_s),
+        "solve_s_per_round": float(sum(solve_s) / max(num_rounds, 1)), "solve_s_total": float(sum(solve_s)),
+        "wall_s": time.perf_counter() - wall, "num_jobs": workload.num_jobs, "window": [a, b],
+    }
+    jobs = {"model": np.array(workload.models, dtype=object), "scale_factor": workload.scale_factors,
+            "arrival_s": workload.arrival_s, "finish_s": finish, "jct_s": jct, "gpu_hours": gpu_s / 3600,
+            "restarts": np.maximum(starts - 1, 0)}
+    config = {"policy": policy, "allocopt_policy": name, "policy_options": options, "mode": mode,
+              "cluster": cluster.to_dict(), "round_seconds": round_seconds,
+              "recompute_min_seconds": recompute_min_seconds, "type_order": mech.type_order
+              if isinstance(mech.type_order, str) else list(mech.type_order), "seed": seed,
+              "restart_overhead_s": restart_overhead_s, "workload": workload.source}
+    return SimulationResult(metrics, jobs, {k: np.asarray(v) for k, v in rounds.items()}, config)
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="job")
+
+
+def _admit(state: SimulationState, next_job: int, now_s: float) -> int:
+    """Activate the jobs that arrived by ``now_s``; the index of the next one to arrive."""
+    arrival = state.workload.arrival_s
+    end = int(np.searchsorted(arrival, now_s, side="right"))
+    if end > next_job:
+        state.active[next_job:end] = True
+        state.changed = True
+    return max(end, next_job)
+
+
+def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executor,
+                bar: Any) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list]]:
+    wl = state.workload
+    n = wl.num_jobs
+    finish = np.full(n, np.nan)
+    gpu_s = np.zeros(n)
+    starts = np.zeros(n, dtype=np.int64)
+    rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": []}
+    busy_gpu_s, now, next_job, done, index = 0.0, 0.0, 0, 0, 0
+    while done < n:
+        if not state.active.any():
+            now = max(now, float(wl.arrival_s[next_job]))
+        next_job = _admit(state, next_job, now)
+        plan = planner.plan(state, now, index)
+        if not plan.leases:
+            if next_job >= n:
+                stuck = state.active_rows()[:5].tolist()
+                raise SimulationError(f"no job can be scheduled and none will arrive; stuck jobs {stuck}")
+            now = float(wl.arrival_s[next_job])
+            continue
+        results = executor.run_round(plan)
+        planner.observe(plan, results)
+        jobs = np.fromiter((r.job_id for r in results), dtype=np.int64, count=len(results))
+        num_gpus = {lease.job_id: len(lease.gpu_ids) for lease in plan.leases}
+        width = np.array([num_gpus[r.job_id] for r in results], dtype=np.int64)
+        seconds = np.array([r.run_seconds for r in results])
+        state.remaining_steps[jobs] -= np.array([r.steps for r in results], dtype=np.int64)
+        gpu_s[jobs] += width * seconds
+        starts[jobs] += np.array([r.restarted for r in results], dtype=np.int64)
+        busy_gpu_s += float((width * seconds).sum())
+        completed = np.array([r.outcome is RoundOutcome.COMPLETED for r in results])
+        failed = [r for r in results if r.outcome is RoundOutcome.FAILED]
+        if failed:
+            raise SimulationError(f"job {failed[0].job_id} failed: {failed[0].message}")
+        if completed.any():
+            finish[jobs[completed]] = plan.start_s + seconds[completed]
+            state.active[jobs[completed]] = False
+            state.changed = True
+            done += int(completed.sum())
+            if bar is not None:
+                bar.update(int(completed.sum()))
+        now = executor.now()
+        rounds["start_s"].append(plan.start_s)
+        rounds["end_s"].append(now)
+        rounds["busy_gpus"].append(int(width.sum()))
+        index += 1
+    return finish, busy_gpu_s, gpu_s, starts, rounds
+
+
+def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], backend: str,
+               bar: Any) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list], list[float]]:
+    """Continuous progress at the allocated rates; a new allocation at every arrival and departure."""
+    wl = state.workload
+    n = wl.num_jobs
+    finish = np.full(n, np.nan)
+    gpu_s = np.zeros(n)
+    remaining = wl.total_steps.astype(np.float64)
+    rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": []}
+    solve_s: list[float] = []
+    busy_gpu_s, now, next_job, done = 0.0, 0.0, 0, 0
+    while done < n:
+        if not state.active.any():
+            now = max(now, float(wl.arrival_s[next_job]))
+        next_job = _admit(state, next_job, now)
+        rows = state.active_rows()
+        state.remaining_steps[rows] = np.ceil(remaining[rows]).astype(np.int64)
+        started = time.perf_counter()
+        X = solve(state.problem(rows, now, policy), policy, backend=backend, **options).matrix
+        solve_s.append(time.perf_counter() - started)
+        rate = (X * state.throughputs[rows]).sum(axis=1)
+        to_finish = np.divide(remaining[rows], rate, out=np.full(rows.size, np.inf), where=rate > 0)
+        next_arrival = float(wl.arrival_s[next_job]) if next_job < n else np.inf
+        dt = min(float(to_finish.min()), next_arrival - now)
+        if not np.isfinite(dt):
+            raise SimulationError(f"no job can progress and none will arrive; stuck jobs {rows[:5].tolist()}")
+        gpus = X.sum(axis=1) * wl.scale_factors[rows]
+        remaining[rows] -= rate * dt
+        gpu_s[rows] += gpus * dt
+        busy_gpu_s += float(gpus.sum() * dt)
+        rounds["start_s"].append(now)
+        now += dt
+        rounds["end_s"].append(now)
+        rounds["busy_gpus"].append(float(gpus.sum()))
+        ended = rows[to_finish <= dt * (1 + 1e-12)]
+        finish[ended] = now
+        state.active[ended] = False
+        done += ended.size
+        if bar is not None:
+            bar.update(ended.size)
+    return finish, busy_gpu_s, gpu_s, np.ones(n, dtype=np.int64), rounds, solve_s
+
+
+__all__ = ["PriorityPlanner", "RoundPlanner", "SimulationError", "SimulationResult", "SimulationState",
+           "resolve_policy", "simulate"]

@@ -1,0 +1,239 @@
+"""Workloads for the simulator: Gavel traces and synthetic Poisson workloads."""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from os import PathLike
+
+import numpy as np
+
+from allocopt.cluster import Cluster
+from allocopt.errors import InvalidProblemError
+from allocopt.throughput.table import DEFAULT_SCALE_FACTOR_PROBS, ThroughputTable
+
+#: Columns of a Gavel trace line (tab-separated).
+TRACE_COLUMNS: tuple[str, ...] = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir",
+                                  "total_steps", "scale_factor", "priority_weight", "SLO", "arrival_time")
+
+
+class TraceError(InvalidProblemError):
+    """A workload trace is malformed; the message starts with ``path:line:``.
+
+    ``line`` is the 1-based line number (None when the problem is not one line's).
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, field: str | None = None):
+        super().__init__(message, field=field)
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Jobs to simulate, in arrival order.
+
+    Attributes
+    ----------
+    models : tuple of str
+    scale_factors : ndarray of int of shape (n_jobs,)
+        GPUs each job uses.
+    total_steps : ndarray of int of shape (n_jobs,)
+        Training steps of each job.
+    arrival_s : ndarray of shape (n_jobs,)
+        Arrival times, seconds, non-decreasing.
+    priority_weights : ndarray of shape (n_jobs,)
+    source : str
+        Where the jobs came from (a path, or a description of the generator).
+    lines : ndarray of int of shape (n_jobs,)
+        Line of each job in ``source`` (0 for generated jobs), for error messages.
+    """
+
+    models: tuple[str, ...]
+    scale_factors: np.ndarray
+    total_steps: np.ndarray
+    arrival_s: np.ndarray
+    priority_weights: np.ndarray
+    source: str = ""
+    lines: np.ndarray | None = None
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.models)
+
+    def jobs(self) -> list[tuple[str, int]]:
+        """``(model, scale_factor)`` of each job."""
+        return list(zip(self.models, self.scale_factors.tolist()))
+
+    def throughputs(self, table: ThroughputTable, gpu_types: Sequence[str]) -> np.ndarray:
+        """Steps/s of each job on each of ``gpu_types``, shape (n_jobs, n_types)."""
+        rows = []
+        for k, (model, scale) in enumerate(self.jobs()):
+            try:
+                rows.append(table.row(model, scale, gpu_types))
+            except InvalidProblemError as err:
+                raise TraceError(f"{self._where(k)}: {err}", line=self._line(k), field="job_type") from None
+        return np.array(rows, dtype=np.float64).reshape(self.num_jobs, len(gpu_types))
+
+    def check_fits(self, throughputs: np.ndarray, cluster: Cluster) -> None:
+        """Raise a :class:`TraceError` naming the first job no GPU type of ``cluster`` can run."""
+        fits = ((throughputs > 0) & (self.scale_factors[:, None] <= cluster.capacity[None, :])).any(axis=1)
+        if not fits.all():
+            k = int(np.argmin(fits))
+            raise TraceError(f"{self._where(k)}: job {k} ({self.models[k]!r}, scale_factor "
+                             f"{self.scale_factors[k]}) fits no GPU type of {cluster}: it needs "
+                             f"{self.scale_factors[k]} GPUs of a type on which it has positive throughput",
+                             line=self._line(k), field="scale_factor")
+
+    def _line(self, k: int) -> int | None:
+        return int(self.lines[k]) if self.lines is not None and self.lines[k] > 0 else None
+
+    def _where(self, k: int) -> str:
+        line = self._line(k)
+        return f"{self.source}:{line}" if line else f"{self.source} job {k}"
+
+
+def shipped_trace(name: str) -> str:
+    """Path of a Gavel trace shipped with allocopt (``artifact_evaluation``, ``small_test``, ...)."""
+    path = resources.files("allocopt") / "data" / "gavel_traces" / f"{name}.trace"
+    if not path.is_file():
+        raise TraceError(f"no shipped trace {name!r}; see allocopt/data/gavel_traces/")
+    return str(path)
+
+
+def read_gavel_trace(path: str | PathLike[str], table: ThroughputTable | None = None) -> Workload:
+    """Read a Gavel trace: one job a line, 10 tab-separated columns (:data:`TRACE_COLUMNS`).
+
+    Parameters
+    ----------
+    path : path-like
+    table : ThroughputTable, optional
+        When given, every model and scale factor must be in it.
+
+    Raises
+    ------
+    TraceError
+        Missing columns, non-numeric or negative values, unknown models; the
+        message starts with ``path:line:``.
+    """
+    name = str(path)
+    models, scales, steps, arrivals, weights, lines = [], [], [], [], [], []
+    with open(path, encoding="utf-8") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            fields = raw.rstrip("\r\n").split("\t")
+            if len(fields) != len(TRACE_COLUMNS):
+                raise TraceError(f"{name}:{number}: {len(fields)} tab-separated columns, expected "
+                                 f"{len(TRACE_COLUMNS)}: {', '.join(TRACE_COLUMNS)}", line=number, field="columns")
+            values = dict(zip(TRACE_COLUMNS, fields))
+            parsed = {}
+            for column, kind in (("total_steps", int), ("scale_factor", int), ("priority_weight", float),
+                                 ("arrival_time", float)):
+                try:
+                    parsed[column] = kind(values[column]) if kind is float else int(float(values[column]))
+                except ValueError:
+                    raise TraceError(f"{name}:{number}: {column} is {values[column]!r}, not a number",
+                                     line=number, field=column) from None
+            if parsed["arrival_time"] < 0 or not np.isfinite(parsed["arrival_time"]):
+                raise TraceError(f"{name}:{number}: arrival_time is {parsed['arrival_time']}; it must be >= 0 "
+                                 "seconds", line=number, field="arrival_time")
+            for column in ("total_steps", "scale_factor", "priority_weight"):
+                if not parsed[column] > 0:
+                    raise TraceError(f"{name}:{number}: {column} is {parsed[column]}; it must be positive",
+                                     line=number, field=column)
+            model = values["job_type"].strip()
+            if table is not None:
+                try:
+                    table.row(model, parsed["scale_factor"])
+                except InvalidProblemError as err:
+                    raise TraceError(f"{name}:{number}: {err}", line=number, field="job_type") from None
+            models.append(model)
+            scales.append(parsed["scale_factor"])
+            steps.append(parsed["total_steps"])
+            arrivals.append(parsed["arrival_time"])
+            weights.append(parsed["priority_weight"])
+            lines.append(number)
+    if not models:
+        raise TraceError(f"{name}: no jobs in the trace", field="trace")
+    arrival = np.array(arrivals)
+    order = np.argsort(arrival, kind="stable")
+    return Workload(tuple(np.array(models, dtype=object)[order].tolist()), np.array(scales)[order],
+                    np.array(steps)[order], arrival[order], np.array(weights)[order], name, np.array(lines)[order])
+
+
+def load_throughputs(path: str | PathLike[str]) -> ThroughputTable:
+    """A throughput table from a file: allocopt's CSV or JSON measurements
+    (:meth:`ThroughputTable.from_csv`, :meth:`~ThroughputTable.from_json`), or Gavel's
+    ``simulation_throughputs.json`` (``{gpu_type: {"('Model', s)": {"null": steps/s, ...}}}``;
+    isolated throughputs of the consolidated types are read, pairs are not)."""
+    name = str(path)
+    if name.lower().endswith(".csv"):
+        return ThroughputTable.from_csv(path)
+    with open(path, encoding="utf-8-sig") as fh:
+        head = fh.read(64).lstrip()
+    if not head.startswith("{"):
+        return ThroughputTable.from_json(path)
+    with open(path, encoding="utf-8-sig") as fh:
+        try:
+            raw = json.load(fh)
+        except json.JSONDecodeError as err:
+            raise InvalidProblemError(f"{name}:{err.lineno}:{err.colno}: invalid JSON: {err.msg}",
+                                      field="json") from None
+    types = [t for t in raw if not t.endswith("_unconsolidated")]
+    try:
+        keys = list(raw[types[0]])
+        entries = [ast.literal_eval(k) for k in keys]
+        values = [[float(raw[t][k]["null"]) for t in types] for k in keys]
+        return ThroughputTable([(str(m), int(sf)) for m, sf in entries], types, values)
+    except (IndexError, KeyError, TypeError, ValueError, SyntaxError) as err:
+        raise InvalidProblemError(f"{name}: not Gavel's throughputs layout {{gpu_type: {{\"('Model', s)\": "
+                                  f"{{\"null\": steps_per_s}}}}}}: {err!r}", field="json") from None
+
+
+def generate_workload(table: ThroughputTable, num_jobs: int, *, jobs_per_hour: float, seed: int = 0,
+                      reference_gpu_type: str = "v100",
+                      scale_factor_probs: Mapping[int, float] = DEFAULT_SCALE_FACTOR_PROBS,
+                      short_job_prob: float = 0.8) -> Workload:
+    """Gavel's synthetic workload: Poisson arrivals, measured job types, log-uniform durations.
+
+    Arrivals are a Poisson process of rate ``jobs_per_hour`` starting at 0 s.
+    The model is uniform over the table's models that run on
+    ``reference_gpu_type`` and the scale factor drawn by ``scale_factor_probs``
+    (renormalized over the model's entries). A job's run time on
+    ``reference_gpu_type`` is ``60 * 10**U(1.5, 3)`` s with probability
+    ``short_job_prob``, else ``60 * 10**U(3, 4)`` s; its steps are that
+    duration times its throughput there. Arrivals, job types and durations
+    use independent random streams derived from ``seed``.
+
+    Parameters
+    ----------
+    table : ThroughputTable
+    num_jobs : int
+    jobs_per_hour : float
+        Arrival rate, jobs per hour.
+    seed : int, default 0
+    reference_gpu_type : str, default "v100"
+    scale_factor_probs : mapping of int to float, default ``{1: 0.7, 2: 0.1, 4: 0.15, 8: 0.05}``
+    short_job_prob : float, default 0.8
+    """
+    if not jobs_per_hour > 0:
+        raise InvalidProblemError(f"jobs_per_hour must be > 0, got {jobs_per_hour!r}", field="jobs_per_hour")
+    arrival_rng, type_rng, duration_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
+    gaps = arrival_rng.exponential(3600.0 / jobs_per_hour, size=num_jobs)
+    arrival = np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if num_jobs else np.zeros(0)
+    reference = Cluster({reference_gpu_type: max(scale_factor_probs)})
+    jobs = table.sample_jobs(reference, num_jobs, seed=type_rng, scale_factor_probs=scale_factor_probs)
+    short = duration_rng.random(num_jobs) < short_job_prob
+    exponent = np.where(short, duration_rng.uniform(1.5, 3.0, num_jobs), duration_rng.uniform(3.0, 4.0, num_jobs))
+    duration = 60.0 * 10.0 ** exponent
+    ref = np.array([table.throughput(m, s, reference_gpu_type) for m, s in jobs])
+    steps = np.maximum(1, (duration * ref).astype(np.int64))
+    source = f"generated(num_jobs={num_jobs}, jobs_per_hour={jobs_per_hour}, seed={seed})"
+    return Workload(tuple(m for m, _ in jobs), np.array([s for _, s in jobs], dtype=np.int64), steps, arrival,
+                    np.ones(num_jobs), source, np.zeros(num_jobs, dtype=np.int64))
+
+
+__all__ = ["TRACE_COLUMNS", "TraceError", "Workload", "generate_workload", "load_throughputs", "read_gavel_trace", "shipped_trace"]

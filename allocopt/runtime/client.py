@@ -1,0 +1,340 @@
+"""The job-side client: what a training script imports to run under an allocopt executor.
+
+Standard library only. A script written against it::
+
+    from allocopt.runtime import client
+    lease = client.lease()              # .rank, .world_size, .local_rank, .max_steps, .checkpoint_dir, ...
+    state = client.load_checkpoint()    # None on first start
+    start = state["step"] if state else 0
+    for step in client.steps(start):    # ends at the job's total steps, the lease's end, or a stop request
+        ...                             # one training step
+        client.save_checkpoint({"step": step + 1})  # atomic; jobs choose how often
+
+Environment set by the executor (all optional: without them the script runs
+stand-alone, to its total steps):
+
+==========================  ==========================================================
+``ALLOCOPT_JOB_ID``          the job's id
+``ALLOCOPT_TOTAL_STEPS``     steps of the whole job; :func:`steps` ends there
+``ALLOCOPT_MAX_STEPS``       steps this lease may run (absent: no step limit)
+``ALLOCOPT_LEASE_END``       end of the lease, epoch seconds
+``ALLOCOPT_LEASE_FILE``      JSON ``{"seq", "lease_end", "max_steps"}`` re-read every step:
+                             the executor extends a lease by rewriting it
+``ALLOCOPT_STOP_FILE``       when this file exists the job stops after its current step
+``ALLOCOPT_PROGRESS_FILE``   JSON-lines progress of this rank, appended by :func:`steps`
+``ALLOCOPT_CHECKPOINT_DIR``  where :func:`save_checkpoint` writes
+``ALLOCOPT_RENEW_WAIT_S``    seconds to wait at a lease end for an extension (default 30)
+``ALLOCOPT_DEVICES``         the executor's device ids of this job (also for ``cpu`` devices)
+``ALLOCOPT_GPU_TYPE``        type of those devices
+``ALLOCOPT_SYNC_FILE``       with several ranks: rank 0 publishes which steps may run there, and
+                             the other ranks follow it, so all ranks stop at the same step
+``RANK`` ``WORLD_SIZE`` ``LOCAL_RANK`` ``MASTER_ADDR`` ``MASTER_PORT`` ``CUDA_VISIBLE_DEVICES``
+==========================================================================================
+
+At a lease's end the job pauses (no step runs) until the executor either
+extends the lease (the process keeps going, no restart) or asks it to stop
+(stop file or SIGTERM); :func:`steps` then returns. Progress records carry
+``event`` (``start``, ``step``, ``paused``, ``resumed``, ``metrics``, ``exit``),
+``t`` (epoch seconds), ``step`` (steps completed), ``samples``, ``ckpt`` (step of
+the last checkpoint saved) and ``seq`` (lease number).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pickle
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+_PROGRESS_INTERVAL_S = 0.05  # step records are written at most this often (pauses and exits always)
+_POLL_S = 0.01  # how often a paused job looks for an extension or a stop request
+_KEEP_CHECKPOINTS = 2
+
+
+@dataclass(frozen=True)
+class Lease:
+    """This process's lease, from the environment (see the module docstring).
+
+    ``max_steps``/``total_steps``/``lease_end`` are None when unlimited;
+    ``lease_end`` is in epoch seconds.
+    """
+
+    job_id: str
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    max_steps: int | None
+    total_steps: int | None
+    lease_end: float | None
+    checkpoint_dir: str
+    devices: tuple[str, ...]
+    gpu_type: str | None
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Seconds until the lease ends (None: no time limit)."""
+        return None if self.lease_end is None else self.lease_end - time.time()
+
+
+def _int(name: str, default: int | None = None) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def lease() -> Lease:
+    """The lease given by the executor through the environment; defaults describe a stand-alone run."""
+    end = os.environ.get("ALLOCOPT_LEASE_END", "")
+    devices = os.environ.get("ALLOCOPT_DEVICES", "")
+    return Lease(job_id=os.environ.get("ALLOCOPT_JOB_ID", "local"), rank=_int("RANK", 0) or 0,
+                 world_size=_int("WORLD_SIZE", 1) or 1, local_rank=_int("LOCAL_RANK", 0) or 0,
+                 master_addr=os.environ.get("MASTER_ADDR", "127.0.0.1"), master_port=_int("MASTER_PORT", 29500) or 0,
+                 max_steps=_int("ALLOCOPT_MAX_STEPS"), total_steps=_int("ALLOCOPT_TOTAL_STEPS"),
+                 lease_end=float(end) if end.strip() else None,
+                 checkpoint_dir=os.environ.get("ALLOCOPT_CHECKPOINT_DIR", os.path.join(os.getcwd(), "checkpoints")),
+                 devices=tuple(d for d in devices.split(",") if d), gpu_type=os.environ.get("ALLOCOPT_GPU_TYPE"))
+
+
+# ----- stop requests ------------------------------------------------------------------
+_signalled = False
+_last_ckpt: int | None = None
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    global _signalled
+    _signalled = True
+
+
+def stop_requested() -> bool:
+    """True once the executor asked this job to stop (SIGTERM or the stop file)."""
+    stop_file = os.environ.get("ALLOCOPT_STOP_FILE")
+    return _signalled or bool(stop_file and os.path.exists(stop_file))
+
+
+# ----- progress -----------------------------------------------------------------------
+def _emit(record: dict[str, Any]) -> None:
+    path = os.environ.get("ALLOCOPT_PROGRESS_FILE")
+    if not path:
+        return
+    record = {"t": time.time(), **record}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+
+
+def report(**metrics: Any) -> None:
+    """Report extra metrics (loss, accuracy...) to the executor; values must be JSON-serializable."""
+    _emit({"event": "metrics", **metrics})
+
+
+class _LeaseFile:
+    """The lease file, re-read when it changes: sequence number, end (epoch s), max steps."""
+
+    def __init__(self) -> None:
+        self.path = os.environ.get("ALLOCOPT_LEASE_FILE")
+        self.seq = 0
+        self.end = lease().lease_end
+        self.max_steps = lease().max_steps
+        self._mtime = None
+        self.refresh()
+
+    def refresh(self) -> bool:
+        """Re-read the file if it changed; True when a new lease (higher seq) arrived."""
+        if not self.path:
+            return False
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+            if mtime == self._mtime:
+                return False
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return False
+        self._mtime = mtime
+        seq = int(data.get("seq", 0))
+        if seq <= self.seq and self.seq:
+            return False
+        new = seq > self.seq
+        self.seq, self.end, self.max_steps = seq, data.get("lease_end"), data.get("max_steps")
+        return new
+
+
+def steps(start: int = 0, *, samples_per_step: int | None = None) -> Iterator[int]:
+    """Yield step numbers from ``start`` until the job's total steps, a stop request, or a lease end
+    that is not extended; report progress as it goes.
+
+    Installs a SIGTERM handler that only sets a flag: the loop ends after the
+    current step. ``samples_per_step`` (e.g. the global batch size) adds a
+    ``samples`` count to progress records.
+    """
+    global _signalled
+    _signalled = False
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    info = lease()
+    total = info.total_steps
+    sync = os.environ.get("ALLOCOPT_SYNC_FILE") if info.world_size > 1 else None
+    if sync and info.rank != 0:
+        yield from _follow(start, sync, samples_per_step)
+        return
+    renew_wait_s = float(os.environ.get("ALLOCOPT_RENEW_WAIT_S", "30"))
+    leases = _LeaseFile()
+    limit = None if leases.max_steps is None else start + int(leases.max_steps)
+    step, last_emit = start, 0.0
+    _emit({"event": "start", "step": step, "pid": os.getpid(), "seq": leases.seq, "ckpt": _last_ckpt})
+    reason = "done"
+    while True:
+        if total is not None and step >= total:
+            break
+        if stop_requested():
+            reason = "stop"
+            break
+        if leases.refresh():
+            limit = None if leases.max_steps is None else step + int(leases.max_steps)
+        if (limit is not None and step >= limit) or (leases.end is not None and time.time() >= leases.end):
+            if not _await_extension(leases, step, samples_per_step, renew_wait_s, sync):
+                reason = "stop" if stop_requested() else "lease"
+                break
+            limit = None if leases.max_steps is None else step + int(leases.max_steps)
+            continue
+        _publish(sync, step + 1, "run", leases.seq)
+        yield step
+        step += 1
+        now = time.time()
+        if now - last_emit >= _PROGRESS_INTERVAL_S:
+            _emit({"event": "step", "t": now, "step": step, "samples": _samples(step, samples_per_step),
+                   "seq": leases.seq, "ckpt": _last_ckpt})
+            last_emit = now
+    _publish(sync, step, reason, leases.seq)
+    _emit({"event": "exit", "reason": reason, "step": step, "samples": _samples(step, samples_per_step),
+           "seq": leases.seq, "ckpt": _last_ckpt})
+
+
+def _publish(path: str | None, upto: int, state: str, seq: int) -> None:
+    """Rank 0: steps below ``upto`` may run; ``state`` is run, paused, or the reason the loop ended."""
+    if path:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"upto": upto, "state": state, "seq": seq}))
+        os.replace(tmp, path)
+
+
+def _follow(start: int, path: str, samples_per_step: int | None) -> Iterator[int]:
+    """Ranks > 0: run exactly the steps rank 0 runs, pause and stop with it."""
+    step, last_emit, paused = start, 0.0, False
+    _emit({"event": "start", "step": step, "pid": os.getpid(), "seq": 0, "ckpt": _last_ckpt})
+    while True:
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            doc = None
+        if doc is not None and doc["upto"] > step:
+            if paused:
+                _emit({"event": "resumed", "step": step, "seq": doc["seq"], "ckpt": _last_ckpt})
+                paused = False
+            yield step
+            step += 1
+            now = time.time()
+            if now - last_emit >= _PROGRESS_INTERVAL_S:
+                _emit({"event": "step", "t": now, "step": step, "samples": _samples(step, samples_per_step),
+                       "seq": doc["seq"], "ckpt": _last_ckpt})
+                last_emit = now
+            continue
+        if doc is not None and doc["state"] not in ("run", "paused"):
+            reason = doc["state"]
+            break
+        if doc is not None and doc["state"] == "paused" and not paused:
+            _emit({"event": "paused", "step": step, "samples": _samples(step, samples_per_step), "seq": doc["seq"],
+                   "ckpt": _last_ckpt})
+            paused = True
+        time.sleep(0.001)
+    _emit({"event": "exit", "reason": reason, "step": step, "samples": _samples(step, samples_per_step),
+           "ckpt": _last_ckpt})
+
+
+def _samples(step: int, samples_per_step: int | None) -> int | None:
+    return None if samples_per_step is None else step * samples_per_step
+
+
+def _await_extension(leases: _LeaseFile, step: int, samples_per_step: int | None, wait_s: float,
+                     sync: str | None) -> bool:
+    """Pause at a lease end; True when a new lease arrives, False on a stop request or after ``wait_s``."""
+    _publish(sync, step, "paused", leases.seq)
+    _emit({"event": "paused", "step": step, "samples": _samples(step, samples_per_step), "seq": leases.seq,
+           "ckpt": _last_ckpt})
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not stop_requested():
+        if leases.refresh():
+            _emit({"event": "resumed", "step": step, "seq": leases.seq, "ckpt": _last_ckpt})
+            return True
+        time.sleep(_POLL_S)
+    return False
+
+
+# ----- checkpoints --------------------------------------------------------------------
+def _checkpoint_files(directory: str) -> list[str]:
+    """Checkpoint files, newest (highest step) first."""
+    return sorted(glob.glob(os.path.join(directory, "ckpt-*.pkl")), reverse=True)
+
+
+def checkpoint_step(path: str) -> int:
+    """The step a checkpoint file name records."""
+    return int(os.path.basename(path)[len("ckpt-"):-len(".pkl")])
+
+
+def save_checkpoint(state: Any, *, step: int | None = None, all_ranks: bool = False) -> str | None:
+    """Write ``state`` atomically (temporary file, fsync, ``os.replace``) to the checkpoint directory.
+
+    ``step`` (steps completed) defaults to ``state["step"]``. Only rank 0 writes
+    unless ``all_ranks``. Keeps the newest two checkpoints. Returns the path (None on other ranks).
+    """
+    global _last_ckpt
+    if step is None:
+        if not (isinstance(state, dict) and "step" in state):
+            raise ValueError("save_checkpoint needs step=... unless state is a dict with a 'step' key")
+        step = int(state["step"])
+    info = lease()
+    if info.rank != 0 and not all_ranks:
+        _last_ckpt = step
+        return None
+    directory = info.checkpoint_dir if info.rank == 0 else os.path.join(info.checkpoint_dir, f"rank{info.rank}")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"ckpt-{step:012d}.pkl")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-ckpt-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump({"step": step, "state": state}, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _last_ckpt = step
+    for old in _checkpoint_files(directory)[_KEEP_CHECKPOINTS:]:
+        os.unlink(old)
+    return path
+
+
+def load_checkpoint(*, all_ranks: bool = False) -> Any:
+    """The state of the newest readable checkpoint, or None when there is none."""
+    global _last_ckpt
+    info = lease()
+    directory = info.checkpoint_dir if info.rank == 0 or not all_ranks else \
+        os.path.join(info.checkpoint_dir, f"rank{info.rank}")
+    for path in _checkpoint_files(directory):
+        try:
+            with open(path, "rb") as f:
+                data = pickle.load(f)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            continue
+        _last_ckpt = int(data["step"])
+        return data["state"]
+    return None

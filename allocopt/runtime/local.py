@@ -1,0 +1,598 @@
+"""The local executor: runs each round's leases as subprocesses on this machine's devices.
+
+Per job and lease, the job's command runs once per rank (``scale_factor`` ranks,
+torchrun-style variables) with ``CUDA_VISIBLE_DEVICES`` set to exactly the job's
+GPUs (empty for ``cpu`` pseudo-devices; ``ALLOCOPT_DEVICES`` names them either
+way), in its own process group. The job talks to the executor through files in
+``work_dir/jobs/<job>/`` (see :mod:`allocopt.runtime.client`): a lease file it
+re-reads (so a lease is extended without a restart), a stop file, and one
+JSON-lines progress file per rank.
+
+At a lease's end a job pauses; the next round either extends it (same process)
+or stops it: stop file, then SIGTERM, then SIGKILL, all within ``grace_s``;
+every process of the group is confirmed gone before its devices are reused.
+Device holding intervals are appended to ``work_dir/devices.jsonl``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from allocopt.errors import InvalidProblemError
+from allocopt.runtime import client
+from allocopt.runtime.devices import CPU_TYPE, Device
+from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
+from allocopt.throughput.online import ThroughputEstimator
+
+_POLL_S = 0.01
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run for a job.
+
+    Attributes
+    ----------
+    name : str
+    command : sequence of str or str
+        Argument list, or a shell command line.
+    total_steps : int
+        Steps of the whole job (``ALLOCOPT_TOTAL_STEPS``).
+    env : mapping of str to str
+        Extra environment on top of the inherited one.
+    cwd : str or None
+    """
+
+    name: str
+    command: Sequence[str] | str
+    total_steps: int
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+
+@dataclass
+class ExecutorStats:
+    """Latencies (seconds) and counts the executor measured, for reports and benchmarks."""
+
+    launch_to_start_s: list[float] = field(default_factory=list)  # Popen to the client's first record
+    launch_to_first_step_s: list[float] = field(default_factory=list)  # Popen to the first completed step
+    popen_s: list[float] = field(default_factory=list)  # time spent in the executor launching one rank
+    stop_s: list[float] = field(default_factory=list)  # stop request to every process of the job gone
+    leases: int = 0
+    extended: int = 0
+    launches: int = 0
+    retries: int = 0
+
+    @property
+    def extension_fraction(self) -> float:
+        """Fraction of leases served by extending a running process instead of (re)starting it."""
+        return self.extended / self.leases if self.leases else 0.0
+
+
+@dataclass
+class _Rank:
+    proc: subprocess.Popen
+    progress: Path
+    launched_t: float  # epoch s
+    offset: int = 0
+    buf: bytes = b""
+    step: int | None = None
+    samples: int | None = None
+    ckpt: int | None = None
+    paused_seq: int | None = None
+    exit_reason: str | None = None
+    started_t: float | None = None
+    first_step: tuple[float, int] | None = None
+    records: list[tuple[float, int, str]] = field(default_factory=list)  # (t, step, event) this round
+
+    def read(self) -> None:
+        """Consume new progress records."""
+        try:
+            with open(self.progress, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        lines = (self.buf + data).split(b"\n")
+        self.buf = lines.pop()
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            event, t = rec.get("event"), float(rec.get("t", 0.0))
+            if "ckpt" in rec and rec["ckpt"] is not None:
+                self.ckpt = int(rec["ckpt"])
+            if rec.get("samples") is not None:
+                self.samples = int(rec["samples"])
+            if event == "metrics" or "step" not in rec:
+                continue
+            self.step = int(rec["step"])
+            self.records.append((t, self.step, event))
+            if event == "start" and self.started_t is None:
+                self.started_t = t
+            elif event == "step" and self.first_step is None:
+                self.first_step = (t, self.step)
+            elif event == "paused":
+                self.paused_seq = int(rec.get("seq", 0))
+            elif event == "resumed":
+                self.paused_seq = None
+            elif event == "exit":
+                self.exit_reason = str(rec.get("reason"))
+
+
+@dataclass
+class _Job:
+    """A job whose processes this executor started and has not yet confirmed gone."""
+
+    job_id: Hashable
+    gpu_type: str
+    gpu_ids: tuple[int, ...]
+    ranks: list[_Rank]
+    seq: int
+    pgids: list[int]
+    round_start_step: int | None = None
+    round_start_t: float = 0.0
+    restarted: bool = True
+    stopping: bool = False
+
+    @property
+    def step(self) -> int | None:
+        steps = [r.step for r in self.ranks if r.step is not None]
+        return min(steps) if len(steps) == len(self.ranks) else None
+
+    def paused(self) -> bool:
+        return all(r.paused_seq == self.seq for r in self.ranks)
+
+    def exited(self) -> bool:
+        return all(r.proc.poll() is not None for r in self.ranks)
+
+
+def _safe_name(job_id: Hashable) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", str(job_id)) or "job"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_ticks(pid: int) -> str | None:
+    """Process start time (clock ticks since boot) from /proc, to tell a pid from a reused one."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the executor dies (Linux), so a scheduler
+    killed between launching a job and recording its pid leaves no orphan behind; jobs resume
+    from their checkpoints when the scheduler restarts."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class LocalExecutor(Executor):
+    """Runs round plans as local subprocesses.
+
+    Parameters
+    ----------
+    jobs : mapping of job id to JobSpec
+        Jobs may be added later with :meth:`add_job`.
+    devices : sequence of Device
+        The device behind each cluster-wide GPU id (``devices[g]`` for id ``g``);
+        see :func:`allocopt.runtime.devices.devices_for_cluster`.
+    work_dir : path
+        Lease, stop, progress, log and checkpoint files. Processes left over by
+        an earlier executor on the same ``work_dir`` (a scheduler that was
+        killed) are stopped when this one starts.
+    grace_s : float, default 2.0
+        Seconds from a stop request to SIGKILL: half waits for a cooperative
+        stop, half after SIGTERM; also how long a job may overrun its lease end.
+    max_retries : int, default 2
+        Restarts of a job that crashes before it is marked failed for good.
+    retry_backoff_s : float, default 0.5
+        Delay before the k-th restart: ``retry_backoff_s * 2 ** (k - 1)`` seconds.
+    estimator : ThroughputEstimator, optional
+        Fed every measured throughput of a job it knows.
+    renew_wait_s : float, default 30.0
+        How long a paused job waits for the next round before exiting on its own.
+    """
+
+    def __init__(self, jobs: Mapping[Hashable, JobSpec], devices: Sequence[Device], work_dir: str | os.PathLike, *,
+                 grace_s: float = 2.0, max_retries: int = 2, retry_backoff_s: float = 0.5,
+                 estimator: ThroughputEstimator | None = None, renew_wait_s: float = 30.0):
+        self.jobs: dict[Hashable, JobSpec] = dict(jobs)
+        self.devices = list(devices)
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.grace_s = float(grace_s)
+        self.max_retries = int(max_retries)
+        self.retry_backoff_s = float(retry_backoff_s)
+        self.estimator = estimator
+        self.renew_wait_s = float(renew_wait_s)
+        self.stats = ExecutorStats()
+        self._t0 = time.time()
+        self._running: dict[Hashable, _Job] = {}
+        self._failures: dict[Hashable, int] = {}
+        self._retry_at: dict[Hashable, float] = {}
+        self._failed_for_good: dict[Hashable, str] = {}
+        self._released: dict[Hashable, _Job] = {}  # jobs whose processes ended during the current round
+        self._reap_orphans()
+
+    # ----- public helpers ------------------------------------------------------------
+    def add_job(self, job_id: Hashable, spec: JobSpec) -> None:
+        """Register (or replace the spec of) a job."""
+        self.jobs[job_id] = spec
+
+    def now(self) -> float:
+        """Wall-clock seconds since the executor started."""
+        return time.time() - self._t0
+
+    def job_dir(self, job_id: Hashable) -> Path:
+        """The job's directory: lease, stop and progress files, logs, and ``checkpoints/``."""
+        return self.work_dir / "jobs" / _safe_name(job_id)
+
+    def checkpoint_dir(self, job_id: Hashable) -> Path:
+        return self.job_dir(job_id) / "checkpoints"
+
+    def checkpointed_steps(self, job_id: Hashable) -> int:
+        """Steps recorded by the job's newest checkpoint (0 when none)."""
+        files = client._checkpoint_files(str(self.checkpoint_dir(job_id)))
+        return client.checkpoint_step(files[0]) if files else 0
+
+    def failed(self, job_id: Hashable) -> str | None:
+        """Why the job failed for good (retries exhausted), or None."""
+        return self._failed_for_good.get(job_id)
+
+    @property
+    def held_jobs(self) -> tuple[Hashable, ...]:
+        """Jobs with live (running or paused) processes."""
+        return tuple(self._running)
+
+    # ----- the round -----------------------------------------------------------------
+    def run_round(self, plan: RoundPlan) -> list[JobRoundResult]:
+        self._validate(plan)
+        self._released.clear()
+        t0 = time.time()
+        keep = {l.job_id: l for l in plan.leases if self._extendable(l)}
+        self._stop([j for j in self._running if j not in keep])
+        results: dict[Hashable, JobRoundResult] = {}
+        for lease in plan.leases:
+            self.stats.leases += 1
+            reason = self._failed_for_good.get(lease.job_id)
+            if reason is not None:
+                results[lease.job_id] = JobRoundResult(lease.job_id, RoundOutcome.FAILED, 0, 0.0, message=reason)
+            elif lease.job_id in keep:
+                self.stats.extended += 1
+                self._extend(self._running[lease.job_id], lease, t0)
+            elif t0 >= self._retry_at.get(lease.job_id, 0.0):
+                self._launch(lease, t0)
+        pending = {l.job_id: l for l in plan.leases if l.job_id not in results}
+        messages: dict[Hashable, str] = {}
+        deadline = {j: t0 + l.max_seconds for j, l in pending.items()}
+        end = max(deadline.values(), default=t0)
+        done_t: dict[Hashable, float] = {}
+        outcomes: dict[Hashable, RoundOutcome] = {}
+        while True:
+            now = time.time()
+            for job_id, lease in pending.items():
+                if job_id in outcomes:
+                    continue
+                job = self._running.get(job_id)
+                if job is None:  # waiting out a retry backoff
+                    if now >= self._retry_at.get(job_id, 0.0) and now < deadline[job_id]:
+                        self._launch(lease, t0, restarted=True)
+                    continue
+                for rank in job.ranks:
+                    rank.read()
+                outcome = self._check(job, messages)
+                if outcome is RoundOutcome.FAILED and self._failed_for_good.get(job_id) is None:
+                    continue  # will be retried
+                if outcome is not None:
+                    outcomes[job_id], done_t[job_id] = outcome, now
+                elif job.paused():
+                    outcomes[job_id], done_t[job_id] = RoundOutcome.PREEMPTED, now
+            if len(outcomes) == len(pending) or now >= end + self.grace_s:
+                break
+            if now >= end and all(j in outcomes or j not in self._running for j in pending):
+                break
+            time.sleep(_POLL_S)
+        overrun = [j for j in pending if j not in outcomes and j in self._running]
+        if overrun:  # did not pause at its lease end within grace_s: preempt it
+            self._stop(overrun)
+            for j in overrun:
+                outcomes[j], done_t[j] = RoundOutcome.PREEMPTED, time.time()
+        for job_id, lease in pending.items():
+            results[job_id] = self._result(job_id, lease, outcomes.get(job_id, RoundOutcome.PREEMPTED),
+                                           t0, done_t.get(job_id, time.time()), messages.get(job_id, ""))
+        return [results[l.job_id] for l in plan.leases]
+
+    def close(self) -> None:
+        """Stop every job this executor still holds."""
+        self._stop(list(self._running))
+
+    # ----- internals -----------------------------------------------------------------
+    def _validate(self, plan: RoundPlan) -> None:
+        seen: dict[int, Hashable] = {}
+        for lease in plan.leases:
+            if lease.job_id not in self.jobs:
+                raise InvalidProblemError(f"lease for unknown job {lease.job_id!r}; add_job it first",
+                                          field="leases", job=lease.job_id)
+            for g in lease.gpu_ids:
+                if not 0 <= g < len(self.devices):
+                    raise InvalidProblemError(f"GPU id {g} of job {lease.job_id!r} is outside "
+                                              f"0..{len(self.devices) - 1}", field="gpu_ids", job=lease.job_id)
+                if self.devices[g].gpu_type != lease.gpu_type:
+                    raise InvalidProblemError(f"GPU {g} is a {self.devices[g].gpu_type}, lease of job "
+                                              f"{lease.job_id!r} says {lease.gpu_type}", field="gpu_ids",
+                                              job=lease.job_id)
+                if g in seen:
+                    raise InvalidProblemError(f"GPU {g} is leased to both {seen[g]!r} and {lease.job_id!r}",
+                                              field="gpu_ids", job=lease.job_id)
+                seen[g] = lease.job_id
+
+    def _extendable(self, lease: Lease) -> bool:
+        job = self._running.get(lease.job_id)
+        return (lease.extended and job is not None and not job.stopping and job.gpu_ids == tuple(lease.gpu_ids)
+                and job.gpu_type == lease.gpu_type and not job.exited())
+
+    def _lease_doc(self, seq: int, lease: Lease, t0: float) -> dict[str, Any]:
+        return {"seq": seq, "lease_end": t0 + lease.max_seconds, "max_steps": lease.max_steps}
+
+    def _extend(self, job: _Job, lease: Lease, t0: float) -> None:
+        for rank in job.ranks:
+            rank.read()
+            rank.records = [rec for rec in rank.records if rec[2] == "paused"][-1:]
+        job.seq += 1
+        job.round_start_step, job.round_start_t, job.restarted = job.step, t0, False
+        _write_json_atomic(self.job_dir(lease.job_id) / "lease.json", self._lease_doc(job.seq, lease, t0))
+
+    def _launch(self, lease: Lease, t0: float, restarted: bool = True) -> None:
+        spec = self.jobs[lease.job_id]
+        jdir = self.job_dir(lease.job_id)
+        (jdir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        stop_file = jdir / "stop"
+        stop_file.unlink(missing_ok=True)
+        seq = 1
+        _write_json_atomic(jdir / "lease.json", self._lease_doc(seq, lease, t0))
+        devices = [self.devices[g] for g in lease.gpu_ids]
+        on_cpu = all(d.gpu_type == CPU_TYPE for d in devices)
+        base = {**os.environ, **{str(k): str(v) for k, v in spec.env.items()},
+                "ALLOCOPT_JOB_ID": str(lease.job_id), "ALLOCOPT_TOTAL_STEPS": str(spec.total_steps),
+                "ALLOCOPT_LEASE_END": repr(t0 + lease.max_seconds), "ALLOCOPT_LEASE_FILE": str(jdir / "lease.json"),
+                "ALLOCOPT_STOP_FILE": str(stop_file), "ALLOCOPT_CHECKPOINT_DIR": str(jdir / "checkpoints"),
+                "ALLOCOPT_RENEW_WAIT_S": repr(self.renew_wait_s), "ALLOCOPT_GPU_TYPE": lease.gpu_type,
+                "ALLOCOPT_DEVICES": ",".join(str(d.index) for d in devices),
+                "CUDA_VISIBLE_DEVICES": "" if on_cpu else ",".join(str(d.index) for d in devices),
+                "WORLD_SIZE": str(len(devices)), "LOCAL_WORLD_SIZE": str(len(devices)),
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"}
+        sync = jdir / "sync.json"
+        sync.unlink(missing_ok=True)
+        if len(devices) > 1:
+            base["ALLOCOPT_SYNC_FILE"] = str(sync)
+        else:
+            base.pop("ALLOCOPT_SYNC_FILE", None)
+        if not on_cpu:
+            base["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers devices like NVML and nvidia-smi
+        if lease.max_steps is not None:
+            base["ALLOCOPT_MAX_STEPS"] = str(lease.max_steps)
+        else:
+            base.pop("ALLOCOPT_MAX_STEPS", None)
+        ranks, pids = [], []
+        for r in range(len(devices)):
+            progress = jdir / f"progress-rank{r}.jsonl"
+            progress.write_bytes(b"")
+            env = {**base, "RANK": str(r), "LOCAL_RANK": str(r), "ALLOCOPT_PROGRESS_FILE": str(progress)}
+            with open(jdir / f"rank{r}.log", "ab") as log:
+                launched = time.time()
+                proc = subprocess.Popen(spec.command, shell=isinstance(spec.command, str), env=env, cwd=spec.cwd,
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True, preexec_fn=_die_with_parent)
+                self.stats.popen_s.append(time.time() - launched)
+            ranks.append(_Rank(proc, progress, launched))
+            pids.append({"pid": proc.pid, "ticks": _start_ticks(proc.pid), "gpu_ids": list(lease.gpu_ids),
+                         "launched": launched})
+        _write_json_atomic(jdir / "pids.json", pids)
+        self.stats.launches += 1
+        self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq,
+                                           [p.proc.pid for p in ranks], None, t0, restarted)
+
+    def _check(self, job: _Job, messages: dict[Hashable, str]) -> RoundOutcome | None:
+        """The job's outcome once its processes ended (reaping them); None while any rank runs."""
+        codes = [r.proc.poll() for r in job.ranks]
+        if all(c is None for c in codes):
+            return None
+        if any(c not in (None, 0) for c in codes) and not job.stopping:
+            self._stop([job.job_id])
+            for rank in job.ranks:
+                rank.read()
+            return self._crashed(job, codes, messages)
+        if any(c is None for c in codes):
+            return None
+        for rank in job.ranks:
+            rank.read()
+        self._release(job)
+        spec = self.jobs[job.job_id]
+        done = all(r.exit_reason == "done" or (r.exit_reason is None and not r.records) for r in job.ranks)
+        if done or (job.step is not None and job.step >= spec.total_steps):
+            self._failures.pop(job.job_id, None)
+            return RoundOutcome.COMPLETED
+        return RoundOutcome.PREEMPTED
+
+    def _crashed(self, job: _Job, codes: list[int | None], messages: dict[Hashable, str]) -> RoundOutcome:
+        n = self._failures.get(job.job_id, 0) + 1
+        self._failures[job.job_id] = n
+        log = self.job_dir(job.job_id) / "rank0.log"
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+        text = f"exit status {[c for c in codes if c]}" + (f": {' | '.join(tail)}" if tail else "")
+        if n > self.max_retries:
+            self._failed_for_good[job.job_id] = f"failed {n} times, last {text}"
+            messages[job.job_id] = self._failed_for_good[job.job_id]
+        else:
+            self.stats.retries += 1
+            self._retry_at[job.job_id] = time.time() + self.retry_backoff_s * 2 ** (n - 1)
+            messages[job.job_id] = f"crashed ({text}); restart {n} of {self.max_retries}"
+        return RoundOutcome.FAILED
+
+    def _stop(self, job_ids: Sequence[Hashable]) -> None:
+        """Stop jobs: stop file, SIGTERM after grace_s / 2, SIGKILL after grace_s; wait until all are gone."""
+        jobs = [self._running[j] for j in job_ids if j in self._running]
+        if not jobs:
+            return
+        t_req = time.time()
+        for job in jobs:
+            job.stopping = True
+            (self.job_dir(job.job_id) / "stop").touch()
+        for sig, wait in ((None, self.grace_s / 2), (signal.SIGTERM, self.grace_s / 2), (signal.SIGKILL, None)):
+            live = [j for j in jobs if not j.exited()]
+            if not live:
+                break
+            if sig is not None:
+                for job in live:
+                    for pgid in job.pgids:
+                        _killpg(pgid, sig)
+            limit = time.time() + (wait if wait is not None else 10.0)
+            while time.time() < limit and not all(j.exited() for j in live):
+                time.sleep(_POLL_S)
+        for job in jobs:
+            for rank in job.ranks:
+                rank.proc.wait()
+                rank.read()
+            self._release(job)
+            self.stats.stop_s.append(time.time() - t_req)
+
+    def _release(self, job: _Job) -> None:
+        """Kill what is left of the job's process groups, confirm they are gone, log the device interval."""
+        for pgid in job.pgids:
+            _killpg(pgid, signal.SIGKILL)
+        limit = time.time() + 10.0
+        while any(_group_alive(p) for p in job.pgids) and time.time() < limit:
+            time.sleep(_POLL_S)
+        for pgid in job.pgids:
+            if _group_alive(pgid):
+                raise RuntimeError(f"processes of job {job.job_id!r} (group {pgid}) survived SIGKILL")
+        for rank in job.ranks:
+            rank.proc.wait()
+        self._log_interval(job.job_id, job.gpu_ids, job.pgids, min(r.launched_t for r in job.ranks))
+        jdir = self.job_dir(job.job_id)
+        (jdir / "pids.json").unlink(missing_ok=True)
+        (jdir / "stop").unlink(missing_ok=True)
+        self._running.pop(job.job_id, None)
+        self._released[job.job_id] = job
+
+    def _log_interval(self, job_id: Hashable, gpu_ids: Sequence[int], pids: Sequence[int], start: float) -> None:
+        with open(self.work_dir / "devices.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"job": str(job_id), "gpu_ids": list(gpu_ids), "pids": list(pids), "start": start,
+                                "end": time.time()}) + "\n")
+
+    def _result(self, job_id: Hashable, lease: Lease, outcome: RoundOutcome, t0: float, t_end: float,
+                message: str) -> JobRoundResult:
+        job = self._running.get(job_id) or self._released.get(job_id)
+        ranks = job.ranks if job is not None else []
+        restarted = job.restarted if job is not None else False
+        rank0 = ranks[0] if ranks else None
+        steps_now = min((r.step for r in ranks if r.step is not None), default=None)
+        start_step = job.round_start_step if job is not None else None
+        if start_step is None and rank0 is not None:
+            starts = [s for (_, s, e) in rank0.records if e in ("start", "paused")]
+            start_step = starts[0] if starts else steps_now
+        steps = max(0, (steps_now or 0) - (start_step or 0)) if steps_now is not None else 0
+        sps = self._throughput(rank0) if rank0 is not None else None
+        if sps is not None and self.estimator is not None and job_id in self.estimator:
+            self.estimator.observe(job_id, lease.gpu_type, sps)
+        if rank0 is not None and restarted:
+            if rank0.started_t is not None:
+                self.stats.launch_to_start_s.append(rank0.started_t - rank0.launched_t)
+            if rank0.first_step is not None:
+                self.stats.launch_to_first_step_s.append(rank0.first_step[0] - rank0.launched_t)
+        if job is not None:
+            for r in job.ranks:
+                r.records = r.records[-1:]
+                r.first_step, r.started_t = None, None
+            job.restarted = False
+        return JobRoundResult(job_id, outcome, steps, max(0.0, t_end - t0), sps, restarted, message)
+
+    @staticmethod
+    def _throughput(rank: _Rank) -> float | None:
+        """Steady-state steps/s of this round: from the first step (or resume) record to the last record."""
+        recs = [(t, s) for t, s, e in rank.records if e in ("step", "resumed", "paused", "exit")]
+        first = next(((t, s) for t, s, e in rank.records if e in ("step", "resumed")), None)
+        if first is None or not recs:
+            return None
+        t_last, s_last = recs[-1]
+        if t_last - first[0] <= 0.02 or s_last <= first[1]:
+            return None
+        return (s_last - first[1]) / (t_last - first[0])
+
+    def _reap_orphans(self) -> None:
+        """Stop processes an earlier executor on this work_dir launched and never confirmed gone."""
+        for pid_file in sorted((self.work_dir / "jobs").glob("*/pids.json")):
+            try:
+                entries = json.loads(pid_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            live = [e for e in entries if _start_ticks(e["pid"]) is not None and _start_ticks(e["pid"]) == e["ticks"]]
+            if live:
+                (pid_file.parent / "stop").touch()
+                for sig, wait in ((None, self.grace_s / 2), (signal.SIGTERM, self.grace_s / 2),
+                                  (signal.SIGKILL, 10.0)):
+                    if sig is not None:
+                        for e in live:
+                            _killpg(e["pid"], sig)
+                    limit = time.time() + wait
+                    while time.time() < limit and any(_group_alive(e["pid"]) for e in live):
+                        time.sleep(_POLL_S)
+            for e in entries:
+                if _group_alive(e["pid"]) and _start_ticks(e["pid"]) == e["ticks"]:
+                    raise RuntimeError(f"left-over job process {e['pid']} survived SIGKILL")
+            if entries:
+                self._log_interval(pid_file.parent.name, entries[0]["gpu_ids"], [e["pid"] for e in entries],
+                                   min(e["launched"] for e in entries))
+            (pid_file.parent / "stop").unlink(missing_ok=True)
+            pid_file.unlink()
+
+
+__all__ = ["ExecutorStats", "JobSpec", "LocalExecutor"]

@@ -1,0 +1,356 @@
+"""The scheduler loop: solve, plan a round, run it, measure, journal; until every job is done.
+
+Each round builds an :class:`allocopt.Problem` from the unfinished jobs and the
+current throughput estimates (hints, then measurements), solves the policy,
+turns the time fractions into leases with a small greedy planner
+(:func:`plan_round`; swap in :mod:`allocopt.mechanism` when it lands), runs the
+leases on an executor and journals the outcome to SQLite
+(:class:`StateStore`), so a killed scheduler restarted on the same state file
+resumes every job from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from allocopt.api import solve
+from allocopt.cluster import Cluster
+from allocopt.errors import InvalidProblemError
+from allocopt.problem import Problem
+from allocopt.runtime.executor import Lease, RoundOutcome, RoundPlan
+from allocopt.runtime.local import JobSpec, LocalExecutor
+from allocopt.throughput.online import ThroughputEstimator
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One job of a JOBS file.
+
+    ``throughputs``: optional hints, steps/s of the whole job per GPU type;
+    ``gpu_types``: the types it may run on (default: all).
+    """
+
+    name: str
+    command: list[str] | str
+    total_steps: int
+    scale_factor: int = 1
+    priority_weight: float = 1.0
+    throughputs: dict[str, float] | None = None
+    gpu_types: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def spec(self) -> JobSpec:
+        return JobSpec(self.name, self.command, self.total_steps, self.env)
+
+
+def load_jobs(path: str | Path) -> list[JobConfig]:
+    """Jobs from a YAML (needs PyYAML: the ``runtime`` extra) or JSON file ``{"jobs": [{...}, ...]}``."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            import yaml
+        except ImportError:
+            raise InvalidProblemError(f"{path} is not JSON; install PyYAML (pip install 'allocopt[runtime]') "
+                                      "to read YAML", field="jobs") from None
+        doc = yaml.safe_load(text)
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("jobs"), list) or not doc["jobs"]:
+        raise InvalidProblemError(f"{path} must hold 'jobs: [{{name, command, total_steps, ...}}, ...]'",
+                                  field="jobs")
+    known = set(JobConfig.__dataclass_fields__)
+    jobs = []
+    for k, entry in enumerate(doc["jobs"]):
+        if not isinstance(entry, Mapping) or not {"name", "command", "total_steps"} <= set(entry):
+            raise InvalidProblemError(f"job {k} of {path} needs name, command and total_steps", field="jobs")
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise InvalidProblemError(f"job {entry['name']!r} has unknown key(s) {unknown}; known: {sorted(known)}",
+                                      field="jobs", job=entry["name"])
+        jobs.append(JobConfig(**{**entry, "name": str(entry["name"]), "total_steps": int(entry["total_steps"]),
+                                 "scale_factor": int(entry.get("scale_factor", 1)),
+                                 "priority_weight": float(entry.get("priority_weight", 1.0))}))
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise InvalidProblemError(f"job names must be distinct in {path}", field="jobs")
+    return jobs
+
+
+def parse_cluster(text: str) -> dict[str, int]:
+    """``"cpu=2"`` or ``"a100=4,v100=2"`` -> ``{"a100": 4, "v100": 2}``."""
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, count = part.partition("=")
+        if not sep or not name.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise InvalidProblemError(f"--cluster expects TYPE=COUNT[,TYPE=COUNT...], got {text!r}", field="cluster")
+        out[name.strip()] = int(count)
+    return out
+
+
+# ----- planner --------------------------------------------------------------------------
+def plan_round(job_ids: Sequence[Hashable], scale_factors: np.ndarray, allocation: np.ndarray,
+               runnable: np.ndarray, active_s: np.ndarray, received_s: np.ndarray, cluster: Cluster,
+               previous: Mapping[Hashable, tuple[str, tuple[int, ...]]], round_seconds: float) -> list[Lease]:
+    """Greedy-by-deficit leases for one round.
+
+    A (job, type) pair's deficit is the time it should have received by the
+    end of this round under the allocation (``allocation * (active_s +
+    round_seconds)``, seconds) minus what it received (``received_s``). Pairs
+    with a positive time fraction go first, by decreasing deficit; then the
+    other runnable pairs (work conservation). Each selected job gets
+    ``scale_factor`` GPUs of one type: its previous ones when it keeps its type
+    (those jobs are placed first; the lease is then ``extended``), else the
+    lowest free ids. Cluster-wide GPU ids run type by type in cluster order.
+    """
+    deficit = allocation * (active_s + round_seconds)[:, None] - received_s
+    rows, cols = np.nonzero(runnable)
+    order = np.lexsort((-deficit[rows, cols], -(allocation[rows, cols] > 1e-9).astype(float)))
+    offsets = np.concatenate([[0], np.cumsum(cluster.capacity)])
+    free = {t: set(range(int(offsets[k]), int(offsets[k + 1]))) for k, t in enumerate(cluster.gpu_types)}
+    left = {t: len(ids) for t, ids in free.items()}
+    chosen: dict[Hashable, tuple[str, int]] = {}  # selection first, placement after
+    for i, k in zip(rows[order], cols[order]):
+        job, gpu_type, n = job_ids[i], cluster.gpu_types[k], int(scale_factors[i])
+        if job not in chosen and left[gpu_type] >= n:
+            chosen[job] = (gpu_type, n)
+            left[gpu_type] -= n
+    leases: list[Lease] = []
+    # jobs that can keep their previous GPUs are placed first, so that no newcomer takes them
+    keeps = {job for job, (t, n) in chosen.items() if previous.get(job, (None, ()))[0] == t
+             and len(previous[job][1]) == n}
+    for job in sorted(chosen, key=lambda j: j not in keeps):
+        gpu_type, n = chosen[job]
+        prev_ids = tuple(previous[job][1]) if job in keeps else ()
+        keep = bool(prev_ids) and set(prev_ids) <= free[gpu_type]
+        ids = prev_ids if keep else tuple(sorted(free[gpu_type])[:n])
+        free[gpu_type] -= set(ids)
+        leases.append(Lease(job, gpu_type, ids, float(round_seconds), extended=keep))
+    return leases
+
+
+# ----- state ----------------------------------------------------------------------------
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (name TEXT PRIMARY KEY, config TEXT NOT NULL, status TEXT NOT NULL,
+    steps_done INTEGER NOT NULL, received TEXT NOT NULL, active_s REAL NOT NULL, submitted REAL NOT NULL,
+    finished REAL, placement TEXT, measured TEXT NOT NULL, restarts INTEGER NOT NULL, message TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rounds (idx INTEGER PRIMARY KEY, start REAL NOT NULL, end REAL NOT NULL,
+    leases TEXT NOT NULL, results TEXT NOT NULL);
+"""
+
+
+@dataclass
+class JobState:
+    """What the scheduler knows of a job; times in epoch seconds, durations in seconds."""
+
+    config: JobConfig
+    status: str = "pending"  # pending | done | failed
+    steps_done: int = 0  # steps of the newest checkpoint
+    received: dict[str, float] = field(default_factory=dict)  # seconds run per GPU type
+    active_s: float = 0.0  # scheduler seconds the job has been waiting or running
+    submitted: float = field(default_factory=time.time)
+    finished: float | None = None
+    placement: tuple[str, tuple[int, ...]] | None = None  # GPU type and ids held at the end of the last round
+    measured: dict[str, float] = field(default_factory=dict)  # latest estimate per measured type, steps/s
+    restarts: int = 0
+    message: str = ""
+
+
+class StateStore:
+    """The scheduler's journal in SQLite: jobs and rounds, each round committed in one transaction."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.db = sqlite3.connect(str(self.path), isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(_SCHEMA)
+
+    def load(self) -> dict[str, JobState]:
+        out = {}
+        for row in self.db.execute("SELECT name, config, status, steps_done, received, active_s, submitted, "
+                                   "finished, placement, measured, restarts, message FROM jobs ORDER BY rowid"):
+            placement = json.loads(row[8]) if row[8] else None
+            out[row[0]] = JobState(JobConfig(**json.loads(row[1])), row[2], row[3], json.loads(row[4]), row[5],
+                                   row[6], row[7], (placement[0], tuple(placement[1])) if placement else None,
+                                   json.loads(row[9]), row[10], row[11])
+        return out
+
+    def next_round(self) -> int:
+        return int(self.db.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM rounds").fetchone()[0])
+
+    def commit(self, jobs: Sequence[JobState], round_row: tuple[int, float, float, Any, Any] | None = None) -> None:
+        """Write jobs (and a round) atomically."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(
+                "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(s.config.name, json.dumps(asdict(s.config)), s.status, s.steps_done, json.dumps(s.received),
+                  s.active_s, s.submitted, s.finished, json.dumps(s.placement) if s.placement else None,
+                  json.dumps(s.measured), s.restarts, s.message) for s in jobs])
+            if round_row is not None:
+                idx, start, end, leases, results = round_row
+                self.db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?)",
+                                (idx, start, end, json.dumps(leases), json.dumps(results)))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# ----- the loop -------------------------------------------------------------------------
+class Scheduler:
+    """Runs jobs to completion on a cluster, round by round.
+
+    Parameters
+    ----------
+    jobs : sequence of JobConfig
+        Merged with the jobs already in ``state`` (by name; the journal wins for known jobs).
+    cluster : Cluster
+    executor : LocalExecutor
+    state : StateStore
+    policy : str
+    round_seconds : float
+    out : text stream for the status lines and the final report (None: silent).
+    """
+
+    def __init__(self, jobs: Sequence[JobConfig], cluster: Cluster, executor: LocalExecutor, state: StateStore, *,
+                 policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = sys.stdout):
+        self.cluster, self.executor, self.state = cluster, executor, state
+        self.policy, self.round_seconds, self.out = policy, float(round_seconds), out
+        self.jobs = state.load()
+        for config in jobs:
+            self.jobs.setdefault(config.name, JobState(config))
+        self.estimator = ThroughputEstimator(None, cluster.gpu_types, default_steps_per_s=1.0)
+        executor.estimator = self.estimator
+        for name, s in self.jobs.items():
+            executor.add_job(name, s.config.spec())
+            prior = {t: v for t, v in (s.config.throughputs or {}).items() if t in cluster.gpu_types}
+            self.estimator.add_job(name, scale_factor=s.config.scale_factor, prior=prior or None)
+            for gpu_type, value in s.measured.items():
+                self.estimator.observe(name, gpu_type, value)
+            if s.status == "pending":  # reconcile with checkpoints written after the last journaled round
+                s.steps_done = max(s.steps_done, executor.checkpointed_steps(name))
+                if s.steps_done >= s.config.total_steps:
+                    s.status, s.finished = "done", s.finished or time.time()
+            s.placement = None  # a restarted scheduler holds no processes
+        self.state.commit(list(self.jobs.values()))
+        self.round_index = state.next_round()
+        self.gpu_seconds_used = 0.0
+        self.wall_start = time.time()
+
+    def pending(self) -> list[str]:
+        return [n for n, s in self.jobs.items() if s.status == "pending"]
+
+    def run(self, max_rounds: int | None = None) -> dict[str, Any]:
+        """Run rounds until every job is done or failed (or ``max_rounds``); return :meth:`report`."""
+        rounds = 0
+        try:
+            while self.pending() and (max_rounds is None or rounds < max_rounds):
+                self.run_round()
+                rounds += 1
+        finally:
+            self.executor.close()
+        report = self.report()
+        if self.out is not None:
+            self._print_report(report)
+        return report
+
+    def run_round(self) -> None:
+        """Solve, plan, run and journal one round."""
+        names = self.pending()
+        leases = self._plan(names)
+        t0 = time.time()
+        plan = RoundPlan(self.round_index, t0, self.round_seconds, tuple(leases),
+                         tuple(n for n in names if self.jobs[n].placement and n not in {l.job_id for l in leases}))
+        results = self.executor.run_round(plan)
+        t1 = time.time()
+        by_job = {r.job_id: r for r in results}
+        for name in names:
+            s = self.jobs[name]
+            s.active_s += t1 - t0
+            s.placement = None
+        for lease in leases:
+            r, s = by_job[lease.job_id], self.jobs[lease.job_id]
+            s.received[lease.gpu_type] = s.received.get(lease.gpu_type, 0.0) + r.run_seconds
+            self.gpu_seconds_used += r.run_seconds * len(lease.gpu_ids)
+            s.restarts += int(r.restarted)
+            s.steps_done = max(s.steps_done, self.executor.checkpointed_steps(lease.job_id))
+            s.message = r.message
+            if r.measured_steps_per_s is not None:
+                s.measured[lease.gpu_type] = self.estimator.estimate(lease.job_id, lease.gpu_type)
+            if r.outcome is RoundOutcome.COMPLETED:
+                s.status, s.finished, s.steps_done = "done", t1, max(s.steps_done, s.config.total_steps)
+            elif r.outcome is RoundOutcome.FAILED and self.executor.failed(lease.job_id):
+                s.status, s.finished = "failed", t1
+            elif lease.job_id in self.executor.held_jobs:
+                s.placement = (lease.gpu_type, tuple(lease.gpu_ids))
+        self.state.commit(list(self.jobs.values()),
+                          (self.round_index, t0, t1, [[l.job_id, l.gpu_type, list(l.gpu_ids), l.extended]
+                                                      for l in leases],
+                           [[r.job_id, r.outcome.value, r.steps, r.run_seconds, r.measured_steps_per_s,
+                             r.restarted, r.message] for r in results]))
+        if self.out is not None:
+            self._print_status(leases, by_job, t1 - t0)
+        self.round_index += 1
+
+    def _plan(self, names: list[str]) -> list[Lease]:
+        if not names:
+            return []
+        configs = [self.jobs[n].config for n in names]
+        types = self.cluster.gpu_types
+        allowed = np.array([[c.gpu_types is None or t in c.gpu_types for t in types] for c in configs])
+        scale = np.array([c.scale_factor for c in configs])
+        fits = scale[:, None] <= self.cluster.capacity[None, :]
+        T = self.estimator.matrix(names, types) * allowed * fits
+        problem = Problem(T, self.cluster, job_ids=names, scale_factors=scale,
+                          priority_weights=[c.priority_weight for c in configs],
+                          num_steps_remaining=[max(c.total_steps - self.jobs[n].steps_done, 1)
+                                               for n, c in zip(names, configs)])
+        X = np.nan_to_num(solve(problem, self.policy).matrix)
+        received = np.array([[self.jobs[n].received.get(t, 0.0) for t in types] for n in names])
+        active = np.array([self.jobs[n].active_s for n in names])
+        previous = {n: self.jobs[n].placement for n in names if self.jobs[n].placement}
+        return plan_round(names, scale, X, T > 0, active, received, self.cluster, previous, self.round_seconds)
+
+    # ----- reporting ----------------------------------------------------------------------
+    def report(self) -> dict[str, Any]:
+        """Per job: status, steps, JCT (s, submission to completion, across restarts), restarts;
+        utilization: GPU-seconds leased / (GPUs x wall seconds) of this scheduler run."""
+        wall = max(time.time() - self.wall_start, 1e-9)
+        return {"jobs": {n: {"status": s.status, "steps_done": s.steps_done, "total_steps": s.config.total_steps,
+                             "jct_s": None if s.finished is None or s.status != "done" else s.finished - s.submitted,
+                             "restarts": s.restarts, "received_s": s.received, "measured_steps_per_s": s.measured,
+                             "message": s.message} for n, s in self.jobs.items()},
+                "utilization": self.gpu_seconds_used / (wall * int(self.cluster.capacity.sum())),
+                "rounds": self.round_index, "executor": asdict(self.executor.stats)
+                | {"extension_fraction": self.executor.stats.extension_fraction}}
+
+    def _print_status(self, leases: Sequence[Lease], results: Mapping[Hashable, Any], seconds: float) -> None:
+        held = {l.job_id: l for l in leases}
+        cells = []
+        for n, s in self.jobs.items():
+            lease, r = held.get(n), results.get(n)
+            where = f"{lease.gpu_type}{list(lease.gpu_ids)}{'*' if lease.extended else ''}" if lease else "-"
+            rate = f" {r.measured_steps_per_s:.1f}/s" if r is not None and r.measured_steps_per_s else ""
+            cells.append(f"{n} {s.steps_done}/{s.config.total_steps} {s.status} {where}{rate}")
+        print(f"round {self.round_index} ({seconds:.1f}s): " + " | ".join(cells), file=self.out, flush=True)
+
+    def _print_report(self, report: Mapping[str, Any]) -> None:
+        print("\njob                 status    steps         JCT (s)  restarts", file=self.out)
+        for n, j in report["jobs"].items():
+            jct = "-" if j["jct_s"] is None else f"{j['jct_s']:.1f}"
+            print(f"{n:<19} {j['status']:<9} {j['steps_done']:>5}/{j['total_steps']:<6} {jct:>9}  {j['restarts']:>8}",
+                  file=self.out)
+        stats = self.executor.stats
+        med = lambda xs: f"{float(np.median(xs)):.3f}" if xs else "-"  # noqa: E731
+        print(f"utilization {report['utilization']:.1%} over {report['rounds']} rounds; leases extended "
+              f"{stats.extension_fraction:.0%}; median launch-to-first-step {med(stats.launch_to_first_step_s)} s, "
+              f"stop {med(stats.stop_s)} s", file=self.out, flush=True)

@@ -1,0 +1,149 @@
+#!/usr/bin/env python
+"""Benchmark: the round-based mechanism and the trace-driven simulator.
+
+Three parts (each can be skipped):
+
+* ``mechanism``: per-round mechanism work at ``--active-jobs`` active jobs
+  (default 10,000; target under 50 ms) on a cluster of ``--mechanism-gpus``
+  GPUs per type of v100, p100 and k80: priorities plus greedy selection
+  (:meth:`PriorityMechanism.select`), placement onto GPU ids (half of the
+  jobs kept their previous GPUs), and counter updates, excluding the solve.
+  The median of ``--repeat`` rounds counts.
+* ``continuous``: a generated workload of ``--jobs`` jobs (default 1,000)
+  arriving at ``--jobs-per-hour`` on 36 v100 + 36 p100 + 36 k80 GPUs with
+  heterogeneity-aware max-min fairness (``max_min_fairness_perf``; target:
+  under 2 minutes on 2 cores), and the same workload with the agnostic policy
+  (``gavel:max_min_fairness``) for the JCT ratio.
+* ``artifact``: Gavel's ``artifact_evaluation.trace`` (15 jobs at t=0) on the
+  cluster named in the issue, v100=2, p100=0, k80=4, with
+  ``max_min_fairness_perf``, through the mechanism and in ideal mode.
+
+Usage::
+
+    python benchmarks/bench_simulator.py
+    python benchmarks/bench_simulator.py --parts mechanism --active-jobs 20000
+    python benchmarks/bench_simulator.py --parts continuous --jobs 1000 --jobs-per-hour 3 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numpy as np
+
+import allocopt
+from allocopt.mechanism import (GpuLayout, MechanismOptions, PriorityMechanism, generate_workload, place,
+                                shipped_trace, simulate)
+from allocopt.throughput import ThroughputTable
+
+
+def bench_mechanism(active_jobs: int, gpus_per_type: int, repeat: int, seed: int) -> dict:
+    table = ThroughputTable.gavel()
+    cluster = allocopt.Cluster({"v100": gpus_per_type, "p100": gpus_per_type, "k80": gpus_per_type})
+    problem = table.sample_problem(cluster, active_jobs, seed=seed)
+    rng = np.random.default_rng(seed)
+    X = rng.dirichlet(np.ones(3), size=active_jobs) * (problem.throughputs > 0)
+    X *= (cluster.capacity / np.maximum((X * problem.scale_factors[:, None]).sum(axis=0), 1e-9)).min()
+    mech = PriorityMechanism(problem.throughputs, problem.scale_factors, cluster.capacity, cluster.gpu_types,
+                             MechanismOptions())
+    rows = np.arange(active_jobs)
+    mech.add_jobs(rows)
+    mech.reset(0.0, rows, X)
+    layout = GpuLayout(cluster)
+    previous: dict = {}
+    select_s, place_s, total_s, scheduled = [], [], [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        chosen = mech.select(rows)
+        t1 = time.perf_counter()
+        run = np.flatnonzero(chosen >= 0)
+        placements = place(layout, run.tolist(), chosen[run], problem.scale_factors[run], previous)
+        t2 = time.perf_counter()
+        mech.record(run, chosen[run], np.full(run.size, 360.0))
+        t3 = time.perf_counter()
+        previous = {int(j): p.gpu_ids for j, p in zip(run.tolist(), placements)}
+        select_s.append(t1 - t0)
+        place_s.append(t2 - t1)
+        total_s.append(t3 - t0)
+        scheduled.append(run.size)
+    return {"active_jobs": active_jobs, "gpus": int(cluster.capacity.sum()),
+            "scheduled_jobs_per_round": float(np.mean(scheduled)),
+            "select_ms": 1e3 * float(np.median(select_s)), "place_ms": 1e3 * float(np.median(place_s)),
+            "round_ms": 1e3 * float(np.median(total_s)), "target_ms": 50.0}
+
+
+def bench_continuous(jobs: int, jobs_per_hour: float, seed: int) -> dict:
+    workload = generate_workload(ThroughputTable.gavel(), jobs, jobs_per_hour=jobs_per_hour, seed=seed)
+    cluster = {"v100": 36, "p100": 36, "k80": 36}
+    out = {"jobs": jobs, "jobs_per_hour": jobs_per_hour, "cluster": cluster}
+    for label, policy in (("aware", "max_min_fairness_perf"), ("agnostic", "gavel:max_min_fairness")):
+        started = time.perf_counter()
+        result = simulate(workload, cluster, policy, seed=seed)
+        m = result.metrics
+        out[label] = {"policy": policy, "wall_s": time.perf_counter() - started,
+                      "average_jct_h": m["average_jct_s"] / 3600, "median_jct_h": m["median_jct_s"] / 3600,
+                      "p99_jct_h": m["p99_jct_s"] / 3600, "makespan_h": m["makespan_s"] / 3600,
+                      "utilization": m["utilization"], "num_rounds": m["num_rounds"], "num_solves": m["num_solves"],
+                      "solve_s_total": m["solve_s_total"], "restarts_per_job": m["restarts_per_job"]}
+    out["agnostic_over_aware_average_jct"] = out["agnostic"]["average_jct_h"] / out["aware"]["average_jct_h"]
+    out["target_wall_s"] = 120.0
+    return out
+
+
+def bench_artifact() -> dict:
+    cluster = {"v100": 2, "p100": 0, "k80": 4}
+    out = {"trace": "artifact_evaluation", "cluster": cluster, "policy": "max_min_fairness_perf"}
+    for mode in ("mechanism", "ideal"):
+        m = simulate(shipped_trace("artifact_evaluation"), cluster, "max_min_fairness_perf", mode=mode).metrics
+        out[mode] = {"average_jct_s": m["average_jct_s"], "makespan_s": m["makespan_s"],
+                     "utilization": m["utilization"], "num_rounds": m["num_rounds"]}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="mechanism,continuous,artifact")
+    parser.add_argument("--active-jobs", type=int, default=10_000)
+    parser.add_argument("--mechanism-gpus", type=int, default=1000, help="GPUs per type for the mechanism part")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--jobs-per-hour", type=float, default=3.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    report: dict = {"machine": {"platform": platform.platform(), "python": platform.python_version(),
+                                "cpus": os.cpu_count()}}
+    if "mechanism" in parts:
+        report["mechanism"] = r = bench_mechanism(args.active_jobs, args.mechanism_gpus, args.repeat, args.seed)
+        print(f"mechanism: {r['active_jobs']} active jobs, {r['gpus']} GPUs, {r['scheduled_jobs_per_round']:.0f} "
+              f"scheduled/round: select {r['select_ms']:.1f} ms + place {r['place_ms']:.1f} ms, round "
+              f"{r['round_ms']:.1f} ms (target < {r['target_ms']:.0f} ms)")
+    if "continuous" in parts:
+        report["continuous"] = r = bench_continuous(args.jobs, args.jobs_per_hour, args.seed)
+        for label in ("aware", "agnostic"):
+            x = r[label]
+            print(f"continuous {label:8s} ({x['policy']}): {r['jobs']} jobs at {r['jobs_per_hour']}/h on 36:36:36 in "
+                  f"{x['wall_s']:.1f} s wall ({x['num_rounds']} rounds, {x['num_solves']} solves, "
+                  f"{x['solve_s_total']:.1f} s solving): avg JCT {x['average_jct_h']:.2f} h, median "
+                  f"{x['median_jct_h']:.2f} h, p99 {x['p99_jct_h']:.1f} h, makespan {x['makespan_h']:.1f} h, "
+                  f"utilization {x['utilization']:.3f}")
+        print(f"continuous: agnostic / aware average JCT = {r['agnostic_over_aware_average_jct']:.2f}x "
+              f"(target wall < {r['target_wall_s']:.0f} s per run)")
+    if "artifact" in parts:
+        report["artifact"] = r = bench_artifact()
+        for mode in ("mechanism", "ideal"):
+            x = r[mode]
+            print(f"artifact_evaluation on v100=2,p100=0,k80=4 ({mode}): avg JCT {x['average_jct_s']:.1f} s, "
+                  f"makespan {x['makespan_s']:.1f} s, utilization {x['utilization']:.3f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

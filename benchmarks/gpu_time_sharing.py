@@ -1,0 +1,87 @@
+"""GPU check: several PyTorch jobs time-share this machine's NVIDIA GPUs over several rounds.
+
+Runs ``2 * n_gpus + 1`` (at least 3) copies of ``examples/pytorch_mlp.py`` under
+``allocopt.runtime.loop.Scheduler`` with the local executor and max-min
+fairness, so every job is preempted and resumed from its checkpoint at least
+once, then prints per-job steps, measured throughput and restarts, and the
+executor's launch-to-first-step and stop (preempt) latencies and its fraction
+of extended leases. Skips itself (exit 0) without NVIDIA GPUs or without torch.
+
+    python benchmarks/gpu_time_sharing.py [--round-seconds 15] [--steps 3000] [--work-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--round-seconds", type=float, default=15.0)
+    parser.add_argument("--steps", type=int, default=3000, help="total steps of each job")
+    parser.add_argument("--work-dir", help="state and job files (default: a temporary directory)")
+    args = parser.parse_args()
+
+    from allocopt.runtime.devices import discover_nvidia_smi, discover_nvml
+    gpus = discover_nvml() or discover_nvidia_smi()
+    if not gpus:
+        print("skipped: no NVIDIA GPU found (NVML and nvidia-smi report none)")
+        return 0
+    try:
+        import torch
+    except ImportError:
+        print("skipped: torch is not installed (pip install torch)")
+        return 0
+    if not torch.cuda.is_available():
+        print("skipped: torch cannot use CUDA on this machine")
+        return 0
+
+    from allocopt.cluster import Cluster
+    from allocopt.runtime.local import LocalExecutor
+    from allocopt.runtime.loop import JobConfig, Scheduler, StateStore
+
+    gpu_type = gpus[0].gpu_type
+    same = [d for d in gpus if d.gpu_type == gpu_type]
+    print(f"devices: {len(same)} x {gpu_type} ({same[0].name}, {same[0].memory_mib} MiB); "
+          f"round {args.round_seconds:g} s, {args.steps} steps per job")
+    script = str(Path(__file__).resolve().parents[1] / "examples" / "pytorch_mlp.py")
+    n_jobs = max(3, 2 * len(same) + 1)
+    jobs = [JobConfig(f"mlp{k}", [sys.executable, script, "--hidden", str(1024 * (1 + k % 3)), "--batch-size", "512"],
+                      args.steps) for k in range(n_jobs)]
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="allocopt-gpu-"))
+    work.mkdir(parents=True, exist_ok=True)
+    executor = LocalExecutor({}, same, work / "runtime", grace_s=5.0)
+    state = StateStore(work / "state.db")
+    scheduler = Scheduler(jobs, Cluster({gpu_type: len(same)}), executor, state, round_seconds=args.round_seconds)
+    report = scheduler.run()
+    state.close()
+
+    print("\njob      status  steps  restarts  measured steps/s  JCT (s)")
+    for name, job in report["jobs"].items():
+        rate = job["measured_steps_per_s"].get(gpu_type)
+        print(f"{name:<8} {job['status']:<6} {job['steps_done']:>6} {job['restarts']:>9} "
+              f"{'-' if rate is None else f'{rate:.1f}':>17} {job['jct_s'] or float('nan'):>8.1f}")
+    stats = executor.stats
+
+    def summary(values: list[float]) -> str:
+        return f"median {np.median(values):.3f} s, max {np.max(values):.3f} s (n={len(values)})" if values else "-"
+
+    print(f"\nlaunch to first step (job start-up included): {summary(stats.launch_to_first_step_s)}")
+    print(f"launch to client start (interpreter + imports): {summary(stats.launch_to_start_s)}")
+    print(f"executor Popen per rank: {summary(stats.popen_s)}")
+    print(f"stop (preempt) request to all processes gone: {summary(stats.stop_s)}")
+    print(f"leases extended without restart: {stats.extension_fraction:.0%} of {stats.leases}")
+    resumed = [n for n, j in report["jobs"].items() if j["restarts"] >= 2]
+    print(f"jobs preempted and resumed at least once: {len(resumed)} of {len(jobs)}")
+    ok = len(resumed) == len(jobs) and all(j["status"] == "done" for j in report["jobs"].values())
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

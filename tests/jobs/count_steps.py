@@ -1,0 +1,57 @@
+"""Test job: appends each completed step number to an output file, exactly once per step.
+
+Usage: count_steps.py OUTPUT [--sleep-s S] [--crash-at STEP] [--ignore-stop] [--env-out FILE]
+
+The checkpoint records the output file's length, and a resumed run truncates the
+file to it, so the file lists every step exactly once even when a run is killed
+between writing a step and checkpointing it. ``--crash-at`` exits with status 3
+before running that step; ``--ignore-stop`` ignores SIGTERM and keeps stepping
+past its lease (it must be killed); ``--env-out PREFIX`` writes the environment of rank r as JSON to PREFIX.r.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+from allocopt.runtime import client
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("output")
+    parser.add_argument("--sleep-s", type=float, default=0.005)
+    parser.add_argument("--crash-at", type=int)
+    parser.add_argument("--ignore-stop", action="store_true")
+    parser.add_argument("--env-out")
+    args = parser.parse_args()
+    lease = client.lease()
+    if args.env_out:
+        with open(f"{args.env_out}.{lease.rank}", "w", encoding="utf-8") as f:
+            json.dump({"env": dict(os.environ), "pid": os.getpid(), "rank": lease.rank}, f)
+    if args.ignore_stop:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        while True:
+            time.sleep(0.05)
+    state = client.load_checkpoint()
+    start = state["step"] if state else 0
+    size = state["output_bytes"] if state else 0
+    with open(args.output, "a+b") as out:
+        out.truncate(size)
+        for step in client.steps(start):
+            if args.crash_at is not None and step == args.crash_at:
+                return 3
+            time.sleep(args.sleep_s)
+            if lease.rank == 0:
+                out.write(f"{step}\n".encode())
+                out.flush()
+            client.save_checkpoint({"step": step + 1, "output_bytes": out.tell()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

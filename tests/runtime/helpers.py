@@ -1,0 +1,32 @@
+"""Shared by the runtime tests: the count_steps job, device-interval and output checks."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+COUNT_STEPS = str(Path(__file__).resolve().parents[1] / "jobs" / "count_steps.py")
+
+
+def count_steps_command(output: Path, *extra: str) -> list[str]:
+    return [sys.executable, COUNT_STEPS, str(output), *extra]
+
+
+def steps_written(output: Path) -> list[int]:
+    return [int(x) for x in output.read_text().split()] if output.exists() else []
+
+
+def assert_no_device_overlap(work_dir: Path) -> list[dict]:
+    """Every device was held by at most one job at a time; returns the intervals."""
+    intervals = [json.loads(line) for line in (work_dir / "devices.jsonl").read_text().splitlines()]
+    by_gpu: dict[int, list[tuple[float, float, str]]] = {}
+    for iv in intervals:
+        assert iv["end"] >= iv["start"]
+        for g in iv["gpu_ids"]:
+            by_gpu.setdefault(g, []).append((iv["start"], iv["end"], iv["job"]))
+    for g, ivs in by_gpu.items():
+        ivs.sort()
+        for (s1, e1, j1), (s2, e2, j2) in zip(ivs, ivs[1:]):
+            assert e1 <= s2, f"device {g} held by {j1} until {e1} and by {j2} from {s2}"
+    return intervals

@@ -1,0 +1,244 @@
+"""allocopt.Engine: incremental state, caching, persistence and thread safety, with the real HiGHS backend."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import numpy as np
+import pytest
+
+import allocopt
+from allocopt.errors import DuplicateJobError, UnknownJobError
+from allocopt.errors import InvalidOptionError, InvalidProblemError, UnknownBackendError, UnknownPolicyError
+from allocopt.throughput import ThroughputTable
+
+TOL = 1e-6
+
+
+def gavel_engine(num_jobs: int = 12, seed: int = 3, **kwargs) -> tuple[allocopt.Engine, allocopt.Problem]:
+    cluster = allocopt.Cluster({"v100": 4, "p100": 4, "k80": 4})
+    problem = ThroughputTable.gavel().sample_problem(cluster, num_jobs, seed=seed)
+    engine = allocopt.Engine(cluster, **kwargs)
+    for job in problem.to_json()["jobs"]:
+        engine.add_job(job.pop("id"), **job)
+    return engine, problem
+
+
+def assert_same_allocation(a: allocopt.Allocation, b: allocopt.Allocation) -> None:
+    assert a.job_ids == b.job_ids and a.gpu_types == b.gpu_types
+    assert a.objective == pytest.approx(b.objective, rel=1e-7, abs=1e-9)
+    np.testing.assert_allclose(a.effective_throughput, b.effective_throughput, rtol=1e-6, atol=1e-7)
+
+
+def test_allocation_equals_solving_from_scratch():
+    engine, problem = gavel_engine()
+    assert_same_allocation(engine.allocate(), allocopt.solve(problem, "max_min_fairness"))
+
+
+def test_incremental_updates_equal_solving_from_scratch():
+    engine, problem = gavel_engine(num_jobs=10)
+    engine.allocate()
+    doc = problem.to_json()
+    engine.remove_job(doc["jobs"][3]["id"])
+    engine.update_job(doc["jobs"][0]["id"], priority_weight=3.0, throughputs={"k80": 0.5})
+    engine.set_capacity("v100", 2)
+    engine.add_job("late", throughputs={"v100": 5.0, "p100": 3.0, "k80": 1.0}, scale_factor=2)
+    del doc["jobs"][3]
+    doc["jobs"][0]["priority_weight"] = 3.0
+    doc["jobs"][0]["throughputs"]["k80"] = 0.5
+    doc["cluster"]["gpus"]["v100"] = 2
+    doc["jobs"].append({"id": "late", "throughputs": {"v100": 5.0, "p100": 3.0, "k80": 1.0}, "scale_factor": 2})
+    expected = allocopt.solve(allocopt.Problem.from_json(doc), "max_min_fairness")
+    assert_same_allocation(engine.allocate(), expected)
+
+
+def test_policy_and_options_are_passed_to_solve():
+    engine, problem = gavel_engine(policy="max_min_fairness", policy_options={"heterogeneity_aware": False},
+                                   solve_options={"threads": 1})
+    expected = allocopt.solve(problem, "max_min_fairness", heterogeneity_aware=False, threads=1)
+    assert_same_allocation(engine.allocate(), expected)
+
+
+def test_allocate_is_cached_until_something_changes():
+    engine, _ = gavel_engine(num_jobs=5)
+    first = engine.allocate()
+    version = engine.version
+    assert engine.allocate() is first and engine.version == version
+    engine.update_job(engine.job_ids[0], priority_weight=2.0)
+    assert engine.version == version + 1
+    second = engine.allocate()
+    assert second is not first and engine.allocate() is second
+
+
+def test_engine_state_accessors():
+    engine = allocopt.Engine({"v100": 2, "k80": 2})
+    engine.add_job("a", throughputs={"v100": 4.0}, num_steps_remaining=100)
+    assert "a" in engine and len(engine) == 1 and engine.job_ids == ("a",)
+    assert engine.get_job("a") == {"id": "a", "throughputs": {"v100": 4.0, "k80": 0.0}, "scale_factor": 1,
+                                   "priority_weight": 1.0, "num_steps_remaining": 100}
+    assert engine.cluster == allocopt.Cluster({"v100": 2, "k80": 2})
+    assert "n_jobs=1" in repr(engine)
+
+
+def test_observe_throughput_replaces_then_smooths():
+    engine = allocopt.Engine({"v100": 1, "k80": 1}, throughput_smoothing=0.5)
+    engine.add_job("a", throughputs={"v100": 10.0, "k80": 2.0})
+    assert engine.observe_throughput("a", "v100", 20.0) == 20.0  # first measurement replaces the prior
+    assert engine.observe_throughput("a", "v100", 10.0) == 15.0  # later ones: EMA with weight 0.5
+    assert engine.get_job("a")["throughputs"] == {"v100": 15.0, "k80": 2.0}
+    default = allocopt.Engine({"v100": 1})
+    default.add_job("a", throughputs={"v100": 10.0})
+    default.observe_throughput("a", "v100", 3.0)
+    assert default.observe_throughput("a", "v100", 7.0) == 7.0  # default smoothing 1: keep the latest
+
+
+def test_new_gpu_type_and_nodes_leaving():
+    engine = allocopt.Engine({"v100": 4})
+    engine.add_job("a", throughputs={"v100": 10.0})
+    engine.add_job("big", throughputs={"v100": 30.0}, scale_factor=4)
+    engine.set_capacity("a100", 8, gpus_per_node=4)
+    assert engine.cluster.gpu_types == ("v100", "a100")
+    assert engine.get_job("a")["throughputs"] == {"v100": 10.0, "a100": 0.0}
+    engine.update_job("a", throughputs={"a100": 25.0})
+    engine.set_capacity("v100", 2)  # nodes leave: "big" no longer fits anywhere
+    alloc = engine.allocate()
+    assert alloc.job_ids == ("a",) and alloc.extras["waiting_jobs"] == ["big"]
+    assert alloc.matrix[0, 1] == pytest.approx(1.0)
+    engine.set_capacity("v100", 4)  # they come back
+    assert engine.allocate().job_ids == ("a", "big")
+    engine.set_capacity("v100", 0)
+    engine.set_capacity("a100", 0)
+    empty = engine.allocate()
+    assert empty.job_ids == () and empty.extras["waiting_jobs"] == ["a", "big"]
+
+
+@pytest.mark.parametrize("call, error, field", [
+    (lambda e: e.add_job("a", throughputs={"v100": 1.0}), DuplicateJobError, "job_id"),
+    (lambda e: e.update_job("zz", priority_weight=2.0), UnknownJobError, "job_id"),
+    (lambda e: e.remove_job("zz"), UnknownJobError, "job_id"),
+    (lambda e: e.observe_throughput("zz", "v100", 1.0), UnknownJobError, "job_id"),
+    (lambda e: e.add_job("b", throughputs={"tpu": 1.0}), InvalidProblemError, "gpu_type"),
+    (lambda e: e.observe_throughput("a", "tpu", 1.0), InvalidProblemError, "gpu_type"),
+    (lambda e: e.add_job("b", throughputs={"v100": -1.0}), InvalidProblemError, "throughputs.v100"),
+    (lambda e: e.add_job("b", throughputs={"v100": float("nan")}), InvalidProblemError, "throughputs.v100"),
+    (lambda e: e.add_job("b", throughputs={"v100": "fast"}), InvalidProblemError, "throughputs.v100"),
+    (lambda e: e.add_job("b", throughputs=[1.0, 2.0]), InvalidProblemError, "throughputs"),
+    (lambda e: e.add_job("b", throughputs={"v100": 0.0}), InvalidProblemError, "throughputs"),
+    (lambda e: e.add_job("b", throughputs={"v100": 1.0}, scale_factor=0), InvalidProblemError, "scale_factor"),
+    (lambda e: e.add_job("b", throughputs={"v100": 1.0}, scale_factor=1.5), InvalidProblemError,
+     "scale_factor"),
+    (lambda e: e.add_job("b", throughputs={"v100": 1.0}, priority_weight=-2), InvalidProblemError,
+     "priority_weight"),
+    (lambda e: e.add_job("b", throughputs={"v100": 1.0}, slo_s=100.0), InvalidProblemError,
+     "num_steps_remaining"),
+    (lambda e: e.add_job(["b"], throughputs={"v100": 1.0}), InvalidProblemError, "job_id"),
+    (lambda e: e.update_job("a", color="red"), InvalidProblemError, "color"),
+    (lambda e: e.observe_throughput("a", "v100", -3.0), InvalidProblemError, "steps_per_s"),
+    (lambda e: e.set_capacity("v100", -1), InvalidProblemError, "gpus"),
+    (lambda e: e.set_capacity("", 1), InvalidProblemError, "gpu_type"),
+])
+def test_bad_calls_raise_typed_errors_and_change_nothing(call, error, field):
+    engine = allocopt.Engine({"v100": 2})
+    engine.add_job("a", throughputs={"v100": 1.0})
+    before, version = engine.to_json(), engine.version
+    with pytest.raises(error) as info:
+        call(engine)
+    assert info.value.field == field
+    assert engine.to_json() == before and engine.version == version
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"policy": "nope"}, UnknownPolicyError),
+    ({"policy": "sia"}, InvalidOptionError),
+    ({"backend": "nope"}, UnknownBackendError),
+    ({"policy_options": {"nope": 1}}, InvalidOptionError),
+    ({"solve_options": {"heterogeneity_aware": False}}, InvalidOptionError),
+    ({"solve_options": {"solver_options": {"x": object()}}}, InvalidOptionError),
+    ({"throughput_smoothing": 0.0}, InvalidOptionError),
+])
+def test_bad_construction_raises(kwargs, error):
+    with pytest.raises(error):
+        allocopt.Engine({"v100": 1}, **kwargs)
+
+
+def test_save_load_round_trip(tmp_path):
+    engine, _ = gavel_engine(num_jobs=8, throughput_smoothing=0.25,
+                             policy_options={"heterogeneity_aware": False})
+    engine.observe_throughput(engine.job_ids[1], "k80", 0.7)
+    engine.set_capacity("a100", 2)
+    path = tmp_path / "engine.json"
+    engine.save(path)
+    restored = allocopt.Engine.load(path)
+    assert restored.to_json() == engine.to_json()
+    assert restored.version == engine.version
+    assert_same_allocation(restored.allocate(), engine.allocate())
+    # the measured cell keeps smoothing after the restore
+    assert restored.observe_throughput(engine.job_ids[1], "k80", 1.7) == pytest.approx(0.75 * 0.7 + 0.25 * 1.7)
+    # the state file's cluster and jobs are a problem document
+    assert allocopt.Problem.from_json(json.loads(path.read_text())).num_jobs == 8
+    assert [p.name for p in tmp_path.iterdir()] == ["engine.json"]
+
+
+@pytest.mark.parametrize("document, field", [
+    ({"format": "other"}, "format"),
+    ({"format": "allocopt-engine", "format_version": 99}, "format_version"),
+    ({"format": "allocopt-engine", "format_version": 1, "cluster": {"gpus": {"v100": 1}},
+      "jobs": [{"id": "a", "throughputs": {"v100": 1.0}, "colour": 1}]}, "jobs[0]"),
+    ({"format": "allocopt-engine", "format_version": 1, "cluster": {"gpus": {"v100": 1}},
+      "jobs": [{"id": "a", "throughputs": {"v100": 1.0}}], "measured": [["b", "v100"]]}, "measured"),
+])
+def test_load_rejects_bad_documents(document, field):
+    with pytest.raises(InvalidProblemError) as info:
+        allocopt.Engine.from_json(document)
+    assert info.value.field == field
+
+
+def test_load_rejects_invalid_json(tmp_path):
+    path = tmp_path / "engine.json"
+    path.write_text("{not json")
+    with pytest.raises(InvalidProblemError, match="invalid JSON"):
+        allocopt.Engine.load(path)
+
+
+def test_concurrent_mutations_and_allocations_are_consistent():
+    engine = allocopt.Engine({"v100": 4, "k80": 4})
+    num_threads, per_thread = 8, 12
+    errors: list[BaseException] = []
+    allocations: list[allocopt.Allocation] = []
+    barrier = threading.Barrier(num_threads)
+
+    def worker(t: int) -> None:
+        rng = random.Random(t)
+        try:
+            barrier.wait()
+            for k in range(per_thread):
+                job = f"t{t}-{k}"
+                engine.add_job(job, throughputs={"v100": rng.uniform(1, 10), "k80": rng.uniform(0.5, 3)})
+                if k % 3 == 0:
+                    engine.remove_job(job)
+                elif k % 3 == 1:
+                    engine.update_job(job, priority_weight=2.0)
+                    engine.observe_throughput(job, "k80", 1.0)
+                allocations.append(engine.allocate())
+        except BaseException as err:  # reported in the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(num_threads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    expected = {f"t{t}-{k}" for t in range(num_threads) for k in range(per_thread) if k % 3}
+    assert set(engine.job_ids) == expected
+    # adds + removes + (update + observe) of each thread: every mutation counted exactly once
+    assert engine.version == num_threads * (per_thread + per_thread // 3 + 2 * (per_thread // 3))
+    for alloc in allocations:  # every allocation is of one consistent state
+        assert len(set(alloc.job_ids)) == len(alloc.job_ids)
+        assert np.all(alloc.problem.scale_factors @ alloc.matrix <= alloc.problem.capacity + TOL)
+    final = engine.allocate()
+    assert set(final.job_ids) == expected
+    weights = dict(zip(final.job_ids, final.problem.priority_weights))
+    assert weights == {j: 2.0 if int(j.split("-")[1]) % 3 == 1 else 1.0 for j in expected}
