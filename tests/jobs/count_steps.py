@@ -40,8 +40,11 @@ def main() -> int:
     state = client.load_checkpoint()
     start = state["step"] if state else 0
     size = state["output_bytes"] if state else 0
-    with open(args.output, "a+b") as out:
-        out.truncate(size)
+    # only rank 0 owns the output file: another rank that starts later must not truncate it
+    # to the size of a checkpoint rank 0 has since moved past
+    with open(args.output if lease.rank == 0 else os.devnull, "a+b") as out:
+        if lease.rank == 0:
+            out.truncate(size)
         for step in client.steps(start):
             if args.crash_at is not None and step == args.crash_at:
                 return 3
@@ -49,7 +52,7 @@ def main() -> int:
             if lease.rank == 0:
                 out.write(f"{step}\n".encode())
                 out.flush()
-            client.save_checkpoint({"step": step + 1, "output_bytes": out.tell()})
+            client.save_checkpoint({"step": step + 1, "output_bytes": out.tell()})  # written by rank 0 only
     return 0
 
 
