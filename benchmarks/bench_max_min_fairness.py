@@ -37,13 +37,10 @@ import argparse
 import cProfile
 import csv
 import gc
-import importlib
-import importlib.metadata
 import io
 import json
 import math
 import os
-import platform
 import pstats
 import statistics
 import sys
@@ -53,6 +50,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from machine import machine_info
 import allocopt
 from allocopt.backends import BACKENDS, get_backend
 from allocopt.errors import BackendNotInstalledError, LicenseError, LicenseLimitError
@@ -336,54 +334,6 @@ def discover_backends() -> tuple[list[str], dict[str, str]]:
 # ----------------------------------------------------------------------------------------------
 # Machine description
 # ----------------------------------------------------------------------------------------------
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict[str, Any]:
-    cpu_model = platform.processor() or None
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu_model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem_gib = None
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    mem_gib = round(int(line.split()[1]) / 2**20, 1)
-                    break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    versions = {name: _version(name) for name in
-                ("allocopt", "numpy", "scipy", "highspy", "cvxpy", "gurobipy", "pulp", "clarabel")}
-    try:
-        import gurobipy
-        versions["gurobi (library)"] = ".".join(map(str, gurobipy.gurobi.version()))
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        load = [round(v, 2) for v in os.getloadavg()]
-    except (AttributeError, OSError):
-        load = None
-    return {"platform": platform.platform(), "machine": platform.machine(), "cpu": cpu_model,
-            "load_average": load,
-            "cpu_count": os.cpu_count(), "cpus_usable": usable, "memory_gib": mem_gib,
-            "python": f"{platform.python_implementation()} {platform.python_version()}",
-            "versions": {k: v for k, v in versions.items() if v is not None}}
-
-
 # ----------------------------------------------------------------------------------------------
 # Output
 # ----------------------------------------------------------------------------------------------

@@ -50,7 +50,6 @@ import gc
 import io
 import json
 import os
-import platform
 import pstats
 import statistics
 import time
@@ -60,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from machine import machine_info
 import allocopt
 from allocopt.formulations.sia import useful_entries, utility_coefficients, valid_entries
 
@@ -299,29 +299,6 @@ def profile_allocopt(problem: allocopt.GoodputProblem, top: int = 25) -> str:
 # ----------------------------------------------------------------------------------------------
 # Output
 # ----------------------------------------------------------------------------------------------
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or None
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    import importlib.metadata as md
-
-    versions = {}
-    for dist in ("allocopt", "numpy", "scipy", "highspy", "cvxpy"):
-        try:
-            versions[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            pass
-    return {"platform": platform.platform(), "cpu": cpu, "cpus_usable": usable,
-            "python": platform.python_version(), "versions": versions}
-
-
 def _f(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 

@@ -49,20 +49,17 @@ import ast
 import cProfile
 import dataclasses
 import gc
-import importlib.metadata
 import io
 import itertools
 import json
-import os
-import platform
 import pstats
 import statistics
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from machine import machine_info
 import allocopt
 from allocopt.backends import SolveOptions, get_backend, solve_model
 from allocopt.formulations.base import base_model
@@ -322,23 +319,6 @@ def solve_without_unit_bounds(problem: allocopt.Problem) -> tuple[float, float]:
 # ----------------------------------------------------------------------------------------------
 # Output
 # ----------------------------------------------------------------------------------------------
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or None
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    versions = {}
-    for dist in ("allocopt", "numpy", "scipy", "highspy", "cvxpy"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return {"platform": platform.platform(), "cpu": cpu, "cpus_usable": len(os.sched_getaffinity(0)),
-            "load_average_1_5_15": os.getloadavg(), "python": platform.python_version(), "versions": versions}
-
-
 def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -381,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     instance = {"throughputs": table.source, "job_types": len(table.names), "jobs": problem.num_jobs,
                 "pairs": int(problem.pairs.shape[0]), "gpu_types": dict(zip(GPU_TYPES, problem.capacity.tolist())),
                 "problem_s": problem_s}
-    print(f"machine: {machine['cpu']}, {machine['cpus_usable']} usable CPUs, load {machine['load_average_1_5_15']}, "
+    print(f"machine: {machine['cpu']}, {machine['cpus_usable']} usable CPUs, load {machine['load_average']}, "
           f"{machine['platform']}, Python {machine['python']}, {machine['versions']}")
     print(f"instance: {instance}", flush=True)
 
