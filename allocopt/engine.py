@@ -27,9 +27,11 @@ import math
 import numbers
 import os
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from allocopt.allocation import Allocation
 from allocopt.api import solve
@@ -38,7 +40,10 @@ from allocopt.cluster import DEFAULT_GPUS_PER_NODE, Cluster
 from allocopt.errors import (DuplicateJobError, InvalidOptionError, InvalidProblemError, UnknownBackendError,
                              UnknownJobError)
 from allocopt.formulations import get_policy
+from allocopt.mechanism.placement import GpuLayout, place
+from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.problem import Problem
+from allocopt.runtime.executor import JobRoundResult, Lease, RoundPlan
 
 #: ``format`` of the engine's state document (:meth:`Engine.to_json`).
 STATE_FORMAT = "allocopt-engine"
@@ -83,6 +88,12 @@ class Engine:
         first measurement of a (job, GPU type) replaces the given throughput,
         each later one ``x`` moves it to ``(1 - a) * old + a * x``. The default
         1.0 keeps the latest measurement.
+    round_seconds : float, default 360
+        Default length of a round of :meth:`next_round`, in seconds.
+    recompute_min_seconds : float, default 1920
+        :meth:`next_round` installs a new allocation in the priority mechanism
+        (restarting its received-time counters) when the state changed, at most
+        once per this many seconds of rounds (Gavel's rate limit).
 
     Attributes
     ----------
@@ -100,7 +111,8 @@ class Engine:
 
     def __init__(self, cluster: Cluster | Mapping[str, int], policy: str = "max_min_fairness",
                  backend: str = "highs", *, policy_options: Mapping[str, Any] | None = None,
-                 solve_options: Mapping[str, Any] | None = None, throughput_smoothing: float = 1.0):
+                 solve_options: Mapping[str, Any] | None = None, throughput_smoothing: float = 1.0,
+                 round_seconds: float = 360.0, recompute_min_seconds: float = 1920.0):
         if not isinstance(cluster, Cluster):
             cluster = Cluster(cluster)
         pol = get_policy(policy)
@@ -126,6 +138,8 @@ class Engine:
                 raise InvalidOptionError(f"{name} must hold JSON values (the engine saves them): {err}") from None
         if not (isinstance(throughput_smoothing, (int, float)) and 0 < throughput_smoothing <= 1):
             raise InvalidOptionError(f"throughput_smoothing must be in (0, 1], got {throughput_smoothing!r}")
+        self.mechanism_options = MechanismOptions(round_seconds=_seconds(round_seconds, "round_seconds"),
+                                                  recompute_min_seconds=recompute_min_seconds)
         self.policy = policy
         self.backend = backend
         self.policy_options = policy_options
@@ -138,6 +152,15 @@ class Engine:
         self._jobs: dict[Hashable, dict[str, Any]] = {}
         self._measured: set[tuple[Hashable, str]] = set()
         self._cached: tuple[int, Allocation] | None = None
+        # Round state (next_round): per job, the installed allocation, received seconds and deficit per GPU
+        # type, and the GPUs held last round as (type, type-local indices); pending: the unrecorded leases.
+        self._round_jobs: dict[Hashable, dict[str, Any]] = {}
+        self._round_index = 0
+        self._clock_s = 0.0
+        self._last_reset_s: float | None = None
+        self._installed_version: int | None = None
+        self._pending: dict[Hashable, str] = {}
+        self._pending_seconds = 0.0
 
     # ----- state ------------------------------------------------------------------------
     @property
@@ -250,6 +273,8 @@ class Engine:
         with self._lock:
             self._entry(job_id)
             del self._jobs[job_id]
+            self._round_jobs.pop(job_id, None)
+            self._pending.pop(job_id, None)
             self._measured = {cell for cell in self._measured if cell[0] != job_id}
             self._changed()
 
@@ -352,6 +377,147 @@ class Engine:
             self._cached = (self.version, allocation)
             return allocation
 
+    # ----- rounds -----------------------------------------------------------------------
+    def next_round(self, round_seconds: float | None = None) -> RoundPlan:
+        """The next round's leases under Gavel's priority mechanism, with GPU ids.
+
+        Each job's priority on a GPU type is its allocated time fraction over the
+        share of that type's time it received (:mod:`allocopt.mechanism.priority`);
+        selected jobs are placed on GPU ids (:mod:`allocopt.mechanism.placement`),
+        keeping last round's GPUs where possible (``Lease.extended``).
+        ``RoundPlan.stop`` lists the jobs that held GPUs last round and hold none
+        now (removed jobs are not listed). A changed state is solved again
+        (:meth:`allocate`) and installed at most once per ``recompute_min_seconds``;
+        jobs added in between run on otherwise idle GPUs until then.
+
+        Run time is credited by :meth:`record_round`; when it is not called
+        before the next :meth:`next_round`, every lease counts as having run its
+        full round. The round clock (``RoundPlan.start_s``) advances by each
+        round's length. GPU ids are numbered by :class:`~allocopt.mechanism.placement.GpuLayout`
+        over the cluster now, so a capacity change renumbers them; a job keeps
+        its GPUs when the same type-local GPUs still exist.
+
+        Parameters
+        ----------
+        round_seconds : float, optional
+            Length of this round in seconds (default: the engine's ``round_seconds``).
+
+        Raises
+        ------
+        InvalidOptionError
+            For a round length that is not a positive finite number.
+        NotOptimalError, SolverError, ...
+            As :meth:`allocate`.
+        """
+        seconds = _seconds(self.mechanism_options.round_seconds if round_seconds is None else round_seconds,
+                           "round_seconds")
+        with self._lock:
+            self._credit(((job, gpu_type, self._pending_seconds) for job, gpu_type in self._pending.items()))
+            types, ids = list(self._gpus), list(self._jobs)
+            initial = self.mechanism_options.initial_received_rounds * self.mechanism_options.round_seconds
+            for job in ids:
+                self._round_jobs.setdefault(job, {"allocation": {}, "received_s": {}, "deficit_s": {},
+                                                  "gpu_type": None, "gpu_slots": []})
+            states = [self._round_jobs[job] for job in ids]
+
+            def matrix(key: str, default: float) -> np.ndarray:
+                return np.array([[s[key].get(t, default) for t in types] for s in states]).reshape(len(ids), -1)
+
+            throughputs = np.array([[self._jobs[j]["throughputs"].get(t, 0.0) for t in types] for j in ids]
+                                   ).reshape(len(ids), -1)
+            scale = np.array([int(self._jobs[j].get("scale_factor", 1)) for j in ids], dtype=np.int64)
+            capacity = np.array([self._gpus[t] for t in types], dtype=np.int64)
+            mechanism = PriorityMechanism(throughputs, scale, capacity, types, self.mechanism_options)
+            mechanism.allocation = matrix("allocation", 0.0)
+            mechanism.received_s = matrix("received_s", initial)
+            mechanism.deficit_s = matrix("deficit_s", 0.0)
+            mechanism.last_reset_s = self._last_reset_s
+            rows = np.arange(len(ids))
+            if self._installed_version != self.version and mechanism.recompute_due(self._clock_s):
+                allocation = self.allocate()
+                row_of = {job: k for k, job in enumerate(allocation.job_ids)}
+                new = np.array([allocation.matrix[row_of[j]] if j in row_of else np.zeros(len(types))
+                                for j in ids]).reshape(len(ids), -1)
+                mechanism.reset(self._clock_s, rows, new)
+                self._last_reset_s, self._installed_version = self._clock_s, self.version
+                for k, state in enumerate(states):
+                    for key in ("allocation", "received_s", "deficit_s"):
+                        state[key] = dict(zip(types, getattr(mechanism, key)[k].tolist()))
+            chosen = mechanism.select(rows)
+            run = np.flatnonzero(chosen >= 0)
+            layout = GpuLayout(self.cluster)
+            previous = {}
+            for job, state in zip(ids, states):
+                gpu_type, slots = state["gpu_type"], state["gpu_slots"]
+                if gpu_type in self._gpus and slots and max(slots) < self._gpus[gpu_type]:
+                    start = int(layout.type_start[types.index(gpu_type)])
+                    previous[job] = tuple(start + s for s in slots)
+            run_ids = [ids[k] for k in run]
+            placements = place(layout, run_ids, chosen[run], scale[run], previous)
+            leases = []
+            for k, job, placement in zip(run.tolist(), run_ids, placements):
+                remaining = self._jobs[job].get("num_steps_remaining")
+                leases.append(Lease(job, types[chosen[k]], placement.gpu_ids, seconds,
+                                    max_steps=None if remaining is None else math.ceil(remaining),
+                                    extended=placement.extended))
+            held = {lease.job_id: lease for lease in leases}
+            stop = tuple(job for job, state in zip(ids, states) if state["gpu_type"] is not None and job not in held)
+            for job, state in zip(ids, states):
+                lease = held.get(job)
+                state["gpu_type"] = lease.gpu_type if lease else None
+                start = int(layout.type_start[types.index(lease.gpu_type)]) if lease else 0
+                state["gpu_slots"] = [g - start for g in lease.gpu_ids] if lease else []
+            plan = RoundPlan(self._round_index, self._clock_s, seconds, tuple(leases), stop)
+            self._pending = {lease.job_id: lease.gpu_type for lease in leases}
+            self._pending_seconds = seconds
+            self._round_index += 1
+            self._clock_s += seconds
+            return plan
+
+    def record_round(self, results: Sequence[JobRoundResult]) -> None:
+        """Credit the run time of the last :meth:`next_round`'s leases.
+
+        Each result adds its ``run_seconds`` to the job's received time on its
+        lease's GPU type, and a ``measured_steps_per_s`` goes to
+        :meth:`observe_throughput`. Leases without a result count 0 seconds;
+        results of jobs removed since the plan are ignored. Call it at most
+        once per round.
+
+        Raises
+        ------
+        InvalidProblemError
+            When no round is awaiting results, for a job without a lease in that
+            round, or a negative or non-finite ``run_seconds``; nothing is recorded then.
+        """
+        with self._lock:
+            credits = []
+            for result in results:
+                if result.job_id not in self._pending:
+                    if result.job_id in self._jobs or not self._round_index:
+                        raise InvalidProblemError(f"job {result.job_id!r} has no lease awaiting results (call "
+                                                  "record_round once after each next_round)", field="results",
+                                                  job=result.job_id)
+                    continue
+                run_s = result.run_seconds
+                if isinstance(run_s, bool) or not isinstance(run_s, numbers.Real) or not 0 <= run_s < math.inf:
+                    raise InvalidProblemError(f"run_seconds of job {result.job_id!r} is {run_s!r}; give finite "
+                                              "seconds >= 0", field="run_seconds", job=result.job_id)
+                credits.append((result.job_id, self._pending[result.job_id], float(run_s)))
+            pending = self._pending
+            self._pending = {}
+            self._credit(credits)
+            for result in results:
+                if result.job_id in pending and result.measured_steps_per_s is not None:
+                    self.observe_throughput(result.job_id, pending[result.job_id], result.measured_steps_per_s)
+
+    def _credit(self, credits: Iterable[tuple[Hashable, str, float]]) -> None:
+        """Add (job, GPU type, seconds) run times to the received-time counters; no round is pending after."""
+        initial = self.mechanism_options.initial_received_rounds * self.mechanism_options.round_seconds
+        for job, gpu_type, seconds in credits:
+            received = self._round_jobs[job]["received_s"]
+            received[gpu_type] = received.get(gpu_type, initial) + seconds
+        self._pending = {}
+
     # ----- persistence ------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """The engine's state as a JSON document; its ``cluster`` and ``jobs`` form a problem document."""
@@ -361,7 +527,14 @@ class Engine:
                     "solve_options": self.solve_options, "throughput_smoothing": self.throughput_smoothing,
                     "cluster": {"gpus": dict(self._gpus), "gpus_per_node": dict(self._gpus_per_node)},
                     "jobs": [self._job_document(j, e) for j, e in self._jobs.items()],
-                    "measured": [[j, t] for j, t in sorted(self._measured, key=repr)]}
+                    "measured": [[j, t] for j, t in sorted(self._measured, key=repr)],
+                    "round_seconds": self.mechanism_options.round_seconds,
+                    "recompute_min_seconds": self.mechanism_options.recompute_min_seconds,
+                    "rounds": {"round_index": self._round_index, "clock_s": self._clock_s,
+                               "last_reset_s": self._last_reset_s, "installed_version": self._installed_version,
+                               "pending": [[j, t] for j, t in self._pending.items()],
+                               "pending_seconds": self._pending_seconds,
+                               "jobs": [[j, state] for j, state in self._round_jobs.items()]}}
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> Engine:
@@ -384,7 +557,9 @@ class Engine:
         engine = cls(Cluster.from_dict(document.get("cluster")), document.get("policy", "max_min_fairness"),
                      document.get("backend", "highs"), policy_options=document.get("policy_options"),
                      solve_options=document.get("solve_options"),
-                     throughput_smoothing=document.get("throughput_smoothing", 1.0))
+                     throughput_smoothing=document.get("throughput_smoothing", 1.0),
+                     round_seconds=document.get("round_seconds", 360.0),
+                     recompute_min_seconds=document.get("recompute_min_seconds", 1920.0))
         for k, job in enumerate(jobs):
             unknown = sorted(set(job) - {"id", "throughputs", *JOB_FIELDS})
             if unknown or "throughputs" not in job:
@@ -401,7 +576,30 @@ class Engine:
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise InvalidProblemError(f"'version' must be a non-negative integer, got {version!r}", field="version")
         engine.version = version
+        engine._restore_rounds(document.get("rounds", {}))
         return engine
+
+    def _restore_rounds(self, rounds: Any) -> None:
+        """Install the round state of a state document (see :meth:`to_json`)."""
+        try:
+            jobs = {job: {"allocation": {t: float(x) for t, x in state["allocation"].items()},
+                          "received_s": {t: float(x) for t, x in state["received_s"].items()},
+                          "deficit_s": {t: float(x) for t, x in state["deficit_s"].items()},
+                          "gpu_type": state["gpu_type"], "gpu_slots": [int(g) for g in state["gpu_slots"]]}
+                    for job, state in rounds.get("jobs", [])}
+            pending = {job: str(gpu_type) for job, gpu_type in rounds.get("pending", [])}
+            installed = rounds.get("installed_version")
+            last_reset = rounds.get("last_reset_s")
+            self._round_index = int(rounds.get("round_index", 0))
+            self._clock_s = float(rounds.get("clock_s", 0.0))
+            self._pending_seconds = float(rounds.get("pending_seconds", 0.0))
+            self._installed_version = None if installed is None else int(installed)
+            self._last_reset_s = None if last_reset is None else float(last_reset)
+        except (AttributeError, KeyError, TypeError, ValueError) as err:
+            raise InvalidProblemError(f"malformed 'rounds' state: {err!r}", field="rounds") from None
+        if not set(jobs) <= set(self._jobs) or not set(pending) <= set(jobs):
+            raise InvalidProblemError("'rounds' names jobs that are not in 'jobs'", field="rounds")
+        self._round_jobs, self._pending = jobs, pending
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the state to ``path`` as JSON (atomically: a reader never sees a partial file)."""
@@ -474,6 +672,12 @@ class Engine:
         except InvalidProblemError as err:
             raise InvalidProblemError(str(err), field=_FIELD_NAMES.get(err.field, err.field), job=job_id) from None
         return entry
+
+
+def _seconds(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise InvalidOptionError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    return float(value)
 
 
 def _finite_non_negative(value: Any, name: str, job_id: Hashable) -> float:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +15,8 @@ import pytest
 import allocopt
 from allocopt.errors import DuplicateJobError, UnknownJobError
 from allocopt.errors import InvalidOptionError, InvalidProblemError, UnknownBackendError, UnknownPolicyError
+from allocopt.mechanism.placement import GpuLayout
+from allocopt.runtime.executor import JobRoundResult, RoundOutcome, RoundPlan
 from allocopt.throughput import ThroughputTable
 
 TOL = 1e-6
@@ -242,3 +247,132 @@ def test_concurrent_mutations_and_allocations_are_consistent():
     assert set(final.job_ids) == expected
     weights = dict(zip(final.job_ids, final.problem.priority_weights))
     assert weights == {j: 2.0 if int(j.split("-")[1]) % 3 == 1 else 1.0 for j in expected}
+
+
+# ----- rounds (next_round / record_round) ----------------------------------------------------------
+
+def round_engine(**kwargs) -> allocopt.Engine:
+    engine = allocopt.Engine(allocopt.Cluster({"v100": 4, "k80": 4}, {"v100": 2, "k80": 4}), round_seconds=60.0,
+                             recompute_min_seconds=0.0, **kwargs)
+    for k in range(6):
+        engine.add_job(f"j{k}", throughputs={"v100": 10.0 + 5 * k, "k80": 4.0 + k}, scale_factor=1 + k % 2)
+    return engine
+
+
+def full_results(plan: RoundPlan) -> list[JobRoundResult]:
+    return [JobRoundResult(lease.job_id, RoundOutcome.PREEMPTED, 0, lease.max_seconds) for lease in plan.leases]
+
+
+def assert_valid_plan(engine: allocopt.Engine, plan: RoundPlan) -> None:
+    ids = [g for lease in plan.leases for g in lease.gpu_ids]
+    assert len(ids) == len(set(ids)), "a GPU id in two leases"
+    layout = GpuLayout(engine.cluster)
+    for lease in plan.leases:
+        assert len(lease.gpu_ids) == engine.get_job(lease.job_id)["scale_factor"]
+        assert {engine.cluster.gpu_types[layout.gpu_type[g]] for g in lease.gpu_ids} == {lease.gpu_type}
+
+
+def test_received_share_approaches_allocation():
+    engine = round_engine()
+    allocation = engine.allocate().to_dict()
+    received = {job: dict.fromkeys(engine.cluster.gpu_types, 0.0) for job in engine.job_ids}
+    rounds = 300
+    for _ in range(rounds):
+        plan = engine.next_round()
+        assert_valid_plan(engine, plan)
+        for lease in plan.leases:
+            received[lease.job_id][lease.gpu_type] += 1
+        engine.record_round(full_results(plan))
+    # The allocation packs every GPU; one type per job per round and whole-job gangs leave ~10% idle.
+    for job, shares in allocation.items():
+        for gpu_type, share in shares.items():
+            assert received[job][gpu_type] / rounds == pytest.approx(share, rel=0.15, abs=0.01)
+
+
+def test_leases_are_extended_and_stopped_jobs_listed():
+    engine = round_engine()
+    previous = engine.next_round()
+    for _ in range(20):
+        plan = engine.next_round()  # no record_round: every lease ran its full round
+        assert_valid_plan(engine, plan)
+        before = {lease.job_id: lease.gpu_ids for lease in previous.leases}
+        for lease in plan.leases:
+            assert lease.extended == (before.get(lease.job_id) == lease.gpu_ids)
+        assert set(plan.stop) == set(before) - {lease.job_id for lease in plan.leases}
+        previous = plan
+    assert plan.round_index == 20 and plan.start_s == 20 * 60.0
+
+
+def test_capacity_change_and_job_changes_mid_way():
+    engine = round_engine()
+    for _ in range(5):
+        engine.record_round(full_results(engine.next_round()))
+    engine.set_capacity("v100", 1)
+    engine.remove_job("j0")
+    engine.add_job("late", throughputs={"v100": 30.0, "k80": 9.0}, scale_factor=2)
+    seen = set()
+    for _ in range(30):
+        plan = engine.next_round()
+        assert_valid_plan(engine, plan)
+        assert "j0" not in plan.stop
+        assert sum(len(lease.gpu_ids) for lease in plan.leases if lease.gpu_type == "v100") <= 1
+        seen |= {lease.job_id for lease in plan.leases}
+        engine.record_round(full_results(plan))
+    assert "late" in seen and "j0" not in seen
+    engine.set_capacity("k80", 0)
+    plan = engine.next_round()
+    assert_valid_plan(engine, plan)
+    assert {lease.gpu_type for lease in plan.leases} == {"v100"}
+
+
+def test_save_load_mid_way_gives_the_same_next_plan(tmp_path):
+    engine = round_engine()
+    for _ in range(7):
+        engine.record_round(full_results(engine.next_round()))
+    engine.next_round()  # saved with a round awaiting results
+    engine.save(tmp_path / "state.json")
+    restored = allocopt.Engine.load(tmp_path / "state.json")
+    for _ in range(5):
+        a, b = engine.next_round(), restored.next_round()
+        assert a == b
+        engine.record_round(full_results(a))
+        restored.record_round(full_results(b))
+
+
+def test_record_round_rejects_bad_results():
+    engine = round_engine()
+    with pytest.raises(InvalidProblemError):
+        engine.record_round([JobRoundResult("j0", RoundOutcome.COMPLETED, 1, 1.0)])
+    plan = engine.next_round()
+    idle = next(job for job in engine.job_ids if job not in {lease.job_id for lease in plan.leases})
+    with pytest.raises(InvalidProblemError):
+        engine.record_round([JobRoundResult(idle, RoundOutcome.COMPLETED, 1, 1.0)])
+    with pytest.raises(InvalidProblemError):
+        engine.record_round([JobRoundResult(plan.leases[0].job_id, RoundOutcome.COMPLETED, 1, -1.0)])
+    with pytest.raises(InvalidOptionError):
+        engine.next_round(round_seconds=0)
+    engine.record_round(full_results(plan))
+
+
+def test_concurrent_rounds_never_share_gpus():
+    engine = round_engine()
+    plans: list[RoundPlan] = []
+
+    def loop() -> None:
+        for _ in range(10):
+            plans.append(engine.next_round())
+
+    threads = [threading.Thread(target=loop) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(plan.round_index for plan in plans) == list(range(40))
+    for plan in plans:
+        assert_valid_plan(engine, plan)
+
+
+def test_embed_engine_example_runs():
+    example = Path(__file__).resolve().parents[1] / "examples" / "embed_engine.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=60, check=True)
+    assert "round 5:" in out.stdout
