@@ -127,12 +127,18 @@ def _parser() -> argparse.ArgumentParser:
 
     m = commands.add_parser("simulate", help="simulate a policy on a cluster over a job trace",
                             description="Simulate round-based scheduling (Gavel's priority mechanism) of a Gavel "
-                                        "trace or a generated Poisson workload; print and write the metrics.")
+                                        "trace or a generated Poisson workload, or Sia rounds (--policy sia) of a "
+                                        "Sia workload; print and write the metrics.")
     source = m.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", metavar="FILE", help="Gavel trace (10 tab-separated columns)")
+    source.add_argument("--workload", metavar="FILE",
+                        help="Sia workload CSV (name,time,application,num_replicas,batch_size): --policy sia runs "
+                             "Sia rounds, any other policy Gavel-style rounds with requested GPUs and batch fixed")
     source.add_argument("--generate", type=_positive_int, metavar="N_JOBS",
                         help="generate N_JOBS jobs with Poisson arrivals (see --jobs-per-hour)")
     m.add_argument("--jobs-per-hour", type=float, default=4.0, help="arrival rate of --generate (default: %(default)s)")
+    m.add_argument("--profiles", metavar="DIR",
+                   help="Sia application profiles of --workload (default: the subset shipped with allocopt)")
     m.add_argument("--throughputs", metavar="FILE",
                    help="throughput table: allocopt CSV/JSON or Gavel's simulation_throughputs.json "
                         "(default: Gavel's measurements shipped with allocopt)")
@@ -373,9 +379,14 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from allocopt.mechanism import generate_workload, simulate
     from allocopt.mechanism.workload import load_throughputs, read_gavel_trace
 
+    from allocopt.throughput.profiles import shipped_profiles_dir
+
+    if args.profiles and not args.workload:
+        raise _UsageError("--profiles goes with --workload (a Sia workload)")
+    profiles = (args.profiles or shipped_profiles_dir()) if args.workload else None
     try:
         table = load_throughputs(args.throughputs) if args.throughputs else ThroughputTable.gavel()
-        workload = (read_gavel_trace(args.trace, table) if args.trace else
+        workload = (args.workload if args.workload else read_gavel_trace(args.trace, table) if args.trace else
                     generate_workload(table, args.generate, jobs_per_hour=args.jobs_per_hour, seed=args.seed))
     except OSError as err:
         raise _UsageError(f"cannot read {err.filename}: {err.strerror or err}") from None
@@ -384,7 +395,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         result = simulate(workload, cluster, args.policy, throughputs=table, round_seconds=args.round_seconds,
                           recompute_min_seconds=args.recompute_min_seconds, seed=args.seed, mode=args.mode,
                           restart_overhead_s=args.restart_overhead_s, window=args.window, backend=args.backend,
-                          progress=args.progress)
+                          progress=args.progress, profiles=profiles)
     for key in ("average_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "restarts_per_job",
                 "gpu_hours_per_job", "num_rounds", "solve_s_per_round"):
         print(f"{key}: {result.metrics[key]:.6g}")

@@ -31,20 +31,36 @@ GPUs, plus per job its configuration index, the checkpoint-restore delay
 charged this round (``restore_delay_s``) and the jobs evicted by placement.
 GPU ids are cluster-wide, numbered type by type in cluster order, node by node
 (as :class:`allocopt.mechanism.placement.GpuLayout`).
+
+:class:`SiaPlanner` is this loop as the simulator's ``RoundPlanner`` and
+:class:`SiaExecutor` runs its plans (``allocopt.simulate(..., profiles=...)``);
+:func:`rigid_throughputs` gives the fixed-GPU, fixed-batch rates for Gavel-style
+rounds on the same workloads.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from allocopt.api import solve
 from allocopt.cluster import Cluster
-from allocopt.configurations import Configurations
+from allocopt.configurations import Configurations, sia_configurations
+from allocopt.errors import InvalidOptionError
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
-from allocopt.runtime.executor import Lease, RoundPlan
+from allocopt.mechanism.sia_workloads import SiaWorkloadJob
+from allocopt.mechanism.workload import Workload
+from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
+from allocopt.throughput.goodput import GoodputModel, PerfParams, goodput_matrix
+from allocopt.throughput.profiles import ApplicationProfile
+
+if TYPE_CHECKING:
+    from allocopt.mechanism.simulator import SimulationState
 
 #: Checkpoint-restore delay per application in seconds, measured on Sia's physical cluster
 #: (``get_restart_penalty`` of the published ``sia.py``).
@@ -140,12 +156,17 @@ class SiaRoundPlan(RoundPlan):
         (started, moved or resized); it trains only after them.
     evicted : tuple
         Jobs allocated by the policy but not placed (fragmentation).
+    samples_per_s, train_s : dict of job id to float
+        Set by :class:`SiaPlanner` for a simulation: each leased job's true progress rate and the
+        seconds it trains this round after its checkpoint-restore (what :class:`SiaExecutor` runs).
     """
 
     allocation: ConfigurationAllocation | None = None
     configuration: dict[Hashable, int] = field(default_factory=dict)
     restore_delay_s: dict[Hashable, float] = field(default_factory=dict)
     evicted: tuple[Hashable, ...] = ()
+    samples_per_s: dict[Hashable, float] = field(default_factory=dict)
+    train_s: dict[Hashable, float] = field(default_factory=dict)
 
     @property
     def gpu_ids(self) -> dict[Hashable, tuple[int, ...]]:
@@ -444,6 +465,254 @@ def advance(jobs: Sequence[SiaJobState], seconds: float) -> np.ndarray:
     return train
 
 
-__all__ = ["DEFAULT_RESTART_DELAY_S", "MIN_RESTART_FACTOR", "RESTART_DELAY_S", "SiaJobState", "SiaPlacement",
-           "SiaRoundPlan", "advance", "commit_plan", "place_configurations", "plan_round", "restart_delay_s",
-           "sia_round"]
+class SiaPlanner:
+    """Sia's rounds as a :class:`allocopt.mechanism.simulator.RoundPlanner` (rows of the state are job ids).
+
+    Each round: sync the job states with the simulation's active jobs and
+    progress (``state.remaining_steps`` counts progress samples left, see
+    :func:`sia_workload`), build the goodput matrix from the *fitted* models
+    (gradient statistics of each job's current epoch), :func:`plan_round`,
+    :func:`commit_plan`, :func:`advance`. For each lease it records the *true*
+    rate -- measured/interpolated step time
+    (:meth:`~allocopt.throughput.profiles.ApplicationProfile.true_times`) of
+    the actual placement at the batch size the fitted model chose, times the
+    statistical efficiency -- and the seconds left after the checkpoint-restore
+    delay in the plan (``samples_per_s``, ``train_s``); :class:`SiaExecutor` runs it.
+
+    Parameters
+    ----------
+    state : SimulationState
+        Built by :func:`allocopt.mechanism.simulator.simulate` from :func:`sia_workload`.
+    profiles : mapping of (application, gpu type) to ApplicationProfile
+    round_seconds : float, default 60
+    p, lambda_n, lambda_a : float
+        Options of the ``sia`` policy.
+    backend : str, default "highs"
+    **solve_options
+        Passed to :func:`allocopt.solve`.
+    """
+
+    def __init__(self, state: SimulationState, profiles: Mapping[tuple[str, str], ApplicationProfile], *,
+                 round_seconds: float = 60.0, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0,
+                 backend: str = "highs", **solve_options: Any):
+        self.cluster: Cluster = state.cluster
+        self.configurations = sia_configurations(self.cluster)
+        self.profiles = profiles
+        self.round_seconds = float(round_seconds)
+        self.options = dict(p=p, lambda_n=lambda_n, lambda_a=lambda_a, backend=backend, **solve_options)
+        self.solve_seconds: list[float] = []
+        self._jobs: dict[int, SiaJobState] = {}
+        self._gpu_ids: dict[Hashable, tuple[int, ...]] = {}
+        self._fits: dict[tuple[str, str], PerfParams] = {}
+        self._models: dict[tuple[str, str, int], GoodputModel] = {}
+        self._type_start = np.concatenate([[0], np.cumsum(self.cluster.capacity)])
+
+    def _model(self, application: str, gpu_type: str, epoch: int) -> GoodputModel | None:
+        profile = self.profiles.get((application, gpu_type))
+        if profile is None:
+            return None
+        key = (application, gpu_type, epoch)
+        if key not in self._models:
+            if (application, gpu_type) not in self._fits:
+                self._fits[application, gpu_type] = profile.fit()
+            self._models[key] = profile.goodput_model(self._fits[application, gpu_type], epoch=epoch)
+        return self._models[key]
+
+    def _epoch(self, job: SiaJobState) -> int:
+        """Sia's ``get_epoch``: epochs completed by ``job.progress``, within the validated range."""
+        profile = self._any_profile(job.application)
+        curves = profile.validation.values()
+        epochs = min(c.progress.size for c in curves)
+        done = max(int(np.searchsorted(c.progress * profile.init_batch_size, job.progress, side="right"))
+                   for c in curves)
+        return min(done, epochs - 1)
+
+    def _any_profile(self, application: str) -> ApplicationProfile:
+        return next(prof for (app, _), prof in self.profiles.items() if app == application)
+
+    def plan(self, state: SimulationState, now_s: float, round_index: int) -> SiaRoundPlan:
+        wl = state.workload
+        for row in state.active_rows().tolist():
+            if row not in self._jobs:
+                app = wl.models[row]
+                self._jobs[row] = SiaJobState(row, app, float(wl.arrival_s[row]), restart_delay_s(app),
+                                              age_s=now_s - float(wl.arrival_s[row]),
+                                              total=float(wl.total_steps[row]))
+        for row in [r for r in self._jobs if not state.active[r]]:
+            del self._jobs[row]
+            self._gpu_ids.pop(row, None)
+        jobs = list(self._jobs.values())
+        names = self.cluster.gpu_types
+        models, epochs = [], {}
+        for job in jobs:
+            job.progress = job.total - float(state.remaining_steps[job.job_id])
+            epochs[job.job_id] = epoch = self._epoch(job)
+            models.append([self._model(job.application, t, epoch) for t in names])
+        goodput = goodput_matrix(models, self.configurations) if jobs else np.zeros((0, len(self.configurations)))
+        started = time.perf_counter()
+        plan = plan_round(jobs, self.cluster, self.configurations, goodput, self._gpu_ids, round_index=round_index,
+                          start_s=now_s, round_seconds=self.round_seconds, **self.options)
+        if jobs:
+            self.solve_seconds.append(time.perf_counter() - started)
+        commit_plan(jobs, plan)
+        train_s = dict(zip((j.job_id for j in jobs), advance(jobs, self.round_seconds).tolist()))
+        by_row = {j.job_id: (j, m) for j, m in zip(jobs, models)}
+        leases, rates = [], {}
+        for lease in plan.leases:
+            job, model = by_row[lease.job_id]
+            t = names.index(lease.gpu_type)
+            rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids, epochs[lease.job_id])
+            leases.append(replace(lease, max_steps=int(state.remaining_steps[lease.job_id])))
+        self._gpu_ids = plan.gpu_ids
+        return replace(plan, leases=tuple(leases), samples_per_s=rates,
+                       train_s={job: train_s[job] for job in rates})
+
+    def _true_rate(self, application: str, t: int, model: GoodputModel, gpu_ids: tuple[int, ...],
+                   epoch: int) -> float:
+        """Progress samples/s on ``gpu_ids``: the fitted model's batch choice, run at the profiled step
+        time, times the efficiency of the gradient statistics profiled at that batch size and epoch.
+
+        Where the profile has no step time for that placement and micro-batch
+        (outside the measured range) the fitted model's step time stands in.
+        """
+        local = np.asarray(gpu_ids) - self._type_start[t]
+        per_node = np.bincount(local // int(self.cluster.gpus_per_node[t]))
+        placement = tuple(int(c) for c in per_node if c)
+        nodes, replicas = len(placement), int(sum(placement))
+        _, micro, accum = (float(a) for a in model.optimize(nodes, replicas))
+        if micro <= 0:
+            return 0.0
+        batch = replicas * micro * (accum + 1)
+        profile = self.profiles[application, self.cluster.gpu_types[t]]
+        step, sync = (float(a) for a in profile.true_times(placement, micro))
+        if np.isfinite(step) and np.isfinite(sync):
+            throughput = batch / (step + accum * (step - sync))
+        else:
+            throughput = float(model.throughput(nodes, replicas, micro, accum))
+        true_model = replace(model, grad_params=profile.grad_params(batch, epoch))
+        return throughput * float(true_model.efficiency(batch))
+
+    def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
+        """Nothing to learn: the job states were updated when the round was planned."""
+
+
+class SiaExecutor(Executor):
+    """Runs a :class:`SiaPlanner`'s round plans in simulated time.
+
+    A leased job trains for the plan's ``train_s`` (the round less its
+    checkpoint-restore) at its ``samples_per_s``; a "step" is one progress
+    sample. A job that completes holds its GPUs until then; rounds always last
+    ``round_seconds`` (Sia's fixed scheduling interval).
+    """
+
+    def __init__(self) -> None:
+        self._now = 0.0
+
+    def now(self) -> float:
+        return self._now
+
+    def run_round(self, plan: RoundPlan) -> Sequence[JobRoundResult]:
+        if not isinstance(plan, SiaRoundPlan):
+            raise TypeError(f"SiaExecutor runs SiaRoundPlan, got {type(plan).__name__}")
+        self._now = max(self._now, plan.start_s)
+        results = []
+        for lease in plan.leases:
+            samples_per_s, train_s = plan.samples_per_s[lease.job_id], plan.train_s[lease.job_id]
+            if not samples_per_s > 0:
+                results.append(JobRoundResult(lease.job_id, RoundOutcome.FAILED, 0, 0.0, restarted=not lease.extended,
+                                              message=f"no profiled throughput on {lease.gpu_type} x "
+                                                      f"{len(lease.gpu_ids)}"))
+                continue
+            restore = lease.max_seconds - train_s
+            steps = math.floor(samples_per_s * train_s)
+            done = lease.max_steps is not None and steps >= lease.max_steps
+            if done:
+                steps = int(lease.max_steps)  # type: ignore[arg-type]
+            seconds = restore + steps / samples_per_s if done else lease.max_seconds
+            results.append(JobRoundResult(lease.job_id, RoundOutcome.COMPLETED if done else RoundOutcome.PREEMPTED,
+                                          steps, seconds, measured_steps_per_s=samples_per_s,
+                                          restarted=not lease.extended))
+        self._now += plan.round_seconds
+        return results
+
+
+#: Epochs a job trains in Sia's simulator (``applications.py``); other applications: every validated epoch.
+MAX_EPOCHS: Mapping[str, int] = {"bert": 2, "cifar10": 100, "imagenet": 90}
+
+
+def total_progress(profile: ApplicationProfile) -> float:
+    """Progress samples (``M0``-equivalent) a job of ``profile.application`` needs: Sia's
+    ``get_progress(max_epochs)`` -- the smallest cumulative progress over the validation curves
+    after :data:`MAX_EPOCHS` epochs, in iterations at the initial batch size ``M0`` -- times ``M0``."""
+    curves = profile.validation.values()
+    epochs = min(MAX_EPOCHS.get(profile.application, 10**9), *(c.progress.size for c in curves))
+    return float(min(c.progress[epochs - 1] for c in curves)) * profile.init_batch_size
+
+
+def sia_workload(jobs: Sequence[SiaWorkloadJob], profiles: Mapping[tuple[str, str], ApplicationProfile],
+                 source: str = "") -> Workload:
+    """A simulator :class:`Workload` of Sia jobs: ``total_steps`` are the progress samples of
+    :func:`total_progress`, ``scale_factors`` the requested GPUs, ``models`` the applications."""
+    by_app = {app: prof for (app, _), prof in profiles.items()}
+    missing = sorted({j.application for j in jobs} - set(by_app))
+    if missing:
+        raise InvalidOptionError(f"no profiles for application(s) {missing}; profiles cover {sorted(by_app)}")
+    n = len(jobs)
+    return Workload(tuple(j.application for j in jobs), np.array([j.num_replicas for j in jobs], dtype=np.int64),
+                    np.array([math.ceil(total_progress(by_app[j.application])) for j in jobs], dtype=np.int64),
+                    np.array([j.time_s for j in jobs], dtype=np.float64), np.ones(n), source,
+                    np.array([j.line for j in jobs], dtype=np.int64))
+
+
+def rigid_throughputs(workload: Workload, batch_sizes: Sequence[int],
+                      profiles: Mapping[tuple[str, str], ApplicationProfile], cluster: Cluster) -> np.ndarray:
+    """Progress samples/s of each job of :func:`sia_workload` on each GPU type with its requested GPUs and
+    batch size fixed (Gavel-style rounds), as Sia's ``get_throughput_with_accum``.
+
+    The job runs consolidated (whole nodes, then one partial node) at the profiled step time, with
+    gradient accumulation where the batch does not fit in memory, times the statistical gain of
+    that batch size averaged over the job's epochs (weighted so that the whole run takes the same
+    time as with the per-epoch gains). 0 where the type lacks a profile or the GPUs, or the
+    micro-batch is outside the profiled range.
+
+    Returns
+    -------
+    ndarray of shape (n_jobs, n_gpu_types)
+    """
+    out = np.zeros((workload.num_jobs, cluster.num_gpu_types))
+    for i, (app, replicas) in enumerate(workload.jobs()):
+        batch = int(batch_sizes[i])
+        for t, gpu_type in enumerate(cluster.gpu_types):
+            profile = profiles.get((app, gpu_type))
+            if profile is None or replicas > cluster.capacity[t]:
+                continue
+            per_node = int(cluster.gpus_per_node[t])
+            placement = (per_node,) * (replicas // per_node) + ((replicas % per_node,) if replicas % per_node else ())
+            local = math.ceil(batch / replicas - 1e-8)
+            accum = math.ceil(local / profile.max_local_bsz - 1e-8) - 1
+            if replicas == 1 and batch > profile.init_batch_size:
+                accum = max(1, accum)
+            micro = min(math.ceil(local / (accum + 1) - 1e-8), int(profile.max_batch_size / (replicas * (accum + 1))))
+            step, sync = (float(a) for a in profile.true_times(placement, micro))
+            gain = _mean_gain(profile, batch)
+            rate = profile.init_batch_size * gain / (step + accum * (step - sync))
+            out[i, t] = rate if np.isfinite(rate) and rate > 0 else 0.0
+    return out
+
+
+def _mean_gain(profile: ApplicationProfile, batch: int) -> float:
+    """Sia's statistical gain of ``batch`` per epoch, averaged harmonically, weighted by each epoch's progress."""
+    curves = profile.validation.values()
+    epochs = min(MAX_EPOCHS.get(profile.application, 10**9), *(c.progress.size for c in curves))
+    ends = np.array([min(c.progress[e] for c in curves) for e in range(epochs)])
+    work = np.diff(ends, prepend=0.0)
+    scale = batch / profile.init_batch_size
+    gain = np.array([(g.var + g.sqr) / (g.var / scale + g.sqr)
+                     for g in (profile.grad_params(batch, e) for e in range(epochs))])
+    return float(work.sum() / (work / gain).sum())
+
+
+__all__ = ["DEFAULT_RESTART_DELAY_S", "MAX_EPOCHS", "MIN_RESTART_FACTOR", "RESTART_DELAY_S", "SiaExecutor",
+           "SiaJobState", "SiaPlacement", "SiaPlanner", "SiaRoundPlan", "advance", "commit_plan",
+           "place_configurations", "plan_round", "restart_delay_s", "rigid_throughputs", "sia_round", "sia_workload",
+           "total_progress"]

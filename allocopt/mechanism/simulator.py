@@ -30,10 +30,13 @@ from allocopt.errors import AllocoptError, InvalidOptionError
 from allocopt.formulations import POLICIES
 from allocopt.mechanism.placement import GpuLayout, place
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
+from allocopt.mechanism.sia_rounds import SiaExecutor, SiaPlanner, rigid_throughputs, sia_workload
+from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload
 from allocopt.mechanism.workload import Workload, read_gavel_trace
 from allocopt.problem import Problem
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.runtime.simulated import SimulatedExecutor
+from allocopt.throughput.profiles import load_profiles
 from allocopt.throughput.table import ThroughputTable
 
 
@@ -270,14 +273,16 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
              seed: int = 0, mode: str = "mechanism", restart_overhead_s: float = 0.0,
              window: tuple[int, int] | None = None, backend: str = "highs",
              policy_options: Mapping[str, Any] | None = None, executor: Executor | None = None,
-             planner: RoundPlanner | None = None, progress: bool = False) -> SimulationResult:
+             planner: RoundPlanner | None = None, progress: bool = False,
+             profiles: str | PathLike[str] | Mapping[tuple[str, str], Any] | None = None) -> SimulationResult:
     """Simulate ``policy`` on ``cluster`` running ``workload``.
 
     Parameters
     ----------
     workload : Workload or path
         Jobs (:func:`~allocopt.mechanism.workload.generate_workload`), or a
-        Gavel trace file.
+        Gavel trace file; with ``profiles``, a Sia workload CSV (or its jobs,
+        :func:`~allocopt.mechanism.sia_workloads.read_sia_workload`).
     cluster : Cluster or mapping of str to int
         ``{"v100": 36, ...}`` (8 GPUs per server) or a Cluster.
     policy : str, default "max_min_fairness_perf"
@@ -304,11 +309,20 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     policy_options : mapping, optional
         Extra options of the policy.
     executor : Executor, optional
-        Default: a :class:`SimulatedExecutor` over the table's throughputs.
+        Default: a :class:`SimulatedExecutor` over the table's throughputs
+        (with ``profiles``: a :class:`~allocopt.mechanism.sia_rounds.SiaExecutor`).
     planner : RoundPlanner, optional
         Default: :class:`PriorityPlanner` (Gavel's mechanism).
     progress : bool, default False
         Show a progress bar (needs tqdm).
+    profiles : path or mapping, optional
+        Sia application profiles (a directory or
+        :func:`~allocopt.throughput.profiles.load_profiles`): simulate a Sia
+        workload. Policy ``sia`` runs :class:`~allocopt.mechanism.sia_rounds.SiaPlanner`
+        rounds (``round_seconds`` typically 60); jobs progress in samples by
+        their profiled (true) goodput. Any other policy runs Gavel-style
+        rounds with each job's requested GPUs and batch size fixed
+        (:func:`~allocopt.mechanism.sia_rounds.rigid_throughputs`).
 
     Returns
     -------
@@ -322,17 +336,33 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         Unknown policy or out-of-range options.
     """
     wall = time.perf_counter()
-    table = throughputs if throughputs is not None else ThroughputTable.gavel()
     if not isinstance(cluster, Cluster):
         cluster = Cluster(dict(cluster))
-    if not isinstance(workload, Workload):
-        workload = read_gavel_trace(workload, table)
-    name, options, agnostic = resolve_policy(policy, policy_options)
     if mode not in ("mechanism", "ideal"):
         raise InvalidOptionError(f"mode must be 'mechanism' or 'ideal', got {mode!r}")
-    T = workload.throughputs(table, cluster.gpu_types)
-    workload.check_fits(T, cluster)
-    state = SimulationState(workload, cluster, T)
+    if profiles is not None:
+        profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles)
+        sia_jobs = _sia_jobs(workload, profiles)
+        workload = sia_workload(sia_jobs, profiles, "" if isinstance(workload, Sequence) else str(workload))
+    if profiles is not None and policy == "sia":
+        if mode != "mechanism":
+            raise InvalidOptionError(f"policy 'sia' runs in mode 'mechanism' only, got {mode!r}")
+        state = SimulationState(workload, cluster, np.ones((workload.num_jobs, cluster.num_gpu_types)))
+        planner = SiaPlanner(state, profiles, round_seconds=round_seconds, backend=backend,
+                             **dict(policy_options or {}))
+        executor = executor or SiaExecutor()
+        name, options, agnostic = "sia", dict(policy_options or {}), False
+    else:
+        name, options, agnostic = resolve_policy(policy, policy_options)
+        if profiles is not None:
+            T = rigid_throughputs(workload, [j.batch_size for j in sia_jobs], profiles, cluster)
+        else:
+            table = throughputs if throughputs is not None else ThroughputTable.gavel()
+            if not isinstance(workload, Workload):
+                workload = read_gavel_trace(workload, table)
+            T = workload.throughputs(table, cluster.gpu_types)
+        workload.check_fits(T, cluster)
+        state = SimulationState(workload, cluster, T)
     mech = MechanismOptions(round_seconds, recompute_min_seconds, initial_received_rounds,
                             type_order or ("random" if agnostic else "fastest_first"), seed)
     bar = _progress(workload.num_jobs, progress)
@@ -373,6 +403,16 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
               if isinstance(mech.type_order, str) else list(mech.type_order), "seed": seed,
               "restart_overhead_s": restart_overhead_s, "workload": workload.source}
     return SimulationResult(metrics, jobs, {k: np.asarray(v) for k, v in rounds.items()}, config)
+
+
+def _sia_jobs(workload: Any, profiles: Mapping[tuple[str, str], Any]) -> Sequence[SiaWorkloadJob]:
+    """The jobs of a Sia workload given as a CSV path or as jobs."""
+    if isinstance(workload, Sequence) and not isinstance(workload, str):
+        return workload
+    if isinstance(workload, Workload):
+        raise InvalidOptionError("with profiles, give the Sia workload as a CSV path or its jobs "
+                                 "(read_sia_workload), not a Workload")
+    return read_sia_workload(workload, applications=sorted({a for a, _ in profiles}))
 
 
 def _progress(total: int, enabled: bool) -> Any:

@@ -1,0 +1,119 @@
+"""End-to-end simulations of Sia workloads with Sia-style rounds (``SiaPlanner``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from allocopt import Cluster
+from allocopt.errors import InvalidOptionError
+from allocopt.mechanism.sia_rounds import SiaExecutor, SiaRoundPlan, rigid_throughputs, sia_workload, total_progress
+from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload, shipped_workloads_dir
+from allocopt.mechanism.simulator import simulate
+from allocopt.runtime.executor import JobRoundResult, RoundPlan
+from allocopt.throughput.profiles import load_profiles, shipped_profiles_dir
+
+SATURN = shipped_workloads_dir() / "saturn" / "workload-1.csv"
+CLUSTER = Cluster({"aws": 24, "rtx": 24, "dgx-ext": 16}, {"aws": 4, "rtx": 8, "dgx-ext": 8})
+SHIPPED_APPS = ("bert", "cifar10", "imagenet")
+
+
+def small_workload(n: int = 20, compress: float = 10.0) -> list[SiaWorkloadJob]:
+    """The first ``n`` saturn jobs of the shipped applications, arrivals ``compress`` times closer."""
+    jobs = [j for j in read_sia_workload(SATURN) if j.application in SHIPPED_APPS][:n]
+    return [replace(j, time_s=j.time_s / compress) for j in jobs]
+
+
+class RecordingExecutor(SiaExecutor):
+    """A SiaExecutor that keeps every plan it ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plans: list[SiaRoundPlan] = []
+
+    def run_round(self, plan: RoundPlan) -> Sequence[JobRoundResult]:
+        assert isinstance(plan, SiaRoundPlan)
+        self.plans.append(plan)
+        return super().run_round(plan)
+
+
+@pytest.fixture(scope="module")
+def profiles():
+    return load_profiles(shipped_profiles_dir())
+
+
+def test_total_progress_is_sia_epochs_times_initial_batch(profiles):
+    cifar = profiles["cifar10", "aws"]
+    # 100 epochs of CIFAR-10 (50,000 samples each), counted at the initial batch size
+    assert total_progress(cifar) == pytest.approx(100 * 50_000, rel=0.01)
+    workload = sia_workload(small_workload(5), profiles)
+    assert workload.num_jobs == 5 and np.all(workload.total_steps > 0)
+
+
+def test_sia_simulation_end_to_end(profiles):
+    jobs = small_workload()
+    executor = RecordingExecutor()
+    result = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=executor)
+    jct = result.jobs["jct_s"]
+    assert result.metrics["num_jobs"] == len(jobs)
+    assert np.all(np.isfinite(result.jobs["finish_s"])) and np.all(jct > 0)
+    assert np.all(result.jobs["gpu_hours"] > 0) and result.metrics["gpu_hours_per_job"] > 0
+    for key in ("average_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization"):
+        assert result.metrics[key] > 0
+    assert 0 < result.metrics["utilization"] <= 1
+    assert result.metrics["p99_jct_s"] >= result.metrics["median_jct_s"]
+    assert executor.plans and result.metrics["num_rounds"] == len(executor.plans)
+    capacity = int(CLUSTER.capacity.sum())
+    for plan in executor.plans:
+        ids = [g for lease in plan.leases for g in lease.gpu_ids]
+        assert len(ids) == len(set(ids)) and all(0 <= g < capacity for g in ids)
+        # a job pays its checkpoint-restore delay exactly when its GPUs changed
+        assert {lease.job_id for lease in plan.leases if not lease.extended} == set(plan.restore_delay_s)
+        assert all(0 <= plan.train_s[j] <= plan.round_seconds for j in plan.train_s)
+    # every job starts once: restarts count later changes only
+    assert np.all(result.jobs["restarts"] >= 0)
+
+
+def test_gavel_rounds_on_a_sia_workload_keep_requested_gpus(profiles):
+    jobs = small_workload()
+    result = simulate(jobs, CLUSTER, "max_sum_throughput_perf", profiles=profiles, round_seconds=360.0)
+    assert np.all(np.isfinite(result.jobs["finish_s"])) and np.all(result.jobs["jct_s"] > 0)
+    assert result.jobs["scale_factor"].tolist() == [j.num_replicas for j in jobs]
+    assert result.metrics["gpu_hours_per_job"] > 0
+
+
+def test_rigid_throughputs_are_positive_where_the_job_fits(profiles):
+    jobs = small_workload(10)
+    T = rigid_throughputs(sia_workload(jobs, profiles), [j.batch_size for j in jobs], profiles, CLUSTER)
+    assert T.shape == (10, 3) and np.all(T >= 0) and np.all(T.max(axis=1) > 0)
+
+
+def test_sia_policy_runs_rounds_only(profiles):
+    with pytest.raises(InvalidOptionError, match="mechanism"):
+        simulate(small_workload(3), CLUSTER, "sia", profiles=profiles, mode="ideal")
+
+
+def test_cli_simulates_a_sia_workload(tmp_path: Path):
+    rows = list(csv.reader(SATURN.open(newline="")))
+    kept = [r for r in rows[1:] if r[2] in SHIPPED_APPS][:12]
+    workload = tmp_path / "workload.csv"
+    with workload.open("w", newline="") as f:
+        csv.writer(f).writerows([rows[0], *kept])
+    out = tmp_path / "out.json"
+    done = subprocess.run([sys.executable, "-m", "allocopt", "simulate", "--workload", str(workload),
+                           "--profiles", str(shipped_profiles_dir()), "--cluster", "aws=24,rtx=24,dgx-ext=16",
+                           "--gpus-per-node", "aws=4,rtx=8,dgx-ext=8", "--policy", "sia", "--round-seconds", "60",
+                           "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "average_jct_s" in done.stdout and "p99_jct_s" in done.stdout
+    result = json.loads(out.read_text())
+    assert result["metrics"]["num_jobs"] == 12
+    assert all(j > 0 for j in result["jobs"]["jct_s"]) and result["metrics"]["gpu_hours_per_job"] > 0
