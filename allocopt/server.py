@@ -41,6 +41,17 @@ Endpoints
 ``GET /engine/allocation``
     ``{"engine_version", "waiting_jobs", "allocation": <allocation document>}``;
     solved again only when the engine changed.
+``POST /engine/rounds/next``
+    Plan the next round (:meth:`allocopt.Engine.next_round`); body ``{}`` or
+    ``{"round_seconds": s}`` (an empty body counts as ``{}``). 200 with the round
+    plan document (schema ``round_plan``).
+``POST /engine/rounds/{index}/results``
+    What the jobs of round ``index`` (the last planned round) did
+    (:meth:`allocopt.Engine.record_round`): a list of ``{"job_id", "outcome":
+    "completed" | "preempted" | "failed", "steps", "run_seconds",
+    "measured_steps_per_s"?, "restarted"?, "message"?}``. 200
+    ``{"round_index", "recorded", "engine_version"}``; 409 for another round or
+    a round whose results were already recorded.
 
 A job id in a path is the id as a string; an id of digits also finds the
 integer id. Mutations answer with ``"engine_version"`` where useful.
@@ -50,7 +61,8 @@ Errors
 Every error is ``{"error": message, "type": error class, "field": name or null}``
 with status 400 (malformed JSON, a missing or invalid field: ``field`` names
 it, e.g. ``"throughputs.v100"``), 404 (unknown route or job), 405 (method not
-allowed), 409 (duplicate job id, or no engine configured), 411 (no
+allowed), 409 (duplicate job id, no engine configured, or results for a round not
+awaiting them), 411 (no
 Content-Length), 413 (body over the size limit), 422 (the solver did not prove
 optimality, e.g. infeasible deadlines) or 500 (solver failure or internal
 error). A rejected request leaves the engine unchanged; the server keeps serving.
@@ -58,7 +70,9 @@ error). A rejected request leaves the engine unchanged; the server keeps serving
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 import sys
 import threading
@@ -77,12 +91,14 @@ from allocopt.errors import (AllocoptError, BackendNotInstalledError, DuplicateJ
                              InvalidProblemError, NotOptimalError, UnknownBackendError, UnknownJobError,
                              UnknownPolicyError)
 from allocopt.problem import Problem
+from allocopt.runtime.executor import JobRoundResult, RoundOutcome
 from allocopt.schemas import SCHEMAS, load_schema
 
 #: Default limit on request bodies, in bytes.
 DEFAULT_MAX_BODY_BYTES = 16 * 2**20
 
 _SOLVE_FIELDS = ("policy", "backend", "options")
+_RESULT_FIELDS = {"job_id", "outcome", "steps", "run_seconds", "measured_steps_per_s", "restarted", "message"}
 
 
 class RequestError(Exception):
@@ -122,6 +138,7 @@ class AllocoptServer(ThreadingHTTPServer):
         self.state_path = state_path
         self.quiet = quiet
         self._engine_lock = threading.Lock()
+        self._rounds_lock = threading.Lock()  # planning and recording a round are atomic with the index check
 
     @property
     def url(self) -> str:
@@ -232,6 +249,41 @@ class AllocoptServer(ThreadingHTTPServer):
         return 200, {"engine_version": allocation.extras["engine_version"],
                      "waiting_jobs": allocation.extras["waiting_jobs"], "allocation": allocation.to_json()}
 
+    def next_round(self, body: Any) -> tuple[int, Any]:
+        engine = self._engine()
+        document = {} if body is None else _object(body, "body")
+        _no_unknown(document, {"round_seconds"})
+        seconds = document.get("round_seconds")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                    or not 0 < seconds < math.inf):
+            raise RequestError(400, f"'round_seconds' must be a positive number, got {json.dumps(seconds)}",
+                               field="round_seconds")
+        with self._rounds_lock:
+            plan = engine.next_round(seconds)
+        self._saved(engine)
+        return 200, dataclasses.asdict(plan)
+
+    def round_results(self, body: Any, index: str) -> tuple[int, Any]:
+        engine = self._engine()
+        if not re.fullmatch(r"\d+", index):
+            raise RequestError(400, f"round index must be a non-negative integer, got {index!r}", field="index")
+        if not isinstance(body, list):
+            raise RequestError(400, f"body must be a JSON list of job round results, got {json.dumps(body)}",
+                               field="body")
+        results = [_round_result(item, f"results[{k}]") for k, item in enumerate(body)]
+        with self._rounds_lock:
+            rounds = engine.to_json()["rounds"]
+            last = rounds["round_index"] - 1
+            if int(index) != last:
+                raise RequestError(409, f"round {index} is not awaiting results; the last planned round is "
+                                        f"{last if last >= 0 else 'none'}", field="index")
+            if results and not rounds["pending"]:
+                raise RequestError(409, f"round {index} has no leases awaiting results (already recorded?)",
+                                   field="index")
+            engine.record_round(results)
+        self._saved(engine)
+        return 200, {"round_index": last, "recorded": len(results), "engine_version": engine.version}
+
     # ----- helpers ---------------------------------------------------------------------------------
     def _engine(self) -> Engine:
         engine = self.engine
@@ -258,6 +310,8 @@ _ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]]
         (r"/engine/jobs/([^/]+)/throughput", {"POST": AllocoptServer.observe}),
         (r"/engine/capacity/([^/]+)", {"PUT": AllocoptServer.set_capacity}),
         (r"/engine/allocation", {"GET": AllocoptServer.allocation}),
+        (r"/engine/rounds/next", {"POST": AllocoptServer.next_round}),
+        (r"/engine/rounds/([^/]+)/results", {"POST": AllocoptServer.round_results}),
     ]]
 
 
@@ -321,6 +375,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise RequestError(413, f"request body of {size} bytes is over the limit of "
                                     f"{self.server.max_body_bytes} bytes", field="body")
+        if size == 0:
+            return None
         data = self.rfile.read(size)
         try:
             return json.loads(data.decode("utf-8"))
@@ -388,6 +444,41 @@ def _no_unknown(document: Mapping[str, Any], known: set[str]) -> None:
     if unknown:
         raise RequestError(400, f"unknown field {unknown[0]!r}; known fields: {', '.join(sorted(known))}",
                            field=unknown[0])
+
+
+def _round_result(item: Any, where: str) -> JobRoundResult:
+    """A :class:`JobRoundResult` from its JSON object; ``where`` prefixes the field names in errors."""
+    document = _object(item, where)
+    unknown = sorted(set(document) - _RESULT_FIELDS)
+    if unknown:
+        raise RequestError(400, f"unknown field {unknown[0]!r} in {where}; known fields: "
+                                f"{', '.join(sorted(_RESULT_FIELDS))}", field=f"{where}.{unknown[0]}")
+    for name in ("job_id", "outcome", "steps", "run_seconds"):
+        if name not in document:
+            raise RequestError(400, f"missing required field {name!r} in {where}", field=f"{where}.{name}")
+    job_id = document["job_id"]
+    if isinstance(job_id, bool) or not isinstance(job_id, (str, int)):
+        raise RequestError(400, f"'{where}.job_id' must be a string or an integer, got {json.dumps(job_id)}",
+                           field=f"{where}.job_id")
+    outcomes = [o.value for o in RoundOutcome]
+    if document["outcome"] not in outcomes:
+        raise RequestError(400, f"'{where}.outcome' must be one of {outcomes}, got {json.dumps(document['outcome'])}",
+                           field=f"{where}.outcome")
+    steps = document["steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise RequestError(400, f"'{where}.steps' must be an integer >= 0, got {json.dumps(steps)}",
+                           field=f"{where}.steps")
+    numbers = {name: document.get(name) for name in ("run_seconds", "measured_steps_per_s")}
+    for name, value in numbers.items():
+        if value is None and name == "measured_steps_per_s":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise RequestError(400, f"'{where}.{name}' must be a finite number >= 0, got {json.dumps(value)}",
+                               field=f"{where}.{name}")
+    restarted = _typed(document.get("restarted", False), bool, f"{where}.restarted", "a boolean")
+    message = _typed(document.get("message", ""), str, f"{where}.message", "a string")
+    return JobRoundResult(job_id, RoundOutcome(document["outcome"]), steps, float(numbers["run_seconds"]),
+                          numbers["measured_steps_per_s"], restarted, message)
 
 
 def _job_id(engine: Engine, text: str) -> Hashable:

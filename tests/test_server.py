@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import allocopt
-from allocopt.runtime.executor import Lease, RoundPlan
+from allocopt.runtime.executor import JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.schemas import SCHEMAS, load_schema
 from allocopt.server import AllocoptServer
 from allocopt.throughput import ThroughputTable
@@ -348,3 +348,93 @@ def test_cli_serve_reports_a_port_in_use(server):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "cannot serve" in result.stderr and "Traceback" not in result.stderr
     assert request(f"{server.url}/health")[0] == 200
+
+
+# ----- rounds ----------------------------------------------------------------------------------------------
+def round_results(plan: dict, fraction: float = 1.0) -> list[dict]:
+    """Every lease of ``plan`` ran ``fraction`` of its round at 0.9x the engine's estimate of 5 steps/s."""
+    return [{"job_id": lease["job_id"], "outcome": "preempted", "steps": 10,
+             "run_seconds": fraction * lease["max_seconds"], "measured_steps_per_s": 4.5}
+            for lease in plan["leases"]]
+
+
+def test_rounds_over_http_match_the_engine(server):
+    twin = allocopt.Engine(CLUSTER, recompute_min_seconds=0.0)
+    server.engine = allocopt.Engine(CLUSTER, recompute_min_seconds=0.0)
+    for k in range(6):
+        job = {"id": f"j{k}", "throughputs": {"v100": 5.0, "k80": 1.0 + k}, "scale_factor": 1 + k % 2}
+        assert request(f"{server.url}/engine/jobs", "POST", job)[0] == 201
+        twin.add_job(job["id"], job["throughputs"], job["scale_factor"])
+    check = validator("round_plan")
+    for index in range(4):
+        body = {"round_seconds": 120.0} if index == 2 else {}
+        status, plan = request(f"{server.url}/engine/rounds/next", "POST", body if index else None,
+                               raw=None if index else b"")  # round 0: an empty body
+        assert status == 200, plan
+        check.validate(plan)
+        expected = twin.next_round(body.get("round_seconds"))
+        assert plan == json.loads(json.dumps(dataclasses.asdict(expected)))
+        assert plan["round_index"] == index and plan["leases"]
+        results = round_results(plan, fraction=0.5 if index == 1 else 1.0)
+        status, out = request(f"{server.url}/engine/rounds/{index}/results", "POST", results)
+        assert status == 200 and out == {"round_index": index, "recorded": len(results),
+                                         "engine_version": server.engine.version}, out
+        twin.record_round([JobRoundResult(r["job_id"], RoundOutcome.PREEMPTED, r["steps"], r["run_seconds"],
+                                          r["measured_steps_per_s"]) for r in results])
+    assert server.engine.to_json() == twin.to_json()
+    leased = plan["leases"][0]
+    assert server.engine.get_job(leased["job_id"])["throughputs"][leased["gpu_type"]] == 4.5
+
+
+@pytest.mark.parametrize("path, body, status, field", [
+    ("/engine/rounds/0/results", "RESULTS", 409, "index"),  # already recorded
+    ("/engine/rounds/5/results", [], 409, "index"),
+    ("/engine/rounds/x/results", [], 400, "index"),
+    ("/engine/rounds/1/results", {"job_id": "a"}, 400, "body"),
+    ("/engine/rounds/1/results", [3], 400, "results[0]"),
+    ("/engine/rounds/1/results", [{"job_id": "a", "outcome": "done", "steps": 1, "run_seconds": 1.0}], 400,
+     "results[0].outcome"),
+    ("/engine/rounds/1/results", [{"job_id": "a", "outcome": "failed", "steps": -1, "run_seconds": 1.0}], 400,
+     "results[0].steps"),
+    ("/engine/rounds/1/results", [{"job_id": "a", "outcome": "failed", "steps": 1}], 400,
+     "results[0].run_seconds"),
+    ("/engine/rounds/1/results", [{"job_id": "a", "outcome": "failed", "steps": 1, "run_seconds": "1"}], 400,
+     "results[0].run_seconds"),
+    ("/engine/rounds/1/results", [{"job_id": "a", "outcome": "completed", "steps": 1, "run_seconds": 1.0,
+                                   "measured_steps_per_s": -2.0}], 400, "results[0].measured_steps_per_s"),
+    ("/engine/rounds/1/results", [{"job_id": ["a"], "outcome": "failed", "steps": 1, "run_seconds": 1.0}], 400,
+     "results[0].job_id"),
+    ("/engine/rounds/1/results", [{"job_id": "a", "outcome": "failed", "steps": 1, "run_seconds": 1.0,
+                                   "colour": 1}], 400, "results[0].colour"),
+    ("/engine/rounds/1/results", [{"job_id": "a", "outcome": "failed", "steps": 1, "run_seconds": 1.0}], 400,
+     "results"),  # a waits: no lease in round 1
+    ("/engine/rounds/next", {"round_seconds": 0}, 400, "round_seconds"),
+    ("/engine/rounds/next", {"seconds": 60}, 400, "seconds"),
+    ("/engine/rounds/next", [60], 400, "body"),
+])
+def test_bad_round_requests_get_4xx_and_change_nothing(server, path, body, status, field):
+    server.engine = allocopt.Engine({"v100": 1})
+    for job in ("a", "b"):
+        assert request(f"{server.url}/engine/jobs", "POST", {"id": job, "throughputs": {"v100": 1.0}})[0] == 201
+    plan = request(f"{server.url}/engine/rounds/next", "POST", {})[1]
+    assert request(f"{server.url}/engine/rounds/0/results", "POST", round_results(plan))[0] == 200
+    plan = request(f"{server.url}/engine/rounds/next", "POST", {})[1]
+    assert [lease["job_id"] for lease in plan["leases"]] == ["b"] and plan["round_index"] == 1
+    before = server.engine.to_json()
+    code, out = request(f"{server.url}{path}", "POST", round_results(plan) if body == "RESULTS" else body)
+    assert code == status and out["field"] == field and out["error"], out
+    assert server.engine.to_json() == before
+    assert request(f"{server.url}/engine/rounds/1/results", "POST", round_results(plan))[0] == 200
+
+
+def test_rounds_need_an_engine():
+    srv = AllocoptServer(("127.0.0.1", 0), quiet=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        assert request(f"{srv.url}/engine/rounds/next", "POST", {})[0] == 409
+        assert request(f"{srv.url}/engine/rounds/0/results", "POST", [])[0] == 409
+        assert request(f"{srv.url}/engine/rounds/next")[0] == 405
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -1,0 +1,191 @@
+"""Space-sharing max-min fairness by column generation over the pair columns.
+
+The pairwise LP (:func:`~allocopt.formulations.base.base_model` with
+``space_sharing=True`` plus the epigraph of
+:mod:`~allocopt.formulations.max_min_fairness`) in maximization form, with
+``g_i = s_i / (w_i p_i)`` (``s_i / w_i`` when not heterogeneity aware)::
+
+    max t
+    sum_j X[i, j] + sum_{p ∋ i} sum_j P[p, j] <= 1             ("time", dual y_i)
+    sum_i s_i X[i, j] + sum_p s_p P[p, j] <= c_j               ("capacity", dual z_j)
+    g_i (T_i . X_i + sum_{p ∋ i} sum_j PT[p, j, i] P[p, j]) - t >= 0
+                                                  ("normalized_throughput", dual u_i)
+
+(not heterogeneity aware: ``T`` and ``PT`` are 1 on usable entries). The
+duals :attr:`~allocopt.solution.Solution.duals` reports are ``d objective /
+d delta`` for a shift ``delta`` of a row's bounds, so ``y, z >= 0`` and
+``u <= 0``. Raising a column with row coefficients ``a_r`` from 0 by
+``eps`` moves row ``r``'s activity by ``a_r eps``, the same as shifting its
+bounds by ``-a_r eps`` for ``<=`` and ``>=`` rows alike; the objective
+coefficient of ``P`` is 0, so the reduced cost of ``P[p, j]`` for pair
+``p = (a, b)`` is::
+
+    rc[p, j] = - sum_r a_r dual_r
+             = -u_a g_a PT[p, j, a] - u_b g_b PT[p, j, b] - y_a - y_b - s_p z_j
+
+(``rc > 0``: the column would raise ``t``). Entries a pair cannot use (both
+throughputs 0, or ``s_p > c_j``) have an upper bound of 0 and are never priced
+in. Column generation solves the LP restricted to the current pairs (all
+single-job columns ``X`` are always present), prices every pair with these
+duals in one vectorized pass and adds pairs with some ``rc[p, j]`` above
+``rtol * max(1, |t|)``; when none is left the restricted duals are feasible for
+the full LP, so the restricted optimum is the pairwise optimum.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from allocopt.allocation import Allocation, Timings
+from allocopt.backends import SolveOptions
+from allocopt.errors import InvalidOptionError, NotOptimalError
+from allocopt.formulations.base import ModelSolver, PolicyResult, base_model
+from allocopt.problem import PairThroughputs, Problem
+from allocopt.solution import Status
+
+
+def _pair_coefficients(problem: Problem, heterogeneity_aware: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair and GPU type, each member's coefficient in its epigraph row
+    (shape (n_pairs, k, 2)), and whether the entry is usable (shape (n_pairs, k))."""
+    pairs, PT = problem.pairs, problem.pair_throughput_array
+    scale = problem.scale_factors / problem.priority_weights
+    usable = (PT.sum(axis=2) > 0) & (problem.scale_factors[pairs[:, 0], None] <= problem.capacity[None, :])
+    if heterogeneity_aware:
+        g = scale / problem.proportional_throughputs
+        coef = PT * g[pairs][:, None, :]
+    else:
+        coef = np.broadcast_to(scale[pairs][:, None, :], PT.shape)
+    return np.where(usable[:, :, None], coef, 0.0), usable
+
+
+def _pair_gain(problem: Problem, usable: np.ndarray) -> np.ndarray:
+    """Per pair ``max_j (PT_a / T_aj + PT_b / T_bj)`` over usable types: the
+    pair's combined speed relative to its members running alone (-inf if none)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = problem.pair_throughput_array / problem.throughputs[problem.pairs].transpose(0, 2, 1)
+    return np.where(usable, np.nan_to_num(rel, nan=0.0, posinf=0.0).sum(axis=2), -np.inf).max(axis=1)
+
+
+def _top_per_job(pairs: np.ndarray, score: np.ndarray, per_job: int) -> np.ndarray:
+    """Indices of the pairs among each job's ``per_job`` pairs of highest finite ``score``."""
+    m = pairs.shape[0]
+    job = np.concatenate([pairs[:, 0], pairs[:, 1]])
+    pair = np.tile(np.arange(m), 2)
+    both = np.tile(score, 2)
+    order = np.lexsort((-both, job))
+    job, pair, both = job[order], pair[order], both[order]
+    rank = np.arange(job.size) - np.searchsorted(job, job)
+    return np.unique(pair[(rank < per_job) & np.isfinite(both)])
+
+
+def _restricted(problem: Problem, chosen: np.ndarray) -> Problem:
+    """``problem`` with only the pairs ``chosen`` (indices into ``problem.pairs``)."""
+    ids = problem.job_ids
+    jobs = [(ids[a], ids[b]) for a, b in problem.pairs[chosen].tolist()]
+    return Problem(problem.throughputs, problem.cluster, job_ids=ids, scale_factors=problem.scale_factors,
+                   priority_weights=problem.priority_weights,
+                   pair_throughputs=PairThroughputs(jobs, problem.pair_throughput_array[chosen]))
+
+
+def max_min_fairness_column_generation(problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
+                                       initial_pairs: int = 1, pairs_per_job: int = 1, max_iterations: int = 100,
+                                       rtol: float = 1e-7) -> PolicyResult:
+    """Space-sharing max-min fairness by column generation (see the module docstring).
+
+    Starts from the single-job columns plus each job's ``initial_pairs`` pairs
+    of highest gain (see :func:`_pair_gain`); each round adds, per job, the
+    ``pairs_per_job`` priced-in pairs of highest reduced cost (partial pricing:
+    max-min duals are degenerate, and most priced-in pairs never enter an
+    optimal basis). Stops with the pairwise optimum when no pair has reduced
+    cost above ``rtol * max(1, |objective|)``; after ``max_iterations`` LPs
+    without converging raises :class:`~allocopt.errors.NotOptimalError`, or
+    with ``best_effort`` returns the restricted optimum with status
+    ``TIME_LIMIT``. ``extras``: ``iterations``, ``columns_added`` (pairs added by
+    pricing), ``pairs_generated`` (pairs in the final LP) and ``pairs_considered``.
+    """
+    if problem.pairs is None:
+        raise InvalidOptionError("column generation needs Problem(pair_throughputs=...): the throughput "
+                                 "of each pair of jobs that may share GPUs")
+    if max_iterations < 1 or pairs_per_job < 1 or initial_pairs < 0:
+        raise InvalidOptionError(f"need max_iterations >= 1, pairs_per_job >= 1 and initial_pairs >= 0, got "
+                                 f"{max_iterations}, {pairs_per_job} and {initial_pairs}")
+    k = problem.cluster.num_gpu_types
+    pairs, m = problem.pairs, problem.pairs.shape[0]
+    coef, usable = _pair_coefficients(problem, heterogeneity_aware)
+    pair_scale = problem.scale_factors[pairs[:, 0]].astype(np.float64)
+    in_lp = np.zeros(m, dtype=bool)
+    if initial_pairs:
+        in_lp[_top_per_job(pairs, _pair_gain(problem, usable), initial_pairs)] = True
+    weight = problem.scale_factors / problem.priority_weights
+    if heterogeneity_aware:
+        weight = weight / problem.proportional_throughputs
+    added, converged = 0, False
+    for iteration in range(1, max_iterations + 1):
+        chosen = np.flatnonzero(in_lp)
+        base = base_model(_restricted(problem, chosen), name="max_min_fairness_column_generation",
+                          space_sharing=True)
+        normalized = (base.throughput if heterogeneity_aware else base.time) * weight
+        base.model.maximize_minimum(normalized, name="normalized_throughput")
+        solution = solver.solve(base.model, "max_min_fairness (column generation)")
+        if not solution.success:  # best_effort accepted a non-optimal restricted LP: no duals to price with
+            break
+        if not {"time", "capacity", "normalized_throughput"} <= solution.duals.keys():
+            raise InvalidOptionError(f"column generation needs row duals, and backend {solution.backend!r} "
+                                     "reported none; use highs, gurobi, scipy, cvxpy or pulp")
+        y, z = solution.duals["time"], solution.duals["capacity"]
+        u = solution.duals["normalized_throughput"]
+        rc = (-(coef * u[pairs][:, None, :]).sum(axis=2) - (y[pairs[:, 0]] + y[pairs[:, 1]])[:, None]
+              - pair_scale[:, None] * z[None, :])
+        best = np.where(usable, rc, -np.inf).max(axis=1)
+        priced = (best > rtol * max(1.0, abs(solution.objective))) & ~in_lp
+        if not priced.any():
+            converged = True
+            break
+        new = _top_per_job(pairs, np.where(priced, best, -np.inf), pairs_per_job)
+        in_lp[new] = True
+        added += new.size
+    X, P_chosen = base.matrices(solution)
+    P = np.zeros((m, k))
+    P[chosen] = P_chosen
+    extras = {"iterations": iteration, "columns_added": added, "pairs_generated": int(chosen.size),
+              "pairs_considered": m}
+    if converged:
+        return PolicyResult(X, solution.objective, solution.status, P, solution.message, extras)
+    if not solution.success:
+        return PolicyResult(X, solution.objective, solution.status, P, solution.message, extras)
+    message = (f"column generation did not converge in max_iterations={max_iterations} LPs "
+               f"({int(priced.sum())} pairs still priced in); raise max_iterations")
+    if not solver.best_effort:
+        raise NotOptimalError(message, status=Status.TIME_LIMIT, solution=solution)
+    return PolicyResult(X, solution.objective, Status.TIME_LIMIT, P, message, extras)
+
+
+def solve_max_min_fairness_column_generation(problem: Problem, *, backend: str = "highs",
+                                             heterogeneity_aware: bool = True, initial_pairs: int = 1,
+                                             pairs_per_job: int = 1, max_iterations: int = 100, rtol: float = 1e-7,
+                                             best_effort: bool = False, **solve_options: Any) -> Allocation:
+    """``allocopt.solve(problem, "max_min_fairness", space_sharing=True)`` by
+    column generation: same objective, ``pair_matrix`` over all
+    ``problem.pairs`` (zeros for pairs never generated). The backend must
+    report duals (highs, gurobi, scipy, cvxpy, pulp). ``solve_options``: fields
+    of :class:`~allocopt.SolveOptions`."""
+    t0 = time.perf_counter()
+    solver = ModelSolver(backend, SolveOptions(**solve_options), best_effort=best_effort)
+    if problem.num_jobs == 0:
+        m = 0 if problem.pairs is None else problem.pairs.shape[0]
+        result = PolicyResult(np.zeros((0, problem.cluster.num_gpu_types)), None,
+                              pair_matrix=np.zeros((m, problem.cluster.num_gpu_types)), message="No jobs to allocate.")
+    else:
+        result = max_min_fairness_column_generation(problem, solver, heterogeneity_aware=heterogeneity_aware,
+                                                    initial_pairs=initial_pairs, pairs_per_job=pairs_per_job,
+                                                    max_iterations=max_iterations, rtol=rtol)
+    for array in (result.matrix, result.pair_matrix):
+        array.setflags(write=False)
+    timings = Timings(model_build_s=solver.model_build_s, solver_build_s=solver.solver_build_s,
+                      solve_s=solver.solve_s, total_s=time.perf_counter() - t0, num_solves=solver.num_solves)
+    return Allocation(problem=problem, matrix=result.matrix, policy="max_min_fairness", backend=solver.backend_used,
+                      status=result.status, objective=result.objective, message=result.message,
+                      timings=timings, pair_matrix=result.pair_matrix, extras=result.extras)
