@@ -35,6 +35,27 @@ class DuplicateJobError(InvalidProblemError):
     """A job with this id already exists (e.g. in an :class:`allocopt.Engine`)."""
 
 
+class DataFileError(AllocoptError, ValueError):
+    """A data file is missing or malformed; the message starts with ``path, line N:``.
+
+    ``path`` is the file and ``line`` the 1-based line (None for the whole file).
+    """
+
+    def __init__(self, message: str, *, path: Any, line: int | None = None):
+        where = f"{path}, line {line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+        self.path = str(path)
+        self.line = line
+
+
+class ProfileFormatError(DataFileError):
+    """A Sia/Pollux profile file is missing, malformed or holds impossible values."""
+
+
+class WorkloadFormatError(DataFileError):
+    """A Sia workload file is missing or malformed."""
+
+
 class InvalidOptionError(AllocoptError, ValueError):
     """An option passed to a policy, backend or command is unknown or out of range."""
 

@@ -17,24 +17,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from allocopt.errors import AllocoptError
+from allocopt.errors import WorkloadFormatError
 from allocopt.throughput.profiles import discover
 
 #: Columns every Sia workload file must have.
 WORKLOAD_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
-
-
-class WorkloadFormatError(AllocoptError, ValueError):
-    """A Sia workload file is missing or malformed; the message starts with ``path, line N:``.
-
-    ``path`` is the file and ``line`` the 1-based line (None for the whole file).
-    """
-
-    def __init__(self, message: str, *, path: str | Path, line: int | None = None):
-        where = f"{path}, line {line}" if line is not None else str(path)
-        super().__init__(f"{where}: {message}")
-        self.path = str(path)
-        self.line = line
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator
 
-from allocopt.errors import AllocoptError, InvalidProblemError
+from allocopt.errors import InvalidProblemError, ProfileFormatError
 from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, fit_perf_params
 
 #: GPU type names of Sia's seed profiles mapped to the profile file suffix with the same
@@ -47,19 +47,6 @@ SEED_GPU_TYPES: Mapping[str, str] = {"t4": "aws", "v100": "azure", "dgx": "dgx-e
 _SEED_DIR = "seed_profiles"
 _PLACEMENTS = re.compile(r"placements-(.+)\.csv")
 _VALIDATION = re.compile(r"validation-(\d+)\.csv")
-
-
-class ProfileFormatError(AllocoptError, ValueError):
-    """A profile file is missing, malformed or holds impossible values.
-
-    ``path`` is the file and ``line`` the 1-based line (None for the whole file).
-    """
-
-    def __init__(self, message: str, *, path: str | Path, line: int | None = None):
-        where = f"{path}, line {line}" if line is not None else str(path)
-        super().__init__(f"{where}: {message}")
-        self.path = str(path)
-        self.line = line
 
 
 # ----- observations -----------------------------------------------------------------------------------
