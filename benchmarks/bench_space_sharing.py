@@ -25,7 +25,8 @@ Three ways to the same optimum, each from the same validated ``Problem``
   with allocopt's normalization ``s_i / (w_i p_i)`` so the optimum is the
   same; solved by cvxpy's HIGHS. Split into building the expression tree,
   ``get_problem_data``, the solver and unpacking;
-* ``allocopt by job type``: :func:`allocopt.formulations.job_types.solve_max_min_fairness_by_job_type`,
+* ``allocopt by job type``: ``allocopt.solve(problem, "max_min_fairness", space_sharing=True,
+  aggregate_job_types=True)``,
   the LP over job types (26 types, 351 type pairs) spread back to the jobs.
 
 Checks: objectives agree (relative difference <= 1e-6) and every allocation is
@@ -63,7 +64,6 @@ from machine import machine_info
 import allocopt
 from allocopt.backends import SolveOptions, get_backend, solve_model
 from allocopt.formulations.base import base_model
-from allocopt.formulations.job_types import solve_max_min_fairness_by_job_type
 
 GAVEL_TABLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel" / "simulation_throughputs.json"
 GPU_TYPES = ("k80", "p100", "v100")
@@ -196,7 +196,8 @@ def run_by_job_type(problem: allocopt.Problem, repeat: int) -> Result:
     runs = []
     for _ in range(repeat):
         gc.collect()
-        alloc = solve_max_min_fairness_by_job_type(problem, backend="highs")
+        alloc = allocopt.solve(problem, "max_min_fairness", backend="highs", space_sharing=True,
+                               aggregate_job_types=True)
         t = alloc.timings
         runs.append({"formulate_s": t.total_s - t.model_build_s - t.solver_build_s - t.solve_s,
                      "compile_s": t.model_build_s, "transfer_s": t.solver_build_s, "solve_s": t.solve_s,

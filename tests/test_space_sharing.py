@@ -18,8 +18,7 @@ import allocopt
 from allocopt import Cluster, Problem
 from allocopt.backends import solve_model
 from allocopt.errors import InvalidOptionError
-from allocopt.formulations.job_types import (job_type_groups, solve_max_min_fairness_by_job_type,
-                                             solve_max_throughput_by_job_type)
+from allocopt.formulations.job_types import job_type_groups
 from allocopt.model import Model
 
 POLICIES = ["max_min_fairness", "max_throughput"]
@@ -273,6 +272,14 @@ def check_spread_back(problem: Problem, alloc, reference, policy: str) -> None:
     np.testing.assert_array_equal(alloc.matrix, alloc.extras["type_matrix"][types])
 
 
+def by_job_type(problem: Problem, policy: str = "max_min_fairness", *, space_sharing: bool = True, **options):
+    return allocopt.solve(problem, policy, aggregate_job_types=True, space_sharing=space_sharing, **options)
+
+
+def by_job_type_max_throughput(problem: Problem, **options):
+    return by_job_type(problem, "max_throughput", **options)
+
+
 @pytest.mark.parametrize("backend", ["highs", backend_param("pulp")])
 @pytest.mark.parametrize("seed", range(4))
 def test_job_type_lp_matches_pairwise(backend, seed):
@@ -280,18 +287,16 @@ def test_job_type_lp_matches_pairwise(backend, seed):
     types, rows = job_type_groups(problem)
     assert same_partition(types, planted)
     assert np.array_equal(rows, np.sort(rows)) and np.array_equal(types[rows], np.arange(rows.size))
-    solvers = {"max_min_fairness": solve_max_min_fairness_by_job_type,
-               "max_throughput": solve_max_throughput_by_job_type}
-    for policy, solve_by_type in solvers.items():
+    for policy in ("max_min_fairness", "max_throughput"):
         reference = allocopt.solve(problem, policy, backend=backend, space_sharing=True)
-        check_spread_back(problem, solve_by_type(problem, backend=backend), reference, policy)
+        check_spread_back(problem, by_job_type(problem, policy, backend=backend), reference, policy)
     agnostic = allocopt.solve(problem, "max_min_fairness", backend=backend, space_sharing=True,
                               heterogeneity_aware=False)
-    by_type = solve_max_min_fairness_by_job_type(problem, backend=backend, heterogeneity_aware=False)
+    by_type = by_job_type(problem, backend=backend, heterogeneity_aware=False)
     assert by_type.objective == pytest.approx(agnostic.objective, rel=1e-6)
     costly = Problem(problem.throughputs, problem.cluster, scale_factors=problem.scale_factors,
                      costs=np.arange(1.0, 4.0))
-    assert solve_max_throughput_by_job_type(costly, backend=backend, space_sharing=False,
+    assert by_job_type_max_throughput(costly, backend=backend, space_sharing=False,
                                             normalize_by_cost=True).objective == pytest.approx(
         allocopt.solve(costly, "max_throughput", backend=backend, normalize_by_cost=True).objective, rel=1e-6)
 
@@ -299,12 +304,12 @@ def test_job_type_lp_matches_pairwise(backend, seed):
 def test_job_type_lp_size_does_not_grow_with_jobs():
     small, _ = typed_problem(7, n_types=3, k=2, max_count=2)
     large, planted = typed_problem(7, n_types=3, k=2, max_count=12)
-    alloc = solve_max_min_fairness_by_job_type(large)
+    alloc = by_job_type(large)
     assert alloc.extras["type_matrix"].shape == (3, 2) and alloc.extras["type_pairs"].shape[0] <= 6
     assert alloc.extras["type_pair_matrix"].shape == (alloc.extras["type_pairs"].shape[0], 2)
     check_spread_back(large, alloc, allocopt.solve(large, "max_min_fairness", space_sharing=True),
                       "max_min_fairness")
-    assert solve_max_min_fairness_by_job_type(small).extras["type_matrix"].shape == (3, 2)
+    assert by_job_type(small).extras["type_matrix"].shape == (3, 2)
 
 
 def identical_jobs(pairs: dict) -> Problem:
@@ -326,17 +331,17 @@ def test_job_type_groups_split_jobs_told_apart_by_pairs(pairs, expected):
     np.testing.assert_array_equal(types, expected)
     np.testing.assert_array_equal(job_type_groups(problem, space_sharing=False)[0], 0)
     reference = allocopt.solve(problem, "max_min_fairness", space_sharing=True)
-    check_spread_back(problem, solve_max_min_fairness_by_job_type(problem), reference, "max_min_fairness")
+    check_spread_back(problem, by_job_type(problem), reference, "max_min_fairness")
 
 
 def test_job_type_lp_errors_and_edge_cases():
     plain = Problem([[1.0], [1.0]], Cluster({"t0": 1}))
     with pytest.raises(InvalidOptionError, match="pair_throughputs"):
-        solve_max_min_fairness_by_job_type(plain)
-    alone = solve_max_min_fairness_by_job_type(plain, space_sharing=False)
+        by_job_type(plain)
+    alone = by_job_type(plain, space_sharing=False)
     assert alone.objective == pytest.approx(0.5) and alone.pair_matrix is None
     deadlines = Problem([[1.0]], Cluster({"t0": 1}), num_steps_remaining=[10.0], slos=[100.0])
     with pytest.raises(InvalidOptionError, match="deadlines"):
-        solve_max_throughput_by_job_type(deadlines, space_sharing=False)
-    empty = solve_max_min_fairness_by_job_type(Problem(np.zeros((0, 1)), Cluster({"t0": 1})), space_sharing=False)
+        by_job_type_max_throughput(deadlines, space_sharing=False)
+    empty = by_job_type(Problem(np.zeros((0, 1)), Cluster({"t0": 1})), space_sharing=False)
     assert empty.matrix.shape == (0, 1) and empty.objective is None

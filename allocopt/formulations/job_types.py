@@ -25,15 +25,11 @@ type pair ``r`` gets ``Q[r] / (number of concrete pairs of r)``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from allocopt.allocation import Allocation, Timings
-from allocopt.backends import SolveOptions
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, PolicyResult, clean_matrix
 from allocopt.model import LinExpr, Model, Variable
@@ -234,41 +230,3 @@ def max_throughput_by_job_type(problem: Problem, solver: ModelSolver, *, normali
     types.model.maximize(total)
     return types.result(solver, "max_throughput (by job type)",
                         {"deadline_met": np.ones(problem.num_jobs, dtype=bool)})
-
-
-def _solve(policy: str, allocate: Callable[..., PolicyResult], problem: Problem, backend: str, best_effort: bool,
-           solve_options: dict[str, Any], **options: Any) -> Allocation:
-    t0 = time.perf_counter()
-    solver = ModelSolver(backend, SolveOptions(**solve_options), best_effort=best_effort)
-    if problem.num_jobs == 0:
-        result = PolicyResult(np.zeros((0, problem.cluster.num_gpu_types)), None, message="No jobs to allocate.")
-    else:
-        result = allocate(problem, solver, **options)
-    for array in (result.matrix, result.pair_matrix):
-        if array is not None:
-            array.setflags(write=False)
-    timings = Timings(model_build_s=solver.model_build_s, solver_build_s=solver.solver_build_s,
-                      solve_s=solver.solve_s, total_s=time.perf_counter() - t0, num_solves=solver.num_solves)
-    return Allocation(problem=problem, matrix=result.matrix, policy=policy, backend=solver.backend_used,
-                      status=result.status, objective=result.objective, message=result.message,
-                      timings=timings, pair_matrix=result.pair_matrix, extras=result.extras)
-
-
-def solve_max_min_fairness_by_job_type(problem: Problem, *, backend: str = "highs", space_sharing: bool = True,
-                                       heterogeneity_aware: bool = True, best_effort: bool = False,
-                                       **solve_options: Any) -> Allocation:
-    """``allocopt.solve(problem, "max_min_fairness", ...)`` through the LP over
-    job types; same objective, per-job allocation with every job of a type
-    treated alike. ``solve_options``: fields of :class:`~allocopt.SolveOptions`
-    (``time_limit_s``, ``threads``, ``verbose``, ``solver_options``)."""
-    return _solve("max_min_fairness", max_min_fairness_by_job_type, problem, backend, best_effort, solve_options,
-                  heterogeneity_aware=heterogeneity_aware, space_sharing=space_sharing)
-
-
-def solve_max_throughput_by_job_type(problem: Problem, *, backend: str = "highs", space_sharing: bool = True,
-                                     normalize_by_cost: bool = False, best_effort: bool = False,
-                                     **solve_options: Any) -> Allocation:
-    """``allocopt.solve(problem, "max_throughput", ...)`` through the LP over
-    job types (no deadlines); see :func:`solve_max_min_fairness_by_job_type`."""
-    return _solve("max_throughput", max_throughput_by_job_type, problem, backend, best_effort, solve_options,
-                  normalize_by_cost=normalize_by_cost, space_sharing=space_sharing)
