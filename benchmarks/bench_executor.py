@@ -24,8 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import machine_info
-
+from allocopt.bench.machine import machine_info
 from allocopt.runtime import Lease, RoundPlan
 from allocopt.runtime.devices import cpu_devices
 from allocopt.runtime.local import JobSpec, LocalExecutor

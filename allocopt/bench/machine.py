@@ -55,3 +55,11 @@ def machine_info() -> dict[str, Any]:
             "cpu_count": os.cpu_count(), "cpus_usable": usable, "memory_gib": mem_gib,
             "python": f"{platform.python_implementation()} {platform.python_version()}",
             "versions": {k: v for k, v in versions.items() if v is not None}}
+
+
+def format_machine(info: dict[str, Any]) -> str:
+    """One paragraph describing ``machine_info()``'s result, for the top of a report."""
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+    return (f"Machine: {info['platform']} ({info['machine']}), CPU {info['cpu']}, "
+            f"{info['cpu_count']} CPUs ({info['cpus_usable']} usable), {info['memory_gib']} GiB RAM, "
+            f"load average {info['load_average']} at start\nPython {info['python']}; {versions}")

@@ -1,0 +1,257 @@
+"""Seeded benchmark instances: random throughputs, jobs drawn from Gavel's measured
+table (with pair throughputs for space sharing), hierarchical water-filling
+instances with entities, and Sia goodput problems.
+
+Every generator depends only on its arguments: the same (size, types, seed)
+gives the same instance.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from allocopt.cluster import Cluster
+from allocopt.configurations import Configurations, sia_configurations
+from allocopt.errors import InvalidOptionError
+from allocopt.goodput_problem import GoodputProblem, restart_factor
+from allocopt.problem import Problem
+from allocopt.throughput.table import ThroughputTable
+
+#: GPU types of Gavel's measured table, fastest last.
+GAVEL_GPU_TYPES = ("k80", "p100", "v100")
+
+
+def _check_size(n_jobs: int, n_gpu_types: int, max_types: int | None = None, what: str = "") -> None:
+    if n_jobs < 1:
+        raise InvalidOptionError(f"n_jobs must be >= 1, got {n_jobs}; pass a positive number of jobs (--sizes)")
+    if n_gpu_types < 1 or (max_types is not None and n_gpu_types > max_types):
+        limit = f"1..{max_types}" if max_types is not None else ">= 1"
+        raise InvalidOptionError(f"n_gpu_types must be {limit}{what}, got {n_gpu_types}; change --types")
+
+
+def random_problem(n_jobs: int, n_gpu_types: int, seed: int = 0) -> Problem:
+    """A random, contended instance of ``n_jobs`` distinct jobs on ``n_gpu_types`` types.
+
+    * Throughputs (steps/s): job ``i`` has a base speed ``b_i`` log-uniform in
+      [0.1, 10]; GPU type ``j`` a speedup ``f_j`` log-uniform in [1, 6] (types
+      sorted slowest first); ``T_ij = b_i f_j e_ij`` with log-normal noise
+      ``e_ij`` (sigma 0.3). About 10% of the entries are 0 (the job cannot run
+      there), never all of a row.
+    * Scale factors from {1, 2, 4, 8} GPUs with probabilities 0.7/0.1/0.15/0.05.
+    * Priority weights 1 (80%) or 2 (20%).
+    * Capacity: ``max(8 k, n / 4)`` GPUs in all, split over the types by a
+      Dirichlet(4) draw, at least 8 per type: about 1.9 n GPUs demanded.
+    * Steps remaining log-uniform in [1e3, 1e6]; time since start uniform in
+      [0, 3600] s (for min_makespan and finish_time_fairness).
+    """
+    _check_size(n_jobs, n_gpu_types)
+    rng = np.random.default_rng([seed, n_jobs, n_gpu_types])
+    n, k = n_jobs, n_gpu_types
+    base = np.exp(rng.uniform(np.log(0.1), np.log(10.0), n))
+    speedup = np.sort(np.exp(rng.uniform(0.0, np.log(6.0), k)))
+    noise = np.exp(rng.normal(0.0, 0.3, (n, k)))
+    T = base[:, None] * speedup[None, :] * noise
+    zero = rng.random((n, k)) < 0.10
+    zero[np.arange(n), rng.integers(0, k, n)] = False  # every job can run somewhere
+    T[zero] = 0.0
+    scale = rng.choice([1, 2, 4, 8], size=n, p=[0.7, 0.1, 0.15, 0.05])
+    weights = rng.choice([1.0, 2.0], size=n, p=[0.8, 0.2])
+    total = max(8 * k, n // 4)
+    share = rng.dirichlet(np.full(k, 4.0))
+    capacity = np.maximum(8, np.round(share * total)).astype(int)
+    steps = np.exp(rng.uniform(np.log(1e3), np.log(1e6), n))
+    started = rng.uniform(0.0, 3600.0, n)
+    cluster = Cluster({f"gpu{j}": int(capacity[j]) for j in range(k)})
+    return Problem(T, cluster, scale_factors=scale, priority_weights=weights, num_steps_remaining=steps,
+                   time_since_start=started)
+
+
+def table_problem(n_jobs: int, n_gpu_types: int, seed: int = 0, *, space_sharing: bool = False,
+                  table: ThroughputTable | None = None) -> Problem:
+    """``n_jobs`` jobs drawn from Gavel's measured table (26 models, shipped with allocopt).
+
+    GPU types: the ``n_gpu_types`` fastest of k80, p100, v100; ``max(8,
+    n / (4 k))`` GPUs each. Jobs: :meth:`ThroughputTable.sample_problem` with
+    Gavel's scale-factor distribution and priority weights 1 (80%) or 2, or,
+    with ``space_sharing=True``, single-GPU jobs with the measured co-located
+    throughputs of every pair (``n (n - 1) / 2`` pairs).
+    """
+    _check_size(n_jobs, n_gpu_types, len(GAVEL_GPU_TYPES), " (Gavel's table measures k80, p100 and v100)")
+    per_type = max(8, n_jobs // (4 * n_gpu_types))
+    cluster = Cluster({gpu: per_type for gpu in GAVEL_GPU_TYPES[-n_gpu_types:]})
+    table = table or ThroughputTable.gavel()
+    if space_sharing:
+        return table.sample_problem(cluster, n_jobs, seed=seed, scale_factor_probs={1: 1.0}, space_sharing=True)
+    return table.sample_problem(cluster, n_jobs, seed=seed, priority_weights={1.0: 0.8, 2.0: 0.2})
+
+
+def water_filling_problem(n_jobs: int, n_gpu_types: int = 3, n_entities: int = 8,
+                          seed: int = 0) -> tuple[Problem, dict[str, str]]:
+    """A seeded hierarchical instance and its entity policies (``entity_policies`` of water_filling).
+
+    Throughputs (steps/s): a base speed log-uniform in [0.2, 5] times a per-type
+    speedup (1, 2.2, 3.5 for 3 types; interpolated between 1 and 3.5 otherwise)
+    times log-normal noise (sigma 0.3); 10% of the entries of all but the
+    fastest type are 0. Scale factors 1/2/4/8 with probabilities
+    0.7/0.15/0.1/0.05; job weights 1 (80%) or 2; ``time_since_start`` uniform
+    in [0, 1e5] s. Capacity: ``n / 8`` GPUs (at least 24) split 2:3:3:... over
+    the types, at least 8 each. Entity ``u<e>`` has weight ``1 + e % 4`` and
+    policy ``fifo`` for odd ``e``, ``fairness`` for even.
+    """
+    _check_size(n_jobs, n_gpu_types)
+    if n_entities < 1:
+        raise InvalidOptionError(f"n_entities must be >= 1, got {n_entities}")
+    rng = np.random.default_rng([seed, n_jobs])
+    n, k = n_jobs, n_gpu_types
+    speedup = np.interp(np.linspace(0.0, 2.0, k), [0.0, 1.0, 2.0], [1.0, 2.2, 3.5]) if k > 1 else np.ones(1)
+    base = np.exp(rng.uniform(np.log(0.2), np.log(5.0), n))
+    T = base[:, None] * speedup * np.exp(rng.normal(0.0, 0.3, (n, k)))
+    T[:, :k - 1][rng.random((n, k - 1)) < 0.10] = 0.0
+    share = np.r_[2.0, np.full(k - 1, 3.0)]
+    capacity = np.maximum(8, np.round(share / share.sum() * max(24, n // 8))).astype(int)
+    names = GAVEL_GPU_TYPES if k == 3 else tuple(f"gpu{j}" for j in range(k))
+    cluster = Cluster(dict(zip(names, capacity.tolist())))
+    entities = [f"u{e}" for e in rng.integers(0, n_entities, n)]
+    problem = Problem(
+        T, cluster, scale_factors=rng.choice([1, 2, 4, 8], size=n, p=[0.7, 0.15, 0.1, 0.05]),
+        priority_weights=rng.choice([1.0, 2.0], size=n, p=[0.8, 0.2]),
+        time_since_start=rng.uniform(0.0, 1e5, n), entities=entities,
+        entity_weights={f"u{e}": 1.0 + e % 4 for e in range(n_entities) if f"u{e}" in entities})
+    policies = {e: ("fifo" if int(e[1:]) % 2 else "fairness") for e in problem.entity_ids}
+    return problem, policies
+
+
+# ----- Sia ---------------------------------------------------------------------------------
+#: Sia's heterogeneous 64-GPU "saturn" cluster: nodes per GPU type and GPUs per node.
+SATURN_NODES = {"aws": 6, "rtx": 3, "dgx-ext": 2}
+GPUS_PER_NODE = {"aws": 4, "rtx": 8, "dgx-ext": 8}
+SEED_PROFILE_TYPE = {"aws": "t4", "rtx": "rtx", "dgx-ext": "dgx"}  # names in seed_profiles/*.csv
+MAX_PHYSICAL_NODES = {"aws": 16, "rtx": 3, "dgx-ext": 2}  # Sia's cluster_max_physical_nnodes
+SIA_JOBS_PER_SCALE = 160  # jobs of Sia's scale_<N>x traces per 64 GPUs
+MAX_GPUS = 64  # largest configuration Sia profiles
+#: Throughput scaling exponent per application (throughput ~ gpus ** alpha on one node).
+SCALING = {"cifar10": 0.65, "imagenet": 0.9, "bert": 0.85, "deepspeech2": 0.75, "yolov3": 0.8, "ncf": 0.6}
+#: Seconds one restart costs (Sia's published get_restart_penalty).
+RESTART_DELAY_S = {"cifar10": 30, "imagenet": 250, "bert": 120, "deepspeech2": 25, "yolov3": 45, "ncf": 30}
+#: Per-GPU samples/s on aws, rtx, dgx-ext (from Sia's seed profiles) for applications whose profile is absent.
+FALLBACK_TPUT = {"bert": (13.0, 26.9, 140.4), "cifar10": (1461.4, 3306.3, 10062.6),
+                 "deepspeech2": (35.7, 60.4, 77.5), "imagenet": (216.6, 431.8, 1034.0),
+                 "yolov3": (27.9, 13.5, 81.4), "ncf": (1537282.7, 1617380.8, 3057698.3)}
+_SIA_APPS = ("cifar10", "deepspeech2", "yolov3", "bert", "imagenet")
+_SIA_APP_PROBS = (0.8375, 0.0625, 0.04375, 0.0375, 0.01875)
+
+
+def default_data_dir() -> Path | None:
+    """``$ALLOCOPT_SHARED_DATA`` when set (Sia's and Gavel's released data), else None."""
+    value = os.environ.get("ALLOCOPT_SHARED_DATA")
+    return Path(value) if value else None
+
+
+def saturn_cluster(scale: int) -> Cluster:
+    """Sia's saturn cluster scaled ``scale`` times (64 ``scale`` GPUs)."""
+    return Cluster({t: n * GPUS_PER_NODE[t] * scale for t, n in SATURN_NODES.items()}, gpus_per_node=GPUS_PER_NODE)
+
+
+def sia_jobs(n_jobs: int, seed: int, data_dir: Path | None = None, workload: int = 1
+             ) -> tuple[list[str], np.ndarray, str]:
+    """Applications and requested replicas of ``n_jobs`` jobs, and where they came from.
+
+    From Sia's ``workloads/scale/scale_<N>x/workload-<workload>.csv`` under
+    ``data_dir`` when ``n_jobs`` is a multiple of 160 and the file exists; else
+    drawn with the application mix of those traces and 4-16 replicas.
+    """
+    scale, rest = divmod(n_jobs, SIA_JOBS_PER_SCALE)
+    path = (data_dir / "sia" / "workloads" / "scale" / f"scale_{scale}x" / f"workload-{workload}.csv"
+            if data_dir is not None and rest == 0 else None)
+    if path is not None and path.exists():
+        with open(path) as fh:
+            rows = list(csv.DictReader(fh))
+        return [r["application"] for r in rows], np.array([int(r["num_replicas"]) for r in rows]), str(path)
+    rng = np.random.default_rng(seed)
+    apps = rng.choice(_SIA_APPS, size=n_jobs, p=_SIA_APP_PROBS)
+    return list(apps), rng.choice([4, 6, 8, 10, 12, 16], size=apps.size), "synthetic (seeded application mix)"
+
+
+def per_gpu_throughput(apps: set[str], data_dir: Path | None = None) -> dict[str, np.ndarray]:
+    """Best 1-GPU samples/s of each application on aws, rtx, dgx-ext (Sia's seed profiles:
+    ``data_dir/sia/seed_profiles`` if given, else the subset shipped with allocopt, else
+    :data:`FALLBACK_TPUT`)."""
+    shipped = resources.files("allocopt") / "data" / "sia_profiles" / "seed_profiles"
+    out = {}
+    for app in apps:
+        path = data_dir / "sia" / "seed_profiles" / f"{app}.csv" if data_dir is not None else None
+        source = path if path is not None and path.exists() else shipped / f"{app}.csv"
+        if not source.is_file():
+            out[app] = np.array(FALLBACK_TPUT[app])
+            continue
+        best: dict[str, float] = {}
+        with source.open() as fh:
+            for r in csv.DictReader(fh):
+                best[r["gpu_type"]] = max(best.get(r["gpu_type"], 0.0), float(r["local_bsz"]) / float(r["step_time"]))
+        out[app] = np.array([best[SEED_PROFILE_TYPE[t]] for t in SATURN_NODES])
+    return out
+
+
+def synthetic_goodput(apps: list[str], replicas: np.ndarray, configs: Configurations,
+                      tput: dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """Goodput (samples/s x statistical efficiency) of each job in each configuration.
+
+    ``tput1[app, type] * gpus ** alpha_i * network(nodes, type) * efficiency(gpus)``
+    with ``tput1`` the application's 1-GPU throughput, ``alpha_i`` the
+    application's scaling exponent (:data:`SCALING`) +- 0.05, ``network`` 0.97
+    per extra node (0.92 on aws's slower network), and ``efficiency = 1 / (1 +
+    gpus / b_i)`` with a per-job gradient noise scale ``b_i`` log-uniform in
+    [8, 256] GPUs; times a per-(job, type) log-normal factor (sigma 0.15). NaN
+    (cannot use) above ``min(2 x requested replicas, 64)`` GPUs.
+    """
+    n = len(apps)
+    base = np.stack([tput[a] for a in apps])  # (n, types)
+    alpha = np.array([SCALING[a] for a in apps]) + rng.uniform(-0.05, 0.05, n)
+    noise_scale = np.exp(rng.uniform(np.log(8), np.log(256), n))
+    jitter = np.exp(rng.normal(0.0, 0.15, (n, base.shape[1])))
+    t, g, nodes = configs.gpu_type, configs.num_gpus.astype(np.float64), configs.num_nodes
+    hop = np.where(np.array(configs.gpu_type_names) == "aws", 0.92, 0.97)
+    G = ((base * jitter)[:, t] * g[None, :] ** alpha[:, None] * (hop ** (nodes - 1))[None, :]
+         / (1.0 + g[None, :] / noise_scale[:, None]))
+    G[g[None, :] > np.minimum(2 * replicas, MAX_GPUS)[:, None]] = np.nan
+    return G
+
+
+def sia_rounds(n_jobs: int, seed: int = 0, *, data_dir: Path | None = None, workload: int = 1,
+               capped: bool = True, steady: bool = True) -> tuple[dict[str, GoodputProblem], str]:
+    """Sia scheduling rounds of ``n_jobs`` jobs on saturn scaled to ``ceil(n_jobs / 160)`` x 64 GPUs
+    (5,120 jobs: 2,048 GPUs, the shape of Sia's ``scale_32x``), and the jobs' source.
+
+    ``first``: no job has a previous configuration. ``steady`` (when asked; it
+    solves ``first`` with HiGHS): every job has the configuration the first
+    round gave it, goodput moved by a log-normal factor (sigma 0.1), restart
+    factors from synthetic ages and restart counts, and 2% of the running jobs
+    pinned. ``capped``: configurations limited to Sia's profiled node counts.
+    """
+    from allocopt.api import solve
+
+    _check_size(n_jobs, 1)
+    cluster = saturn_cluster(max(1, math.ceil(n_jobs / SIA_JOBS_PER_SCALE)))
+    configs = sia_configurations(cluster, max_nodes=MAX_PHYSICAL_NODES if capped else None)
+    apps, replicas, source = sia_jobs(n_jobs, seed, data_dir, workload)
+    rng = np.random.default_rng(seed)
+    G = synthetic_goodput(apps, replicas, configs, per_gpu_throughput(set(apps), data_dir), rng)
+    ids = [f"{a}-{i}" for i, a in enumerate(apps)]
+    rounds = {"first": GoodputProblem(G, configs, cluster, job_ids=ids)}
+    if steady:
+        previous = solve(rounds["first"], "sia").configuration
+        age_s = rng.uniform(0, 4 * 3600, len(apps))
+        restarts = rng.poisson(age_s / 1800)
+        delay_s = np.array([RESTART_DELAY_S[a] for a in apps])
+        r = np.clip(restart_factor(age_s, restarts, delay_s), 0.05, 1.0)
+        pinned = (previous >= 0) & (rng.random(len(apps)) < 0.02)
+        G_next = G * np.exp(rng.normal(0.0, 0.1, G.shape))
+        rounds["steady"] = GoodputProblem(G_next, configs, cluster, job_ids=ids, previous=previous,
+                                          restart_factor=r, pinned=pinned)
+    return rounds, source

@@ -1,0 +1,139 @@
+"""What the benchmark suite runs: policies, instance kinds, techniques and the issue's targets.
+
+Everything here is data. A new switchable technique (a policy option that
+changes how the same optimum is reached) is one :class:`Technique` line in
+:data:`TECHNIQUES`, e.g.
+``Technique("price_decomposition", {"price_decomposition": True}, ("max_min_fairness",))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from allocopt.bench import instances
+from allocopt.errors import InvalidOptionError
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A generated problem, the policy options it needs, and a one-line description."""
+
+    problem: Any
+    options: Mapping[str, Any]
+    description: str
+
+
+@dataclass(frozen=True)
+class BenchPolicy:
+    """A benchmarked policy: the allocopt policy and fixed options, the instance kinds it runs on
+    (``random`` and/or ``table``), the largest instance it is run at, and what its baseline is."""
+
+    name: str
+    policy: str
+    instances: tuple[str, ...]
+    baseline: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    max_types: int | None = None  # None: any number of GPU types
+    max_jobs: int | None = None  # None: any size
+
+    def supports(self, kind: str, n_gpu_types: int) -> bool:
+        return kind in self.instances and (self.max_types is None or n_gpu_types <= self.max_types)
+
+    def instance(self, kind: str, n_jobs: int, n_gpu_types: int, seed: int) -> Instance:
+        """The seeded instance of this policy for ``kind`` at ``n_jobs`` x ``n_gpu_types``."""
+        if self.name == "water_filling":
+            problem, policies = instances.water_filling_problem(n_jobs, n_gpu_types, seed=seed)
+            return Instance(problem, {"entity_policies": policies},
+                            f"{n_jobs} jobs in {len(problem.entity_ids)} entities (fifo and fairness)")
+        if self.name == "sia":
+            rounds, source = instances.sia_rounds(n_jobs, seed, steady=False)
+            problem = rounds["first"]
+            return Instance(problem, {}, f"{n_jobs} jobs ({source}), {int(problem.cluster.capacity.sum())} GPUs, "
+                                         f"{problem.num_configurations} configurations")
+        if kind == "table":
+            space_sharing = bool(self.options.get("space_sharing"))
+            problem = instances.table_problem(n_jobs, n_gpu_types, seed, space_sharing=space_sharing)
+            pairs = f", {problem.pairs.shape[0]} pairs" if space_sharing else ""
+            return Instance(problem, {}, f"{n_jobs} jobs from Gavel's table{pairs}")
+        return Instance(instances.random_problem(n_jobs, n_gpu_types, seed), {}, f"{n_jobs} distinct random jobs")
+
+
+@dataclass(frozen=True)
+class Technique:
+    """A switchable technique: policy options that reach the same optimum another way."""
+
+    name: str
+    options: Mapping[str, Any]
+    policies: tuple[str, ...]  # BenchPolicy names it applies to; () for every policy
+
+
+ALL: tuple[str, ...] = ()
+
+#: Techniques, in the order they are run. ``plain`` is every policy as is.
+TECHNIQUES: tuple[Technique, ...] = (
+    Technique("plain", {}, ALL),
+    Technique("aggregate_job_types", {"aggregate_job_types": True},
+              ("max_min_fairness", "max_throughput", "mmf_space_sharing")),
+    Technique("column_generation", {"column_generation": True}, ("mmf_space_sharing",)),
+)
+
+#: The benchmarked policies, by name.
+POLICIES: Mapping[str, BenchPolicy] = MappingProxyType({p.name: p for p in (
+    BenchPolicy("max_min_fairness", "max_min_fairness", ("random", "table"), "Gavel max_min_fairness_perf"),
+    BenchPolicy("max_throughput", "max_throughput", ("random", "table"), "Gavel max_sum_throughput_perf"),
+    BenchPolicy("min_makespan", "min_makespan", ("random",), "one LP: max theta, e_i >= r_i theta"),
+    BenchPolicy("water_filling", "water_filling", ("random",), "Gavel WaterFillingAlgorithm (LP + MILP)"),
+    BenchPolicy("mmf_space_sharing", "max_min_fairness", ("table",), "Gavel MaxMinFairnessPolicyWithPacking",
+                options={"space_sharing": True}, max_types=3, max_jobs=2048),
+    BenchPolicy("sia", "sia", ("random",), "Sia's MILP (presolve off, as allocopt)", max_types=3),
+    BenchPolicy("finish_time_fairness", "finish_time_fairness", ("random",),
+                "Gavel finish_time_fairness_perf (SOCP, CLARABEL)"),
+)})
+
+INSTANCE_KINDS = ("random", "table")
+
+
+def techniques_for(policy: str, names: tuple[str, ...] | None = None) -> list[Technique]:
+    """The techniques that apply to ``policy`` (of ``names`` when given, else all)."""
+    return [t for t in TECHNIQUES if (not t.policies or policy in t.policies) and (names is None or t.name in names)]
+
+
+def get_policy(name: str) -> BenchPolicy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise InvalidOptionError(f"--policies: unknown benchmark policy {name!r}; choose from "
+                                 f"{', '.join(POLICIES)}") from None
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of issue 7's targets: ``policy`` on ``kind`` at ``n_jobs`` x ``n_gpu_types`` on highs end to
+    end (``Allocation.timings.total_s``, instance generation excluded) within ``limit_s``, by the fastest
+    of its techniques other than ``exclude`` (technique -> why it is not run)."""
+
+    name: str
+    policy: str
+    kind: str
+    n_jobs: int
+    n_gpu_types: int
+    limit_s: float
+    exclude: Mapping[str, str] = field(default_factory=dict)
+
+    def techniques(self) -> list[Technique]:
+        return [t for t in techniques_for(self.policy) if t.name not in self.exclude]
+
+
+TARGETS: tuple[Target, ...] = (
+    Target("max-min fairness, 65,536 distinct jobs, 8 types", "max_min_fairness", "random", 65536, 8, 2.0,
+           {"aggregate_job_types": "every random job is its own type: nothing to aggregate"}),
+    Target("max-min fairness, 100,000 jobs from the 26-model table, 3 types", "max_min_fairness", "table",
+           100000, 3, 0.5, {"plain": "the per-job LP is not meant for this target (job types repeat)"}),
+    Target("space-sharing max-min fairness, 2,048 single-GPU jobs, all pairs, 3 types, exact", "mmf_space_sharing",
+           "table", 2048, 3, 10.0, {"plain": "the pairwise LP over all 2,096,128 pairs has 6.3M columns"}),
+    Target("water-filling, 2,048 jobs, 8 entities", "water_filling", "random", 2048, 3, 2.0),
+    Target("sia, 5,120 jobs on 2,048 GPUs", "sia", "random", 5120, 3, 0.5),
+)
