@@ -107,15 +107,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write the results as JSON to OUT (- for stdout; the table then goes to stderr)")
     f.set_defaults(run=_run_fit_profiles)
 
-    r = commands.add_parser("run", help="run training jobs on this machine's devices, round by round",
+    r = commands.add_parser("run", help="run training jobs on this machine's devices or a Ray cluster, round by round",
                             description="Run the jobs of JOBS (YAML or JSON: jobs: [{name, command, total_steps, "
                                         "scale_factor, priority_weight, throughputs, gpu_types}]) to completion: "
                                         "each round solve the policy, lease devices, run, measure. State is "
-                                        "journaled to --state; rerunning the command resumes every job.")
+                                        "journaled to --state; rerunning the command resumes every job. With "
+                                        "--executor ray, jobs run on a Ray cluster whose nodes advertise the "
+                                        "resources accelerator_type:TYPE.")
     r.add_argument("jobs", metavar="JOBS", help="job file (YAML needs the runtime extra, or JSON)")
     r.add_argument("--cluster", required=True, metavar="TYPE=N[,...]", help="devices to use, e.g. cpu=2 or a100=4")
     r.add_argument("--policy", default="max_min_fairness", help="scheduling policy (default: %(default)s)")
-    r.add_argument("--executor", default="local", choices=["local", "ray"], help="where jobs run (default: local)")
+    r.add_argument("--executor", default="local", choices=["local", "ray"],
+                   help="local: processes on this machine's devices; ray: Ray actors (default: local)")
+    r.add_argument("--ray-address", metavar="ADDR",
+                   help="Ray cluster to connect to (e.g. auto or HOST:6379; default: start a local instance)")
     r.add_argument("--round-seconds", type=float, default=30.0, metavar="S", help="round length (default: 30)")
     r.add_argument("--state", required=True, metavar="STATE.db", help="SQLite journal; reused to resume")
     r.add_argument("--work-dir", metavar="DIR", help="job files, logs, checkpoints (default: STATE.db.d)")
@@ -334,16 +339,23 @@ def _run_jobs(args: argparse.Namespace) -> int:
     from allocopt.runtime.local import LocalExecutor
     from allocopt.runtime.loop import Scheduler, StateStore, load_jobs, parse_cluster
 
-    if args.executor != "local":
-        raise _UsageError("the ray executor is not available yet; use --executor local")
+    if args.ray_address is not None and args.executor != "ray":
+        raise _UsageError("--ray-address needs --executor ray")
     get_policy(args.policy)
     try:
         jobs = load_jobs(args.jobs)
     except OSError as err:
         raise _UsageError(f"cannot read job file {args.jobs}: {err.strerror or err}") from None
     gpus = parse_cluster(args.cluster)
-    executor = LocalExecutor({}, devices_for_cluster(gpus), args.work_dir or f"{args.state}.d",
-                             grace_s=args.grace_s, max_retries=args.max_retries)
+    work_dir = args.work_dir or f"{args.state}.d"
+    if args.executor == "ray":
+        from allocopt.runtime.ray_executor import RayExecutor
+
+        executor: LocalExecutor = RayExecutor({}, gpus, work_dir, address=args.ray_address, grace_s=args.grace_s,
+                                              max_retries=args.max_retries)
+    else:
+        executor = LocalExecutor({}, devices_for_cluster(gpus), work_dir, grace_s=args.grace_s,
+                                 max_retries=args.max_retries)
     state = StateStore(args.state)
     try:
         with _solver_output_to_stderr():

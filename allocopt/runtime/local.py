@@ -12,6 +12,11 @@ At a lease's end a job pauses; the next round either extends it (same process)
 or stops it: stop file, then SIGTERM, then SIGKILL, all within ``grace_s``;
 every process of the group is confirmed gone before its devices are reused.
 Device holding intervals are appended to ``work_dir/devices.jsonl``.
+
+Where a rank's process runs is the one thing other executors change: they
+override :meth:`LocalExecutor._start_ranks` with their own
+:class:`RankProcess` (see :mod:`allocopt.runtime.ray_executor`) and build the
+environment with :func:`job_environment` and :func:`rank_environment`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,9 +87,53 @@ class ExecutorStats:
         return self.extended / self.leases if self.leases else 0.0
 
 
+class RankProcess(ABC):
+    """One rank's process, leader of its own process group, wherever it runs.
+
+    ``pid`` is its process id (on its node).
+    """
+
+    pid: int
+
+    @abstractmethod
+    def poll(self) -> int | None:
+        """Exit status, or None while the process runs."""
+
+    @abstractmethod
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the process group (no error when it is gone)."""
+
+    @abstractmethod
+    def group_alive(self) -> bool:
+        """Whether any process of the group is still alive."""
+
+    @abstractmethod
+    def reap(self) -> None:
+        """Once the group is gone: collect the exit status and free what the process held."""
+
+
+class _LocalProcess(RankProcess):
+    """A rank started with :class:`subprocess.Popen` on this machine."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self.popen, self.pid = popen, popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def signal_group(self, sig: int) -> None:
+        _killpg(self.pid, sig)
+
+    def group_alive(self) -> bool:
+        return _group_alive(self.pid)
+
+    def reap(self) -> None:
+        self.popen.wait()
+
+
 @dataclass
 class _Rank:
-    proc: subprocess.Popen
+    proc: RankProcess
     progress: Path
     launched_t: float  # epoch s
     offset: int = 0
@@ -143,7 +193,6 @@ class _Job:
     gpu_ids: tuple[int, ...]
     ranks: list[_Rank]
     seq: int
-    pgids: list[int]
     round_start_step: int | None = None
     round_start_t: float = 0.0
     restarted: bool = True
@@ -181,14 +230,16 @@ def _start_ticks(pid: int) -> str | None:
 
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+# resolved here, not in the forked child: loading a library after fork can deadlock in a threaded process
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def _die_with_parent() -> None:
     """In the child before exec: get SIGKILL when the executor dies (Linux), so a scheduler
     killed between launching a job and recording its pid leaves no orphan behind; jobs resume
     from their checkpoints when the scheduler restarts."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -212,6 +263,51 @@ def _write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def job_environment(job_id: Hashable, spec: JobSpec, lease: Lease, job_dir: Path, t0: float,
+                    renew_wait_s: float) -> dict[str, str | None]:
+    """The variables every rank of a lease gets (see :mod:`allocopt.runtime.client`); None: unset."""
+    world = len(lease.gpu_ids)
+    return {**{str(k): str(v) for k, v in spec.env.items()},
+            "ALLOCOPT_JOB_ID": str(job_id), "ALLOCOPT_TOTAL_STEPS": str(spec.total_steps),
+            "ALLOCOPT_LEASE_END": repr(t0 + lease.max_seconds), "ALLOCOPT_LEASE_FILE": str(job_dir / "lease.json"),
+            "ALLOCOPT_STOP_FILE": str(job_dir / "stop"), "ALLOCOPT_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
+            "ALLOCOPT_RENEW_WAIT_S": repr(renew_wait_s), "ALLOCOPT_GPU_TYPE": lease.gpu_type,
+            "ALLOCOPT_SYNC_FILE": str(job_dir / "sync.json") if world > 1 else None,
+            "ALLOCOPT_MAX_STEPS": None if lease.max_steps is None else str(lease.max_steps),
+            "WORLD_SIZE": str(world), "PYTHONUNBUFFERED": "1"}
+
+
+def rank_environment(rank: int, local_rank: int, local_world_size: int, master_addr: str, master_port: int,
+                     devices: Sequence[str], gpu: bool, progress_file: Path) -> dict[str, str]:
+    """The variables of one rank: torchrun-style ones, its devices (``CUDA_VISIBLE_DEVICES`` is empty
+    for ``cpu`` pseudo-devices) and its progress file."""
+    return {"RANK": str(rank), "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(local_world_size),
+            "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port), "ALLOCOPT_DEVICES": ",".join(devices),
+            "CUDA_VISIBLE_DEVICES": ",".join(devices) if gpu else "", "ALLOCOPT_PROGRESS_FILE": str(progress_file)}
+
+
+def merge_environment(inherited: Mapping[str, str], *parts: Mapping[str, str | None]) -> dict[str, str]:
+    """``inherited`` updated by ``parts`` in order; a None value removes the variable."""
+    env = dict(inherited)
+    for part in parts:
+        for key, value in part.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+    return env
+
+
+def start_process(command: Sequence[str] | str, env: Mapping[str, str], cwd: str | None,
+                  log_file: Path) -> subprocess.Popen:
+    """Start a rank in its own session (process group), output appended to ``log_file``; on Linux
+    it is killed when the starting process dies."""
+    with open(log_file, "ab") as log:
+        return subprocess.Popen(command, shell=isinstance(command, str), env=dict(env), cwd=cwd,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_die_with_parent)
 
 
 class LocalExecutor(Executor):
@@ -277,6 +373,10 @@ class LocalExecutor(Executor):
 
     def checkpoint_dir(self, job_id: Hashable) -> Path:
         return self.job_dir(job_id) / "checkpoints"
+
+    def log_file(self, job_id: Hashable, rank: int) -> Path:
+        """Standard output and error of a rank."""
+        return self.job_dir(job_id) / f"rank{rank}.log"
 
     def checkpointed_steps(self, job_id: Hashable) -> int:
         """Steps recorded by the job's newest checkpoint (0 when none)."""
@@ -394,51 +494,40 @@ class LocalExecutor(Executor):
         spec = self.jobs[lease.job_id]
         jdir = self.job_dir(lease.job_id)
         (jdir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        stop_file = jdir / "stop"
-        stop_file.unlink(missing_ok=True)
+        for name in ("stop", "sync.json"):
+            (jdir / name).unlink(missing_ok=True)
         seq = 1
         _write_json_atomic(jdir / "lease.json", self._lease_doc(seq, lease, t0))
+        progress = [jdir / f"progress-rank{r}.jsonl" for r in range(len(lease.gpu_ids))]
+        for path in progress:
+            path.write_bytes(b"")
+        env = job_environment(lease.job_id, spec, lease, jdir, t0, self.renew_wait_s)
+        ranks = self._start_ranks(lease, spec, env, progress)
+        self.stats.launches += 1
+        self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq, None, t0,
+                                           restarted)
+
+    def _start_ranks(self, lease: Lease, spec: JobSpec, env: Mapping[str, str | None],
+                     progress: Sequence[Path]) -> list[_Rank]:
+        """Start the lease's ranks, ``env`` (from :func:`job_environment`) plus each rank's variables;
+        what other executors override."""
         devices = [self.devices[g] for g in lease.gpu_ids]
-        on_cpu = all(d.gpu_type == CPU_TYPE for d in devices)
-        base = {**os.environ, **{str(k): str(v) for k, v in spec.env.items()},
-                "ALLOCOPT_JOB_ID": str(lease.job_id), "ALLOCOPT_TOTAL_STEPS": str(spec.total_steps),
-                "ALLOCOPT_LEASE_END": repr(t0 + lease.max_seconds), "ALLOCOPT_LEASE_FILE": str(jdir / "lease.json"),
-                "ALLOCOPT_STOP_FILE": str(stop_file), "ALLOCOPT_CHECKPOINT_DIR": str(jdir / "checkpoints"),
-                "ALLOCOPT_RENEW_WAIT_S": repr(self.renew_wait_s), "ALLOCOPT_GPU_TYPE": lease.gpu_type,
-                "ALLOCOPT_DEVICES": ",".join(str(d.index) for d in devices),
-                "CUDA_VISIBLE_DEVICES": "" if on_cpu else ",".join(str(d.index) for d in devices),
-                "WORLD_SIZE": str(len(devices)), "LOCAL_WORLD_SIZE": str(len(devices)),
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"}
-        sync = jdir / "sync.json"
-        sync.unlink(missing_ok=True)
-        if len(devices) > 1:
-            base["ALLOCOPT_SYNC_FILE"] = str(sync)
-        else:
-            base.pop("ALLOCOPT_SYNC_FILE", None)
-        if not on_cpu:
-            base["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA numbers devices like NVML and nvidia-smi
-        if lease.max_steps is not None:
-            base["ALLOCOPT_MAX_STEPS"] = str(lease.max_steps)
-        else:
-            base.pop("ALLOCOPT_MAX_STEPS", None)
+        gpu = not all(d.gpu_type == CPU_TYPE for d in devices)
+        ids, port = [str(d.index) for d in devices], _free_port()
         ranks, pids = [], []
         for r in range(len(devices)):
-            progress = jdir / f"progress-rank{r}.jsonl"
-            progress.write_bytes(b"")
-            env = {**base, "RANK": str(r), "LOCAL_RANK": str(r), "ALLOCOPT_PROGRESS_FILE": str(progress)}
-            with open(jdir / f"rank{r}.log", "ab") as log:
-                launched = time.time()
-                proc = subprocess.Popen(spec.command, shell=isinstance(spec.command, str), env=env, cwd=spec.cwd,
-                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, preexec_fn=_die_with_parent)
-                self.stats.popen_s.append(time.time() - launched)
-            ranks.append(_Rank(proc, progress, launched))
+            # CUDA numbers devices like NVML and nvidia-smi
+            order = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if gpu else {}
+            rank_env = merge_environment(os.environ, env, rank_environment(r, r, len(devices), "127.0.0.1", port, ids,
+                                                                           gpu, progress[r]), order)
+            launched = time.time()
+            proc = start_process(spec.command, rank_env, spec.cwd, self.log_file(lease.job_id, r))
+            self.stats.popen_s.append(time.time() - launched)
+            ranks.append(_Rank(_LocalProcess(proc), progress[r], launched))
             pids.append({"pid": proc.pid, "ticks": _start_ticks(proc.pid), "gpu_ids": list(lease.gpu_ids),
                          "launched": launched})
-        _write_json_atomic(jdir / "pids.json", pids)
-        self.stats.launches += 1
-        self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq,
-                                           [p.proc.pid for p in ranks], None, t0, restarted)
+        _write_json_atomic(self.job_dir(lease.job_id) / "pids.json", pids)
+        return ranks
 
     def _check(self, job: _Job, messages: dict[Hashable, str]) -> RoundOutcome | None:
         """The job's outcome once its processes ended (reaping them); None while any rank runs."""
@@ -465,7 +554,7 @@ class LocalExecutor(Executor):
     def _crashed(self, job: _Job, codes: list[int | None], messages: dict[Hashable, str]) -> RoundOutcome:
         n = self._failures.get(job.job_id, 0) + 1
         self._failures[job.job_id] = n
-        log = self.job_dir(job.job_id) / "rank0.log"
+        log = self.log_file(job.job_id, 0)
         tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
         text = f"exit status {[c for c in codes if c]}" + (f": {' | '.join(tail)}" if tail else "")
         if n > self.max_retries:
@@ -492,31 +581,31 @@ class LocalExecutor(Executor):
                 break
             if sig is not None:
                 for job in live:
-                    for pgid in job.pgids:
-                        _killpg(pgid, sig)
+                    for rank in job.ranks:
+                        rank.proc.signal_group(sig)
             limit = time.time() + (wait if wait is not None else 10.0)
             while time.time() < limit and not all(j.exited() for j in live):
                 time.sleep(_POLL_S)
         for job in jobs:
             for rank in job.ranks:
-                rank.proc.wait()
                 rank.read()
             self._release(job)
             self.stats.stop_s.append(time.time() - t_req)
 
     def _release(self, job: _Job) -> None:
         """Kill what is left of the job's process groups, confirm they are gone, log the device interval."""
-        for pgid in job.pgids:
-            _killpg(pgid, signal.SIGKILL)
-        limit = time.time() + 10.0
-        while any(_group_alive(p) for p in job.pgids) and time.time() < limit:
-            time.sleep(_POLL_S)
-        for pgid in job.pgids:
-            if _group_alive(pgid):
-                raise RuntimeError(f"processes of job {job.job_id!r} (group {pgid}) survived SIGKILL")
         for rank in job.ranks:
-            rank.proc.wait()
-        self._log_interval(job.job_id, job.gpu_ids, job.pgids, min(r.launched_t for r in job.ranks))
+            rank.proc.signal_group(signal.SIGKILL)
+        limit = time.time() + 10.0
+        while any(r.proc.group_alive() for r in job.ranks) and time.time() < limit:
+            time.sleep(_POLL_S)
+        for rank in job.ranks:
+            if rank.proc.group_alive():
+                raise RuntimeError(f"processes of job {job.job_id!r} (group {rank.proc.pid}) survived SIGKILL")
+        for rank in job.ranks:
+            rank.proc.reap()
+        self._log_interval(job.job_id, job.gpu_ids, [r.proc.pid for r in job.ranks],
+                           min(r.launched_t for r in job.ranks))
         jdir = self.job_dir(job.job_id)
         (jdir / "pids.json").unlink(missing_ok=True)
         (jdir / "stop").unlink(missing_ok=True)
@@ -595,4 +684,5 @@ class LocalExecutor(Executor):
             pid_file.unlink()
 
 
-__all__ = ["ExecutorStats", "JobSpec", "LocalExecutor"]
+__all__ = ["ExecutorStats", "JobSpec", "LocalExecutor", "RankProcess", "job_environment", "merge_environment",
+           "rank_environment", "start_process"]

@@ -1,10 +1,11 @@
 """The scheduler loop: solve, plan a round, run it, measure, journal; until every job is done.
 
-Each round builds an :class:`allocopt.Problem` from the unfinished jobs and the
-current throughput estimates (hints, then measurements), solves the policy,
-turns the time fractions into leases with a small greedy planner
-(:func:`plan_round`; swap in :mod:`allocopt.mechanism` when it lands), runs the
-leases on an executor and journals the outcome to SQLite
+The unfinished jobs live in an :class:`allocopt.Engine` with their throughput
+estimates (hints, then measurements): each round :meth:`~allocopt.Engine.next_round`
+solves the policy when something changed and turns the time fractions into
+leases with Gavel's priority mechanism and placement, an executor (local
+processes or Ray) runs them, :meth:`~allocopt.Engine.record_round` credits the
+run time and measured throughputs, and the outcome is journaled to SQLite
 (:class:`StateStore`), so a killed scheduler restarted on the same state file
 resumes every job from its last checkpoint.
 """
@@ -22,13 +23,14 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from allocopt.api import solve
 from allocopt.cluster import Cluster
+from allocopt.engine import Engine
 from allocopt.errors import InvalidProblemError
-from allocopt.problem import Problem
-from allocopt.runtime.executor import Lease, RoundOutcome, RoundPlan
+from allocopt.runtime.executor import Lease, RoundOutcome
 from allocopt.runtime.local import JobSpec, LocalExecutor
-from allocopt.throughput.online import ThroughputEstimator
+
+#: Steps/s assumed for a job on a GPU type it may run on, until it gives a hint or is measured there.
+DEFAULT_STEPS_PER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -96,51 +98,10 @@ def parse_cluster(text: str) -> dict[str, int]:
     return out
 
 
-# ----- planner --------------------------------------------------------------------------
-def plan_round(job_ids: Sequence[Hashable], scale_factors: np.ndarray, allocation: np.ndarray,
-               runnable: np.ndarray, active_s: np.ndarray, received_s: np.ndarray, cluster: Cluster,
-               previous: Mapping[Hashable, tuple[str, tuple[int, ...]]], round_seconds: float) -> list[Lease]:
-    """Greedy-by-deficit leases for one round.
-
-    A (job, type) pair's deficit is the time it should have received by the
-    end of this round under the allocation (``allocation * (active_s +
-    round_seconds)``, seconds) minus what it received (``received_s``). Pairs
-    with a positive time fraction go first, by decreasing deficit; then the
-    other runnable pairs (work conservation). Each selected job gets
-    ``scale_factor`` GPUs of one type: its previous ones when it keeps its type
-    (those jobs are placed first; the lease is then ``extended``), else the
-    lowest free ids. Cluster-wide GPU ids run type by type in cluster order.
-    """
-    deficit = allocation * (active_s + round_seconds)[:, None] - received_s
-    rows, cols = np.nonzero(runnable)
-    order = np.lexsort((-deficit[rows, cols], -(allocation[rows, cols] > 1e-9).astype(float)))
-    offsets = np.concatenate([[0], np.cumsum(cluster.capacity)])
-    free = {t: set(range(int(offsets[k]), int(offsets[k + 1]))) for k, t in enumerate(cluster.gpu_types)}
-    left = {t: len(ids) for t, ids in free.items()}
-    chosen: dict[Hashable, tuple[str, int]] = {}  # selection first, placement after
-    for i, k in zip(rows[order], cols[order]):
-        job, gpu_type, n = job_ids[i], cluster.gpu_types[k], int(scale_factors[i])
-        if job not in chosen and left[gpu_type] >= n:
-            chosen[job] = (gpu_type, n)
-            left[gpu_type] -= n
-    leases: list[Lease] = []
-    # jobs that can keep their previous GPUs are placed first, so that no newcomer takes them
-    keeps = {job for job, (t, n) in chosen.items() if previous.get(job, (None, ()))[0] == t
-             and len(previous[job][1]) == n}
-    for job in sorted(chosen, key=lambda j: j not in keeps):
-        gpu_type, n = chosen[job]
-        prev_ids = tuple(previous[job][1]) if job in keeps else ()
-        keep = bool(prev_ids) and set(prev_ids) <= free[gpu_type]
-        ids = prev_ids if keep else tuple(sorted(free[gpu_type])[:n])
-        free[gpu_type] -= set(ids)
-        leases.append(Lease(job, gpu_type, ids, float(round_seconds), extended=keep))
-    return leases
-
-
 # ----- state ----------------------------------------------------------------------------
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (name TEXT PRIMARY KEY, config TEXT NOT NULL, status TEXT NOT NULL,
-    steps_done INTEGER NOT NULL, received TEXT NOT NULL, active_s REAL NOT NULL, submitted REAL NOT NULL,
+    steps_done INTEGER NOT NULL, received TEXT NOT NULL, submitted REAL NOT NULL,
     finished REAL, placement TEXT, measured TEXT NOT NULL, restarts INTEGER NOT NULL, message TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS rounds (idx INTEGER PRIMARY KEY, start REAL NOT NULL, end REAL NOT NULL,
     leases TEXT NOT NULL, results TEXT NOT NULL);
@@ -155,7 +116,6 @@ class JobState:
     status: str = "pending"  # pending | done | failed
     steps_done: int = 0  # steps of the newest checkpoint
     received: dict[str, float] = field(default_factory=dict)  # seconds run per GPU type
-    active_s: float = 0.0  # scheduler seconds the job has been waiting or running
     submitted: float = field(default_factory=time.time)
     finished: float | None = None
     placement: tuple[str, tuple[int, ...]] | None = None  # GPU type and ids held at the end of the last round
@@ -176,12 +136,12 @@ class StateStore:
 
     def load(self) -> dict[str, JobState]:
         out = {}
-        for row in self.db.execute("SELECT name, config, status, steps_done, received, active_s, submitted, "
-                                   "finished, placement, measured, restarts, message FROM jobs ORDER BY rowid"):
-            placement = json.loads(row[8]) if row[8] else None
+        for row in self.db.execute("SELECT name, config, status, steps_done, received, submitted, finished, "
+                                   "placement, measured, restarts, message FROM jobs ORDER BY rowid"):
+            placement = json.loads(row[7]) if row[7] else None
             out[row[0]] = JobState(JobConfig(**json.loads(row[1])), row[2], row[3], json.loads(row[4]), row[5],
-                                   row[6], row[7], (placement[0], tuple(placement[1])) if placement else None,
-                                   json.loads(row[9]), row[10], row[11])
+                                   row[6], (placement[0], tuple(placement[1])) if placement else None,
+                                   json.loads(row[8]), row[9], row[10])
         return out
 
     def next_round(self) -> int:
@@ -192,9 +152,9 @@ class StateStore:
         with self.db:
             self.db.execute("BEGIN")
             self.db.executemany(
-                "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(s.config.name, json.dumps(asdict(s.config)), s.status, s.steps_done, json.dumps(s.received),
-                  s.active_s, s.submitted, s.finished, json.dumps(s.placement) if s.placement else None,
+                  s.submitted, s.finished, json.dumps(s.placement) if s.placement else None,
                   json.dumps(s.measured), s.restarts, s.message) for s in jobs])
             if round_row is not None:
                 idx, start, end, leases, results = round_row
@@ -207,7 +167,7 @@ class StateStore:
 
 # ----- the loop -------------------------------------------------------------------------
 class Scheduler:
-    """Runs jobs to completion on a cluster, round by round.
+    """Runs jobs to completion on a cluster, round by round, with an :class:`allocopt.Engine`.
 
     Parameters
     ----------
@@ -215,36 +175,61 @@ class Scheduler:
         Merged with the jobs already in ``state`` (by name; the journal wins for known jobs).
     cluster : Cluster
     executor : LocalExecutor
+        Or a subclass, such as :class:`allocopt.runtime.ray_executor.RayExecutor`.
     state : StateStore
     policy : str
+        A policy over :class:`allocopt.Problem`.
     round_seconds : float
+        Length of a round; the allocation is solved again at most once per round, when jobs
+        finished or throughputs were measured.
     out : text stream for the status lines and the final report (None: silent).
+
+    Raises
+    ------
+    InvalidProblemError
+        For a job that can run on none of the cluster's GPU types.
     """
 
     def __init__(self, jobs: Sequence[JobConfig], cluster: Cluster, executor: LocalExecutor, state: StateStore, *,
                  policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = sys.stdout):
         self.cluster, self.executor, self.state = cluster, executor, state
-        self.policy, self.round_seconds, self.out = policy, float(round_seconds), out
+        self.round_seconds, self.out = float(round_seconds), out
         self.jobs = state.load()
         for config in jobs:
             self.jobs.setdefault(config.name, JobState(config))
-        self.estimator = ThroughputEstimator(None, cluster.gpu_types, default_steps_per_s=1.0)
-        executor.estimator = self.estimator
+        self.engine = Engine(cluster, policy, round_seconds=self.round_seconds,
+                             recompute_min_seconds=self.round_seconds)
         for name, s in self.jobs.items():
             executor.add_job(name, s.config.spec())
-            prior = {t: v for t, v in (s.config.throughputs or {}).items() if t in cluster.gpu_types}
-            self.estimator.add_job(name, scale_factor=s.config.scale_factor, prior=prior or None)
-            for gpu_type, value in s.measured.items():
-                self.estimator.observe(name, gpu_type, value)
             if s.status == "pending":  # reconcile with checkpoints written after the last journaled round
                 s.steps_done = max(s.steps_done, executor.checkpointed_steps(name))
                 if s.steps_done >= s.config.total_steps:
                     s.status, s.finished = "done", s.finished or time.time()
             s.placement = None  # a restarted scheduler holds no processes
+            if s.status == "pending":
+                self.engine.add_job(name, self._throughputs(s.config), scale_factor=s.config.scale_factor,
+                                    priority_weight=s.config.priority_weight)
+                for gpu_type, value in s.measured.items():
+                    if gpu_type in cluster.gpu_types:
+                        self.engine.observe_throughput(name, gpu_type, value)
         self.state.commit(list(self.jobs.values()))
         self.round_index = state.next_round()
         self.gpu_seconds_used = 0.0
         self.wall_start = time.time()
+
+    def _throughputs(self, config: JobConfig) -> dict[str, float]:
+        """Steps/s the engine starts from: hints, else :data:`DEFAULT_STEPS_PER_S`, on the types the job
+        may use and fits on; 0 elsewhere."""
+        out = {t: float((config.throughputs or {}).get(t, DEFAULT_STEPS_PER_S))
+               if (config.gpu_types is None or t in config.gpu_types) and config.scale_factor <= n else 0.0
+               for t, n in zip(self.cluster.gpu_types, self.cluster.capacity.tolist())}
+        if not any(v > 0 for v in out.values()):
+            raise InvalidProblemError(
+                f"job {config.name!r} can run on none of the cluster's GPU types {list(self.cluster.gpu_types)} "
+                f"(gpu_types {config.gpu_types}, scale_factor {config.scale_factor}, throughputs "
+                f"{config.throughputs}); allow a type the cluster has enough GPUs of", field="gpu_types",
+                job=config.name)
+        return out
 
     def pending(self) -> list[str]:
         return [n for n, s in self.jobs.items() if s.status == "pending"]
@@ -264,20 +249,20 @@ class Scheduler:
         return report
 
     def run_round(self) -> None:
-        """Solve, plan, run and journal one round."""
+        """Plan (engine), run (executor), record and journal one round."""
         names = self.pending()
-        leases = self._plan(names)
-        t0 = time.time()
-        plan = RoundPlan(self.round_index, t0, self.round_seconds, tuple(leases),
-                         tuple(n for n in names if self.jobs[n].placement and n not in {l.job_id for l in leases}))
-        results = self.executor.run_round(plan)
-        t1 = time.time()
-        by_job = {r.job_id: r for r in results}
         for name in names:
             s = self.jobs[name]
-            s.active_s += t1 - t0
-            s.placement = None
-        for lease in leases:
+            self.engine.update_job(name, num_steps_remaining=max(s.config.total_steps - s.steps_done, 1))
+        plan = self.engine.next_round()
+        t0 = time.time()
+        results = self.executor.run_round(plan)
+        t1 = time.time()
+        self.engine.record_round(results)
+        by_job = {r.job_id: r for r in results}
+        for name in names:
+            self.jobs[name].placement = None
+        for lease in plan.leases:
             r, s = by_job[lease.job_id], self.jobs[lease.job_id]
             s.received[lease.gpu_type] = s.received.get(lease.gpu_type, 0.0) + r.run_seconds
             self.gpu_seconds_used += r.run_seconds * len(lease.gpu_ids)
@@ -285,40 +270,23 @@ class Scheduler:
             s.steps_done = max(s.steps_done, self.executor.checkpointed_steps(lease.job_id))
             s.message = r.message
             if r.measured_steps_per_s is not None:
-                s.measured[lease.gpu_type] = self.estimator.estimate(lease.job_id, lease.gpu_type)
+                s.measured[lease.gpu_type] = self.engine.get_job(lease.job_id)["throughputs"][lease.gpu_type]
             if r.outcome is RoundOutcome.COMPLETED:
                 s.status, s.finished, s.steps_done = "done", t1, max(s.steps_done, s.config.total_steps)
             elif r.outcome is RoundOutcome.FAILED and self.executor.failed(lease.job_id):
                 s.status, s.finished = "failed", t1
             elif lease.job_id in self.executor.held_jobs:
                 s.placement = (lease.gpu_type, tuple(lease.gpu_ids))
+            if s.status != "pending":
+                self.engine.remove_job(lease.job_id)
         self.state.commit(list(self.jobs.values()),
                           (self.round_index, t0, t1, [[l.job_id, l.gpu_type, list(l.gpu_ids), l.extended]
-                                                      for l in leases],
+                                                      for l in plan.leases],
                            [[r.job_id, r.outcome.value, r.steps, r.run_seconds, r.measured_steps_per_s,
                              r.restarted, r.message] for r in results]))
         if self.out is not None:
-            self._print_status(leases, by_job, t1 - t0)
+            self._print_status(plan.leases, by_job, t1 - t0)
         self.round_index += 1
-
-    def _plan(self, names: list[str]) -> list[Lease]:
-        if not names:
-            return []
-        configs = [self.jobs[n].config for n in names]
-        types = self.cluster.gpu_types
-        allowed = np.array([[c.gpu_types is None or t in c.gpu_types for t in types] for c in configs])
-        scale = np.array([c.scale_factor for c in configs])
-        fits = scale[:, None] <= self.cluster.capacity[None, :]
-        T = self.estimator.matrix(names, types) * allowed * fits
-        problem = Problem(T, self.cluster, job_ids=names, scale_factors=scale,
-                          priority_weights=[c.priority_weight for c in configs],
-                          num_steps_remaining=[max(c.total_steps - self.jobs[n].steps_done, 1)
-                                               for n, c in zip(names, configs)])
-        X = np.nan_to_num(solve(problem, self.policy).matrix)
-        received = np.array([[self.jobs[n].received.get(t, 0.0) for t in types] for n in names])
-        active = np.array([self.jobs[n].active_s for n in names])
-        previous = {n: self.jobs[n].placement for n in names if self.jobs[n].placement}
-        return plan_round(names, scale, X, T > 0, active, received, self.cluster, previous, self.round_seconds)
 
     # ----- reporting ----------------------------------------------------------------------
     def report(self) -> dict[str, Any]:

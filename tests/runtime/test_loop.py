@@ -1,4 +1,4 @@
-"""The scheduler loop: planner, job files, and `allocopt run` end to end, killed and restarted."""
+"""The scheduler loop: job files, and `allocopt run` end to end, killed and restarted."""
 
 from __future__ import annotations
 
@@ -11,33 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from allocopt.cluster import Cluster
 from allocopt.errors import InvalidProblemError
-from allocopt.runtime.loop import load_jobs, parse_cluster, plan_round
+from allocopt.runtime.loop import load_jobs, parse_cluster
 from tests.runtime.helpers import assert_no_device_overlap, count_steps_command, steps_written
-
-
-def test_plan_round_serves_the_largest_deficit_and_keeps_placements() -> None:
-    cluster = Cluster({"a100": 2, "v100": 2})
-    X = np.array([[0.5, 0.0], [0.5, 0.0], [0.0, 1.0], [0.0, 0.5]])
-    runnable = np.ones((4, 2), dtype=bool)
-    received = np.array([[10.0, 0], [0.0, 0], [0, 0], [0, 0]])
-    active = np.full(4, 10.0)
-    previous = {"d": ("v100", (3,))}
-    leases = plan_round(["a", "b", "c", "d"], np.array([1, 2, 1, 1]), X, runnable, active, received, cluster,
-                        previous, 10.0)
-    by_job = {l.job_id: l for l in leases}
-    assert by_job["b"].gpu_type == "a100" and by_job["b"].gpu_ids == (0, 1)  # b is furthest behind on a100
-    assert "a" not in by_job  # no a100 left, and the v100s go to c and d, whose time fractions are positive
-    assert by_job["c"].gpu_ids == (2,) and not by_job["c"].extended
-    assert by_job["d"].gpu_ids == (3,) and by_job["d"].extended
-    # work conservation: a job with no time fraction still runs on a GPU nobody else wants
-    [only] = plan_round(["a"], np.array([1]), np.zeros((1, 2)), runnable[:1], active[:1], received[:1], cluster,
-                        {}, 10.0)
-    assert only.job_id == "a"
 
 
 def test_load_jobs_yaml_and_json(tmp_path: Path) -> None:
