@@ -135,10 +135,11 @@ def max_min_fairness_space_sharing(problem: Problem, options: dict[str, Any],
 
 
 def sia(problem: GoodputProblem, options: dict[str, Any], time_limit_s: float | None,
-        *, highs_defaults: bool = False) -> Measurement:
+        *, highs_defaults: bool = False, repeat: int = 1) -> Measurement:
     """Sia's configuration MILP (one binary per useful job x configuration, the same entries and
     coefficients as :mod:`allocopt.formulations.sia`) as a cvxpy expression tree, solved by HiGHS with
-    the options allocopt's sia passes (presolve off), or HiGHS's defaults with ``highs_defaults``."""
+    the options allocopt's sia passes (presolve off), or HiGHS's defaults with ``highs_defaults``; times are
+    medians of ``repeat`` runs."""
     import cvxpy as cp
     import scipy.sparse as sp
 
@@ -161,7 +162,8 @@ def sia(problem: GoodputProblem, options: dict[str, Any], time_limit_s: float | 
         objective = coef @ x + offset
         return cp.Problem(cp.Minimize(objective) if p < 0 else cp.Maximize(objective), constraints), x
 
-    return time_cvxpy(build, solver_opts={} if highs_defaults else {"presolve": "off"}, time_limit_s=time_limit_s)
+    return time_cvxpy(build, solver_opts={} if highs_defaults else {"presolve": "off"}, time_limit_s=time_limit_s,
+                      repeat=repeat)
 
 
 # ----- water-filling ------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from allocopt.bench import output
 from allocopt.bench.machine import format_machine, machine_info
 from allocopt.bench.output import Column, format_table, ratio, seconds
 from allocopt.bench.runner import ROW_FIELDS, Config, plan, run_grid, run_targets
-from allocopt.bench.suite import INSTANCE_KINDS, POLICIES, TARGETS, TECHNIQUES, get_policy
-from allocopt.errors import InvalidOptionError
+from allocopt.bench.suite import INSTANCE_KINDS, POLICIES, TECHNIQUES, get_policy
+from allocopt.errors import AllocoptError, InvalidOptionError
 
 DEFAULT_SIZES = (256, 1024, 4096, 16384)
 DEFAULT_TYPES = (3, 8)
@@ -146,16 +146,16 @@ def _note(row: dict[str, Any]) -> str:
 def main(args: argparse.Namespace) -> int:
     """Run ``allocopt bench`` with parsed ``args``; write the results under ``args.out``; return 0."""
     config = config_from_args(args)
+    cells, notes = plan(config)
+    if not cells and not args.targets:
+        raise InvalidOptionError("nothing to run: " + ("; ".join(notes) or "no policy runs on the chosen "
+                                 "--instances") + "; change --policies, --instances, --types or --sizes")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     info = machine_info()
     print(format_machine(info), flush=True)
     if args.targets:
         return _targets(config, args, info, out)
-    cells, notes = plan(config)
-    if not cells:
-        raise InvalidOptionError("nothing to run: " + ("; ".join(notes) or "no policy runs on the chosen "
-                                 "--instances") + "; change --policies, --instances, --types or --sizes")
     for note in dict.fromkeys(notes):
         print(f"note: {note}")
     rows = run_grid(config, cells)
@@ -209,13 +209,16 @@ def _finish(info: dict[str, Any]) -> None:
           "(other processes make times noisy)")
 
 
-def run(argv: list[str] | None = None) -> int:
-    """``python -m allocopt.bench ARGS``: parse ``argv`` and run; errors are one line on stderr, exit 2."""
-    from allocopt.errors import AllocoptError
-
+def standalone_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m allocopt.bench`` (the same options as ``allocopt bench``)."""
     parser = argparse.ArgumentParser(prog="python -m allocopt.bench", description=__doc__.split("\n\n")[0])
     _arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    """``python -m allocopt.bench ARGS``: parse ``argv`` and run; errors are one line on stderr, exit 2."""
+    args = standalone_parser().parse_args(argv)
     try:
         return main(args)
     except AllocoptError as err:
@@ -223,4 +226,4 @@ def run(argv: list[str] | None = None) -> int:
         return 2
 
 
-__all__ = ["TARGETS", "add_parser", "config_from_args", "main", "run"]
+__all__ = ["add_parser", "config_from_args", "main", "run", "standalone_parser"]

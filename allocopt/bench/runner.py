@@ -11,7 +11,7 @@ from typing import Any
 
 from allocopt.bench.baselines import BASELINES
 from allocopt.bench.output import Progress
-from allocopt.bench.suite import POLICIES, TARGETS, BenchPolicy, Target, techniques_for
+from allocopt.bench.suite import BACKEND_SOLVER_OPTIONS, POLICIES, TARGETS, BenchPolicy, Target, techniques_for
 from allocopt.bench.timing import OBJECTIVE_RTOL, Measurement, short, time_allocopt
 
 #: Columns of a result row, in the order of the CSV.
@@ -156,7 +156,8 @@ def run_grid(config: Config, cells: list[tuple[BenchPolicy, str, int, int]]) -> 
                                                f"{config.max_seconds:g}")
                     else:
                         m = time_allocopt(instance.problem, spec.policy, backend=backend, repeat=config.repeat,
-                                          options={**spec.options, **instance.options, **technique.options})
+                                          options={**spec.options, **instance.options, **technique.options},
+                                          solver_options=dict(BACKEND_SOLVER_OPTIONS.get(backend, {})))
                         if m.ok:
                             history.points.append((n, m.total_s, False))
                     row = _row(spec, kind, n, k, backend, technique.name, m, instance_s)
@@ -186,8 +187,7 @@ def run_target(target: Target, config: Config) -> dict[str, Any]:
     for technique in target.techniques():
         m = time_allocopt(instance.problem, spec.policy, repeat=config.repeat,
                           options={**spec.options, **instance.options, **technique.options})
-        result["techniques"][technique.name] = {"status": m.status, "total_s": m.total_s, "solve_s": m.solve_s,
-                                                "objective": m.objective}
+        result["techniques"][technique.name] = m.summary()
         if m.ok and (best is None or m.total_s < best[1].total_s):
             best = (technique.name, m)
     result.update(technique=None, total_s=None, met=None)

@@ -95,6 +95,10 @@ POLICIES: Mapping[str, BenchPolicy] = MappingProxyType({p.name: p for p in (
 
 INSTANCE_KINDS = ("random", "table")
 
+#: ``solver_options`` per allocopt backend: the cvxpy backend runs HiGHS, like the baselines (cvxpy's own
+#: default is GUROBI whenever gurobipy is installed, whose pip license caps models at 2,000 variables).
+BACKEND_SOLVER_OPTIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType({"cvxpy": {"solver": "HIGHS"}})
+
 
 def techniques_for(policy: str, names: tuple[str, ...] | None = None) -> list[Technique]:
     """The techniques that apply to ``policy`` (of ``names`` when given, else all)."""

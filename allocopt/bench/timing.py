@@ -43,6 +43,11 @@ class Measurement:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    def summary(self) -> dict[str, Any]:
+        """Every field but ``values``, for JSON."""
+        return {f: getattr(self, f) for f in ("status", "build_s", "transfer_s", "solve_s", "total_s", "objective",
+                                              "num_solves", "runs")}
+
 
 def short(err: Any, limit: int = 120) -> str:
     """``err`` on one line, at most ``limit`` characters."""
@@ -58,8 +63,10 @@ def _median(runs: list[dict[str, float]], out: Measurement) -> Measurement:
 
 
 def time_allocopt(problem: Any, policy: str, *, backend: str = "highs", options: dict[str, Any] | None = None,
-                  repeat: int = 1, time_limit_s: float | None = None) -> Measurement:
-    """``allocopt.solve(problem, policy, backend=backend, **options)``, ``repeat`` times.
+                  repeat: int = 1, time_limit_s: float | None = None,
+                  solver_options: dict[str, Any] | None = None) -> Measurement:
+    """``allocopt.solve(problem, policy, backend=backend, solver_options=solver_options, **options)``,
+    ``repeat`` times.
 
     Failures become the status (``skipped: ...`` for a missing or unlicensed
     solver, ``timeout: ...`` at ``time_limit_s``, ``error: ...`` otherwise).
@@ -70,7 +77,8 @@ def time_allocopt(problem: Any, policy: str, *, backend: str = "highs", options:
     try:
         for _ in range(repeat):
             gc.collect()
-            alloc = solve(problem, policy, backend=backend, time_limit_s=time_limit_s, **(options or {}))
+            alloc = solve(problem, policy, backend=backend, time_limit_s=time_limit_s, solver_options=solver_options,
+                          **(options or {}))
             t = alloc.timings
             runs.append({"build_s": t.model_build_s, "transfer_s": t.solver_build_s, "solve_s": t.solve_s,
                          "total_s": t.total_s})

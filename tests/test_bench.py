@@ -1,0 +1,98 @@
+"""``allocopt bench``: a small run through the command line writes complete results whose objectives
+match the cvxpy baselines; bad inputs are typed errors naming the option. No timing is asserted."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from allocopt.bench.cli import main, run, standalone_parser
+from allocopt.bench.runner import ROW_FIELDS
+from allocopt.bench.suite import POLICIES, TECHNIQUES
+from allocopt.errors import InvalidOptionError
+
+pytest.importorskip("cvxpy", reason="the baselines need cvxpy: pip install -e '.[cvxpy]'")
+
+SMALL = ["--quick", "--sizes", "16,24", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run([sys.executable, "-m", "allocopt.bench", *SMALL, "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return out, done.stdout
+
+
+def test_json_and_csv_hold_every_row(results):
+    out, stdout = results
+    document = json.loads((out / "bench.json").read_text())
+    assert {"machine", "config", "notes", "rows"} <= set(document)
+    rows = document["rows"]
+    assert {r["policy"] for r in rows} == set(POLICIES)
+    for row in rows:
+        assert set(ROW_FIELDS) <= set(row)
+        assert row["status"] == "ok", row
+        assert row["backend"] == "highs"
+    techniques = {(r["policy"], r["technique"]) for r in rows}
+    for t in TECHNIQUES:
+        for policy in t.policies or POLICIES:
+            assert (policy, t.name) in techniques
+    with open(out / "bench.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert tuple(table[0]) == ROW_FIELDS
+    assert len(table) == len(rows)
+    assert "mmf_space_sharing" in stdout
+
+
+def test_objectives_agree_with_the_baselines(results):
+    out, _ = results
+    rows = json.loads((out / "bench.json").read_text())["rows"]
+    for row in rows:
+        assert row["baseline_status"] == "ok", row
+        assert row["objectives_agree"] is True, row
+        assert row["objective_rel_diff"] <= 1e-6
+        assert row["ratio"] > 0
+
+
+def test_plot_written(results):
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib not installed")
+    out, _ = results
+    assert (out / "bench-highs.png").stat().st_size > 0
+
+
+def test_through_allocopt_cli(tmp_path):
+    from allocopt import cli
+
+    try:
+        code = cli.main(["bench", *SMALL, "--policies", "max_min_fairness", "--instances", "table", "--no-plot",
+                         "--out", str(tmp_path)])
+    except SystemExit:
+        pytest.skip("allocopt.cli has no bench command yet")
+    assert code == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert {r["instance"] for r in rows} == {"table"}
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--policies", "max_min_fairness,nope"], "--policies"),
+    (["--sizes", "0,16"], "--sizes"),
+    (["--sizes", "many"], "--sizes"),
+    (["--types", "3,x"], "--types"),
+    (["--backends", "glpk"], "--backends"),
+    (["--techniques", "magic"], "--techniques"),
+    (["--repeat", "0"], "--repeat"),
+    (["--policies", "sia", "--types", "8"], "--types"),
+])
+def test_bad_input_is_a_typed_error(tmp_path, capsys, argv, option):
+    with pytest.raises(InvalidOptionError, match=option):
+        main(standalone_parser().parse_args([*argv, "--out", str(tmp_path), "--no-progress"]))
+    assert run([*argv, "--out", str(tmp_path), "--no-progress"]) == 2
+    assert option in capsys.readouterr().err
