@@ -90,3 +90,27 @@ def test_crashing_job_is_marked_failed_and_the_others_finish(tmp_path: Path) -> 
     bad = report["jobs"]["bad"]
     assert bad["status"] == "failed" and "failed 2 times" in bad["message"] and bad["steps_done"] == 5
     assert StateStore(tmp_path / "state.db").load()["bad"].status == "failed"  # journaled
+
+
+def test_scheduler_rounds_come_from_the_engine(tmp_path: Path) -> None:
+    from allocopt.runtime.devices import cpu_devices
+    from allocopt.runtime.local import LocalExecutor
+    from allocopt.runtime.loop import JobConfig, Scheduler, StateStore
+
+    totals = {"a": 120, "b": 90, "c": 60}
+    jobs = [JobConfig(n, count_steps_command(tmp_path / f"{n}.txt"), t, throughputs={"cpu": 100.0})
+            for n, t in totals.items()]
+    state = StateStore(tmp_path / "state.db")
+    scheduler = Scheduler(jobs, Cluster({"cpu": 2}), LocalExecutor({}, cpu_devices(2), tmp_path / "rt"), state,
+                          round_seconds=0.5, out=None)
+    report = scheduler.run(max_rounds=40)
+    assert all(report["jobs"][n]["status"] == "done" for n in totals) and len(scheduler.engine) == 0
+    for name, total in totals.items():
+        assert steps_written(tmp_path / f"{name}.txt") == list(range(total)), name
+    leases = [json.loads(row[0]) for row in state.db.execute("SELECT leases FROM rounds ORDER BY idx")]
+    assert {lease[0] for lease in leases[0]} < set(totals)  # three jobs, two devices: one waits in round 0
+    assert all(len({g for lease in r for g in lease[2]}) == sum(len(lease[2]) for lease in r) for r in leases)
+    assert_no_device_overlap(tmp_path / "rt")
+    with pytest.raises(InvalidProblemError, match="'big' can run on none"):
+        Scheduler([JobConfig("big", ["true"], 1, scale_factor=3)], Cluster({"cpu": 2}),
+                  LocalExecutor({}, cpu_devices(2), tmp_path / "rt2"), StateStore(tmp_path / "s2.db"), out=None)

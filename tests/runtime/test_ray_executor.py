@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,28 +19,37 @@ from allocopt.runtime.local import JobSpec  # noqa: E402
 from allocopt.runtime.ray_executor import RayExecutor  # noqa: E402
 from tests.runtime.helpers import assert_no_device_overlap, count_steps_command, steps_written  # noqa: E402
 
-DEVICES = 3  # units of accelerator_type:cpu the test instance advertises
+DEVICES = 3  # held by the module's executor (its actors start once: each imports allocopt)
+ADVERTISED = DEVICES + 2  # units of accelerator_type:cpu of the test instance: two more for `allocopt run`
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_instance() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, resources={"accelerator_type:cpu": DEVICES}, log_to_driver=False)
-    yield
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """A local Ray instance for this module; yields its address."""
+    ray.init(num_cpus=2, include_dashboard=False, resources={"accelerator_type:cpu": ADVERTISED},
+             log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
 
-@pytest.fixture
-def make_executor(tmp_path: Path) -> Iterator[Callable[..., RayExecutor]]:
-    """Executors on the test instance, closed (devices freed) at the end of the test."""
-    made: list[RayExecutor] = []
+@pytest.fixture(scope="module")
+def ex(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayExecutor]:
+    """One executor on DEVICES cpu pseudo-devices; every test adds its own jobs and stops them at its end."""
+    executor = RayExecutor({}, {"cpu": DEVICES}, tmp_path_factory.mktemp("ray") / "rt", grace_s=1.0, max_retries=2,
+                           retry_backoff_s=0.05)
+    yield executor
+    executor.close()
 
-    def make(jobs: dict[str, JobSpec], devices: int, **options) -> RayExecutor:
-        made.append(RayExecutor(jobs, {"cpu": devices}, tmp_path / "rt", **options))
-        return made[-1]
 
-    yield make
-    for executor in made:
-        executor.close()
+def _add(ex: RayExecutor, jobs: dict[str, JobSpec]) -> None:
+    for name, spec in jobs.items():
+        ex.add_job(name, spec)
+
+
+def _stop_all(ex: RayExecutor, index: int) -> None:
+    """A round without leases stops every job."""
+    ex.run_round(RoundPlan(index, 0.0, 0.1, ()))
+    assert ex.held_jobs == ()
 
 
 def _plan(index: int, seconds: float, *leases: Lease) -> RoundPlan:
@@ -52,12 +61,12 @@ def _lease(job: str, ids: tuple[int, ...], seconds: float, *, extended: bool = F
     return Lease(job, "cpu", ids, seconds, max_steps=max_steps, extended=extended)
 
 
-def test_ranks_run_in_ray_actors_with_the_local_environment(tmp_path: Path, make_executor) -> None:
+def test_ranks_run_in_ray_actors_with_the_local_environment(tmp_path: Path, ex: RayExecutor) -> None:
     envs = tmp_path / "env"
-    jobs = {"a": JobSpec("a", count_steps_command(tmp_path / "a.txt", "--env-out", str(envs)), 10_000,
-                         env={"EXTRA": "1"}), "b": JobSpec("b", ["true"], 1)}
-    ex = make_executor(jobs, DEVICES)
-    assert ray.available_resources().get("accelerator_type:cpu", 0) == 0  # one actor holds each device
+    _add(ex, {"a": JobSpec("a", count_steps_command(tmp_path / "a.txt", "--env-out", str(envs)), 10_000,
+                           env={"EXTRA": "1"}), "b": JobSpec("b", ["true"], 1)})
+    launches = ex.stats.launches
+    assert ray.available_resources().get("accelerator_type:cpu") == ADVERTISED - DEVICES  # an actor per device
     [result] = ex.run_round(_plan(0, 8.0, _lease("a", (1, 2), 8.0, max_steps=5)))
     seen = [json.loads(Path(f"{envs}.{r}").read_text()) for r in (0, 1)]
     for rank, info in enumerate(seen):
@@ -76,57 +85,58 @@ def test_ranks_run_in_ray_actors_with_the_local_environment(tmp_path: Path, make
     assert steps_written(tmp_path / "a.txt") == list(range(5)) and ex.checkpointed_steps("a") == 5
     # the next round extends the lease: the same processes run 5 more steps
     [again] = ex.run_round(_plan(1, 8.0, _lease("a", (1, 2), 8.0, max_steps=5, extended=True)))
-    assert again.steps == 5 and not again.restarted and ex.stats.launches == 1
+    assert again.steps == 5 and not again.restarted and ex.stats.launches == launches + 1
     with pytest.raises(InvalidProblemError, match="leased to both"):
         ex.run_round(_plan(2, 1.0, _lease("a", (0,), 1.0), _lease("b", (0,), 1.0)))
+    _stop_all(ex, 3)
 
 
 def test_preempted_job_resumes_from_its_checkpoint_without_lost_or_repeated_steps(tmp_path: Path,
-                                                                                   make_executor) -> None:
-    jobs = {n: JobSpec(n, count_steps_command(tmp_path / f"{n}.txt", "--sleep-s", "0.003"), 100_000) for n in "ab"}
-    ex = make_executor(jobs, 2)
+                                                                                   ex: RayExecutor) -> None:
+    _add(ex, {n: JobSpec(n, count_steps_command(tmp_path / f"{n}.txt", "--sleep-s", "0.003"), 100_000)
+              for n in ("p", "q")})
+    launches = ex.stats.launches
     # mid-round preemption: a job that has not finished is stopped at each round's (time-based) end
     # and restarted on the other device, while the other job takes its device
     for k in range(3):
-        ex.run_round(_plan(k, 1.0, _lease("a", (k % 2,), 1.0), _lease("b", (1 - k % 2,), 1.0)))
-    ex.close()
-    for n in "ab":
+        ex.run_round(_plan(k, 1.0, _lease("p", (k % 2,), 1.0), _lease("q", (1 - k % 2,), 1.0)))
+    _stop_all(ex, 3)
+    for n in ("p", "q"):
         written = steps_written(tmp_path / f"{n}.txt")
         assert len(written) > 0 and written == list(range(len(written))) == list(range(ex.checkpointed_steps(n)))
-    assert ex.stats.launches == 6 and ex.held_jobs == ()
-    assert_no_device_overlap(tmp_path / "rt")
+    assert ex.stats.launches == launches + 6
+    assert_no_device_overlap(ex.work_dir)
 
 
-def test_job_moving_between_devices_finishes_with_exact_steps(tmp_path: Path, make_executor) -> None:
-    out = tmp_path / "a.txt"
-    ex = make_executor({"a": JobSpec("a", count_steps_command(out), 150)}, 2)
+def test_job_moving_between_devices_finishes_with_exact_steps(tmp_path: Path, ex: RayExecutor) -> None:
+    out = tmp_path / "m.txt"
+    _add(ex, {"m": JobSpec("m", count_steps_command(out), 150)})
     total, results = 0, []
-    for k in range(4):  # leases end after 60 steps; a moves to the other device every round
-        [r] = ex.run_round(_plan(k, 8.0, _lease("a", (k % 2,), 8.0, max_steps=60)))
+    for k in range(4):  # leases end after 60 steps; m moves to the other device every round
+        [r] = ex.run_round(_plan(k, 8.0, _lease("m", (k % 2,), 8.0, max_steps=60)))
         results.append(r)
         total += r.steps
         if r.outcome is RoundOutcome.COMPLETED:
             break
     assert [r.outcome for r in results] == [RoundOutcome.PREEMPTED] * 2 + [RoundOutcome.COMPLETED]
     assert [r.steps for r in results] == [60, 60, 30] and all(r.restarted for r in results)
-    assert steps_written(out) == list(range(150)) and total == 150
+    assert steps_written(out) == list(range(150)) and total == 150 and ex.held_jobs == ()
 
 
-def test_crashing_job_is_retried_then_marked_failed(tmp_path: Path, make_executor) -> None:
-    jobs = {"c": JobSpec("c", count_steps_command(tmp_path / "c.txt", "--crash-at", "3"), 100)}
-    ex = make_executor(jobs, 1, max_retries=2, retry_backoff_s=0.05)
-    [r] = ex.run_round(_plan(0, 12.0, _lease("c", (0,), 12.0)))
+def test_crashing_job_is_retried_then_marked_failed(tmp_path: Path, ex: RayExecutor) -> None:
+    _add(ex, {"c": JobSpec("c", count_steps_command(tmp_path / "c.txt", "--crash-at", "3"), 100)})
+    launches, retries = ex.stats.launches, ex.stats.retries
+    [r] = ex.run_round(_plan(0, 12.0, _lease("c", (2,), 12.0)))
     assert r.outcome is RoundOutcome.FAILED and "failed 3 times" in r.message and "[3]" in r.message
-    assert ex.stats.retries == 2 and ex.stats.launches == 3 and ex.failed("c")
+    assert ex.stats.retries == retries + 2 and ex.stats.launches == launches + 3 and ex.failed("c")
     assert steps_written(tmp_path / "c.txt") == [0, 1, 2]  # retries resumed from the checkpoint
-    [again] = ex.run_round(_plan(1, 1.0, _lease("c", (0,), 1.0)))
-    assert again.outcome is RoundOutcome.FAILED and ex.stats.launches == 3 and ex.held_jobs == ()
+    [again] = ex.run_round(_plan(1, 1.0, _lease("c", (2,), 1.0)))
+    assert again.outcome is RoundOutcome.FAILED and ex.stats.launches == launches + 3 and ex.held_jobs == ()
 
 
-def test_job_ignoring_the_stop_request_is_killed(tmp_path: Path, make_executor) -> None:
+def test_job_ignoring_the_stop_request_is_killed(tmp_path: Path, ex: RayExecutor) -> None:
     envs = tmp_path / "env"
-    jobs = {"x": JobSpec("x", count_steps_command(tmp_path / "x.txt", "--ignore-stop", "--env-out", str(envs)), 10)}
-    ex = make_executor(jobs, 1, grace_s=1.0)
+    _add(ex, {"x": JobSpec("x", count_steps_command(tmp_path / "x.txt", "--ignore-stop", "--env-out", str(envs)), 10)})
     [r] = ex.run_round(_plan(0, 0.5, _lease("x", (0,), 0.5)))
     pid = json.loads(Path(f"{envs}.0").read_text())["pid"]
     with pytest.raises(ProcessLookupError):
@@ -134,24 +144,24 @@ def test_job_ignoring_the_stop_request_is_killed(tmp_path: Path, make_executor) 
     assert r.outcome is RoundOutcome.PREEMPTED and ex.held_jobs == ()  # SIGKILL ended it: SIGTERM is ignored
 
 
-def test_missing_resources_are_named(tmp_path: Path) -> None:
+def test_missing_resources_are_named(tmp_path: Path, ray_address: str) -> None:
     with pytest.raises(InvalidProblemError, match="accelerator_type:h100"):
         RayExecutor({}, {"h100": 1}, tmp_path / "rt")
-    with pytest.raises(InvalidProblemError, match=f"advertises {DEVICES}"):
-        RayExecutor({}, {"cpu": DEVICES + 1}, tmp_path / "rt")
+    with pytest.raises(InvalidProblemError, match=f"advertises {ADVERTISED}"):
+        RayExecutor({}, {"cpu": ADVERTISED + 1}, tmp_path / "rt")
 
 
-def test_allocopt_run_with_the_ray_executor_finishes_every_job_exactly(tmp_path: Path) -> None:
-    totals = {"a": 300, "b": 250, "c": 200}
+def test_allocopt_run_with_the_ray_executor_finishes_every_job_exactly(tmp_path: Path, ray_address: str) -> None:
+    totals = {"a": 200, "b": 150, "c": 100}
     jobs = [{"name": n, "command": count_steps_command(tmp_path / f"{n}.txt"), "total_steps": t,
              "throughputs": {"cpu": 150.0}} for n, t in totals.items()]
     (tmp_path / "jobs.json").write_text(json.dumps({"jobs": jobs}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                        os.environ.get("PYTHONPATH", "")])}
-    # a local Ray instance of its own, started by the command
     run = subprocess.run([sys.executable, "-m", "allocopt", "run", str(tmp_path / "jobs.json"), "--cluster", "cpu=2",
                           "--round-seconds", "1", "--state", str(tmp_path / "state.db"), "--grace-s", "1",
-                          "--executor", "ray"], env=env, capture_output=True, text=True, timeout=120)
+                          "--executor", "ray", "--ray-address", ray_address], env=env, capture_output=True, text=True,
+                         timeout=120)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     for name, total in totals.items():
