@@ -23,7 +23,7 @@ _EXPORTS = {
     "sia_configurations": "allocopt.configurations", "Engine": "allocopt.engine", "POLICIES": "allocopt.formulations",
     "ConfigurationAllocation": "allocopt.goodput_problem", "GoodputProblem": "allocopt.goodput_problem",
     "restart_factor": "allocopt.goodput_problem", "simulate": "allocopt.mechanism.simulator",
-    "Model": "allocopt.model", "Problem": "allocopt.problem", "Solution": "allocopt.solution",
+    "Model": "allocopt.model", "Partitioning": "allocopt.partitioning", "Problem": "allocopt.problem", "Solution": "allocopt.solution",
     "Status": "allocopt.solution",
 }
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
     from allocopt.mechanism.simulator import simulate
     from allocopt.model import Model
+    from allocopt.partitioning import Partitioning
     from allocopt.problem import Problem
     from allocopt.solution import Solution, Status
 

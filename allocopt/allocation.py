@@ -11,6 +11,7 @@ import numpy as np
 from allocopt.errors import BackendNotInstalledError
 from allocopt.problem import Problem
 from allocopt.solution import Status
+from allocopt.warm_start import WarmStart
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class Allocation:
         shares GPUs of each type.
     extras : dict
         Policy-specific results (e.g. ``deadline_met`` for max_throughput).
+    warm_start : WarmStart or None
+        The solver bases of this allocation's LPs (HiGHS, Gurobi), for
+        ``allocopt.solve(..., warm_start=this_allocation)`` on a similar problem.
     """
 
     problem: Problem
@@ -70,6 +74,7 @@ class Allocation:
     timings: Timings = field(default_factory=Timings)
     pair_matrix: np.ndarray | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    warm_start: WarmStart | None = field(default=None, repr=False, compare=False)
 
     @property
     def job_ids(self) -> tuple[Hashable, ...]:

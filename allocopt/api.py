@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from allocopt.backends import BACKENDS, SolveOptions
 from allocopt.errors import InvalidOptionError, UnknownBackendError
 from allocopt.formulations import ModelSolver, PolicyResult, get_policy
 from allocopt.goodput_problem import GoodputProblem
+from allocopt.partitioning import Partitioning, solve_partitioned
 from allocopt.problem import Problem
 
 
@@ -20,6 +22,7 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
           time_limit_s: float | None = None, mip_gap: float | None = None,
           threads: int | None = None, verbose: bool = False,
           solver_options: dict[str, Any] | None = None, best_effort: bool = False,
+          warm_start: Allocation | None = None, partitions: int | Partitioning = 1,
           **policy_options: Any) -> Allocation:
     """Compute ``policy``'s allocation of ``problem`` with ``backend``.
 
@@ -50,6 +53,18 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
         Return non-optimal results (e.g. a time-limited incumbent, or
         deadlines relaxed) as an Allocation whose ``status`` says so, instead
         of raising a :class:`~allocopt.errors.NotOptimalError`.
+    warm_start : Allocation, optional
+        An earlier allocation of the same policy on a similar problem (jobs
+        matched by id): its final simplex bases start this solve's LPs on the
+        ``highs`` and ``gurobi`` backends, which then need a few pivots where
+        a cold solve needs thousands. Same optimum either way; other backends,
+        and ``water_filling`` (whose LPs change as jobs freeze), solve from scratch.
+    partitions : int or Partitioning, default 1
+        ``k >= 2`` splits jobs and GPUs into ``k`` random sub-problems solved
+        in parallel processes (POP; :mod:`allocopt.partitioning`): much faster
+        on large problems, approximate (``status`` is ``APPROXIMATE``). A
+        :class:`~allocopt.partitioning.Partitioning` sets the seed, Ray, and
+        a comparison with the exact optimum.
     **policy_options
         Options of the policy (e.g. ``heterogeneity_aware=False``).
 
@@ -93,10 +108,24 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
         common = ", ".join(p for p in inspect.signature(solve).parameters if p not in ("problem", "policy", "policy_options"))
         raise InvalidOptionError(f"policy {policy!r} has no option(s) {unknown}; its options: {allowed}; "
                                  f"options of every policy: {common}")
+    if warm_start is not None and (not isinstance(warm_start, Allocation) or warm_start.policy != pol.name):
+        raise InvalidOptionError(f"warm_start must be an Allocation returned by allocopt.solve with policy "
+                                 f"{pol.name!r}; got {type(warm_start).__name__}"
+                                 + (f" of policy {warm_start.policy!r}" if isinstance(warm_start, Allocation) else ""))
+    if not isinstance(partitions, Partitioning) and partitions != 1:
+        partitions = Partitioning(partitions)
+    if isinstance(partitions, Partitioning):
+        if warm_start is not None:
+            raise InvalidOptionError("warm_start and partitions exclude each other: partitions are drawn anew")
+        return solve_partitioned(problem, pol.name, partitions, dict(
+            backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
+            solver_options=solver_options, best_effort=best_effort, **policy_options))
     options = {**pol.options, **policy_options}
     solver = ModelSolver(backend, SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads,
                                                verbose=verbose, solver_options=dict(solver_options or {})),
-                         best_effort=best_effort)
+                         best_effort=best_effort,
+                         warm_start=warm_start.warm_start if warm_start and pol.warm_starts else None,
+                         job_ids=problem.job_ids)
     if problem.num_jobs == 0:
         result = PolicyResult(np.zeros((0, problem.cluster.num_gpu_types)), None, message="No jobs to allocate.")
     else:
@@ -109,5 +138,8 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
             array.setflags(write=False)
     timings = Timings(model_build_s=solver.model_build_s, solver_build_s=solver.solver_build_s,
                       solve_s=solver.solve_s, total_s=time.perf_counter() - t0, num_solves=solver.num_solves)
-    return pol.to_allocation(problem, result, backend=solver.backend_used if solver.num_solves else None,
-                             timings=timings)
+    allocation = pol.to_allocation(problem, result, backend=solver.backend_used if solver.num_solves else None,
+                                   timings=timings)
+    if isinstance(allocation, Allocation):
+        allocation = dataclasses.replace(allocation, warm_start=solver.warm_start_out() if pol.warm_starts else None)
+    return allocation

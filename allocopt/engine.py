@@ -352,7 +352,8 @@ class Engine:
             return Problem.from_json({"cluster": cluster, "jobs": jobs}), tuple(d["id"] for d in waiting)
 
     def allocate(self) -> Allocation:
-        """The allocation of the current state, solved again only if the state changed.
+        """The allocation of the current state, solved again only if the state changed,
+        starting from the previous allocation's solver basis (``allocopt.solve(warm_start=...)``).
 
         Jobs that cannot run on the cluster now are left out of the
         allocation's problem and listed in ``allocation.extras["waiting_jobs"]``;
@@ -370,8 +371,9 @@ class Engine:
             if self._cached is not None and self._cached[0] == self.version:
                 return self._cached[1]
             problem, waiting = self.problem()
-            allocation = solve(problem, self.policy, backend=self.backend, **self.solve_options,
-                               **self.policy_options)
+            previous = self._cached[1] if self._cached is not None else None
+            allocation = solve(problem, self.policy, backend=self.backend, warm_start=previous,
+                               **self.solve_options, **self.policy_options)
             allocation = dataclasses.replace(allocation, extras={**allocation.extras, "waiting_jobs": list(waiting),
                                                                  "engine_version": self.version})
             self._cached = (self.version, allocation)

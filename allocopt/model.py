@@ -244,6 +244,7 @@ class CompiledModel:
     sense: Literal["min", "max"]
     variables: dict[str, tuple[slice, tuple[int, ...]]]
     constraints: dict[str, tuple[slice, tuple[int, ...]]]
+    name: str = "allocopt"
 
     @property
     def num_cols(self) -> int:
@@ -361,4 +362,4 @@ class Model:
             row_lb=np.concatenate(row_lb) if row_lb else np.zeros(0),
             row_ub=np.concatenate(row_ub) if row_ub else np.zeros(0),
             col_lb=col_lb, col_ub=col_ub, integrality=integrality, sense=self.sense,
-            variables=variables, constraints=constraints)
+            variables=variables, constraints=constraints, name=self.name)

@@ -340,6 +340,43 @@ class Problem:
         total = self.capacity.sum()
         return self.throughputs @ (self.capacity / total) if total else np.zeros(self.num_jobs)
 
+    def pairs_within(self, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Indices of the pairs (``self.pairs``) whose members are both at positions ``rows``."""
+        member = np.zeros(self.num_jobs, dtype=bool)
+        member[np.asarray(rows, dtype=np.int64)] = True
+        return np.flatnonzero(member[self.pairs].all(axis=1)) if self.pairs is not None else np.zeros(0, np.int64)
+
+    def subset(self, rows: Sequence[int] | np.ndarray, cluster: Cluster | None = None) -> Problem:
+        """The problem of the jobs at positions ``rows`` (in that order), on
+        ``cluster`` (default this one, which must have the same GPU types),
+        with the pairs whose members are both kept."""
+        rows = np.asarray(rows, dtype=np.int64)
+        cluster = self.cluster if cluster is None else cluster
+        if cluster.gpu_types != self.gpu_types:
+            raise InvalidProblemError(f"a subset's cluster must have the GPU types {list(self.gpu_types)}, got "
+                                      f"{list(cluster.gpu_types)}", field="cluster")
+
+        def pick(values: np.ndarray | None) -> np.ndarray | None:
+            return None if values is None else values[rows]
+
+        pairs = None
+        if self.pairs is not None:
+            kept = self.pairs_within(rows)
+            ids = self.job_ids
+            pairs = PairThroughputs([(ids[a], ids[b]) for a, b in self.pairs[kept].tolist()],
+                                    self.pair_throughput_array[kept])
+        entities = entity_weights = None
+        if self.entities is not None:
+            entities = [self.entity_ids[e] for e in self.entities[rows].tolist()]
+            kept_entities = set(entities)
+            entity_weights = {e: float(w) for e, w in zip(self.entity_ids, self.entity_weights) if e in kept_entities}
+        return Problem(self.throughputs[rows], cluster, job_ids=[self.job_ids[i] for i in rows.tolist()],
+                       scale_factors=self.scale_factors[rows], priority_weights=self.priority_weights[rows],
+                       num_steps_remaining=pick(self.num_steps_remaining),
+                       time_since_start=pick(self.time_since_start), costs=self.costs, slos=pick(self.slos),
+                       time_isolated=pick(self.time_isolated), entities=entities, entity_weights=entity_weights,
+                       pair_throughputs=pairs)
+
     def __repr__(self) -> str:
         return f"Problem(n_jobs={self.num_jobs}, cluster={self.cluster!r})"
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -17,6 +19,7 @@ class Status(str, enum.Enum):
     INFEASIBLE_OR_UNBOUNDED = "infeasible_or_unbounded"
     TIME_LIMIT = "time_limit"
     ERROR = "error"
+    APPROXIMATE = "approximate"  # feasible, from an approximation (e.g. partitioning), not proven optimal
 
     def __str__(self) -> str:
         return self.value
@@ -29,7 +32,25 @@ STATUS_MESSAGES = {
     Status.INFEASIBLE_OR_UNBOUNDED: "The problem is infeasible or unbounded.",
     Status.TIME_LIMIT: "The solver stopped at a limit before proving optimality.",
     Status.ERROR: "The solver failed.",
+    Status.APPROXIMATE: "Feasible, from an approximate method; not proven optimal.",
 }
+
+
+class BasisStatus(enum.IntEnum):
+    """Simplex status of a column or row (HiGHS's codes); a row's status refers to its activity ``A x``."""
+
+    LOWER = 0  # nonbasic at the lower bound
+    BASIC = 1
+    UPPER = 2  # nonbasic at the upper bound
+    ZERO = 3  # nonbasic free column at zero
+
+
+@dataclass(frozen=True)
+class Basis:
+    """A simplex basis: one :class:`BasisStatus` code (int8) per column and per row."""
+
+    col_status: np.ndarray
+    row_status: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -59,6 +80,11 @@ class Solution:
         Wall time to hand the model to the solver, and to solve it.
     mip_gap : float or None
         Relative MIP gap reported by the solver (MILPs only).
+    simplex_iterations : int or None
+        Simplex iterations (HiGHS and Gurobi LPs); 0 when a warm start was already optimal.
+    basis : Basis or None
+        The final simplex basis (HiGHS and Gurobi LPs solved to optimality),
+        read from the solver only when asked for.
     """
 
     status: Status
@@ -72,6 +98,12 @@ class Solution:
     values: dict[str, np.ndarray] = field(default_factory=dict)
     duals: dict[str, np.ndarray] = field(default_factory=dict)
     mip_gap: float | None = None
+    simplex_iterations: int | None = None
+    basis_reader: Callable[[], Basis] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def basis(self) -> Basis | None:
+        return self.basis_reader() if self.basis_reader is not None else None
 
     @property
     def success(self) -> bool:

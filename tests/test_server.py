@@ -77,9 +77,12 @@ def cli_server() -> Iterator[str]:
 # ----- JSON Schemas ----------------------------------------------------------------------------------
 def validator(name: str):
     js = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install 'allocopt[dev]')")
-    schema = load_schema(name)
-    js.Draft202012Validator.check_schema(schema)
-    return js.Draft202012Validator(schema, format_checker=js.FormatChecker())
+    from referencing import Registry, Resource
+
+    schemas = {n: load_schema(n) for n in SCHEMAS}
+    registry = Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas.values())
+    js.Draft202012Validator.check_schema(schemas[name])
+    return js.Draft202012Validator(schemas[name], registry=registry, format_checker=js.FormatChecker())
 
 
 def rich_problem() -> allocopt.Problem:
@@ -94,7 +97,7 @@ def rich_problem() -> allocopt.Problem:
 
 
 def test_schemas_are_valid_and_packaged():
-    assert set(SCHEMAS) == {"problem", "allocation", "round_plan"}
+    assert set(SCHEMAS) == {"problem", "allocation", "round_plan", "engine_state"}
     for name in SCHEMAS:
         validator(name)
 
@@ -110,6 +113,17 @@ def test_documents_of_the_code_match_the_schemas():
                      leases=(Lease("a", "v100", (0,), 360.0), Lease(7, "k80", (2, 3), 360.0, max_steps=100,
                                                                    extended=True, co_located_with="a")))
     validator("round_plan").validate(json.loads(json.dumps(dataclasses.asdict(plan))))
+    validator("engine_state").validate(json.loads(json.dumps(busy_engine().to_json())))
+
+
+def busy_engine() -> allocopt.Engine:
+    """An engine with jobs, a measurement and a planned round, so every part of its state is filled."""
+    engine = allocopt.Engine({"v100": 2, "k80": 2})
+    engine.add_job("a", {"v100": 2.0, "k80": 1.0}, num_steps_remaining=100.0)
+    engine.add_job(7, {"v100": 3.0, "k80": 1.0}, scale_factor=2, num_steps_remaining=50.0)
+    engine.observe_throughput("a", "v100", 2.5)
+    engine.next_round()
+    return engine
 
 
 @pytest.mark.parametrize("name, edit", [
@@ -124,13 +138,18 @@ def test_documents_of_the_code_match_the_schemas():
     ("allocation", lambda d: d["timings"].update(num_solves=-1)),
     ("round_plan", lambda d: d["leases"][0].pop("gpu_ids")),
     ("round_plan", lambda d: d.update(round_seconds=0)),
+    ("engine_state", lambda d: d.update(format="allocopt-problem")),
+    ("engine_state", lambda d: d["jobs"][0].update(scale_factor=0)),
+    ("engine_state", lambda d: d["rounds"]["jobs"][0][1].pop("received_s")),
+    ("engine_state", lambda d: d["measured"].append(["a"])),
 ])
 def test_schemas_reject_invalid_documents(name, edit):
     problem = rich_problem()
     documents = {"problem": problem.to_json(),
                  "allocation": allocopt.solve(problem, "max_min_fairness").to_json(),
                  "round_plan": {"round_index": 0, "start_s": 0.0, "round_seconds": 360.0, "stop": [],
-                                "leases": [{"job_id": "a", "gpu_type": "v100", "gpu_ids": [0], "max_seconds": 360.0}]}}
+                                "leases": [{"job_id": "a", "gpu_type": "v100", "gpu_ids": [0], "max_seconds": 360.0}]},
+                 "engine_state": json.loads(json.dumps(busy_engine().to_json()))}
     document = documents[name]
     v = validator(name)
     v.validate(document)

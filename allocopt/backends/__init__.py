@@ -15,7 +15,7 @@ from typing import Any
 from allocopt.backends.base import Backend, RawResult, SolveOptions
 from allocopt.errors import AllocoptWarning, LicenseError, UnknownBackendError
 from allocopt.model import CompiledModel
-from allocopt.solution import Solution
+from allocopt.solution import Basis, Solution
 
 _MODULES = {
     "highs": ("allocopt.backends.highs", "HighsBackend"),
@@ -43,7 +43,7 @@ def installed_backends() -> list[str]:
 
 
 def solve_model(model: CompiledModel, backend: str = "highs", options: SolveOptions | None = None,
-                defaults: Mapping[str, Mapping[str, Any]] | None = None) -> Solution:
+                defaults: Mapping[str, Mapping[str, Any]] | None = None, warm_start: Basis | None = None) -> Solution:
     """Solve a compiled model with the named backend.
 
     ``backend="auto"`` tries Gurobi when it is installed and licensed for the
@@ -51,12 +51,14 @@ def solve_model(model: CompiledModel, backend: str = "highs", options: SolveOpti
     Gurobi was installed but could not take the model). ``defaults`` maps a
     backend name to solver options used unless ``options.solver_options``
     sets them (policies tune solvers for their models this way).
+    ``warm_start`` starts an LP from a simplex basis on backends that can
+    (``highs``, ``gurobi``); the others ignore it.
     """
     options = options or SolveOptions()
 
     def run(name: str) -> Solution:
         tuned = {**(defaults or {}).get(name, {}), **options.solver_options}
-        return get_backend(name).solve(model, replace(options, solver_options=tuned))
+        return get_backend(name).solve(model, replace(options, solver_options=tuned), warm_start)
 
     if backend != "auto":
         return run(backend)

@@ -10,6 +10,10 @@ capabilities, and implements two steps:
 ``run(handle, model, options) -> RawResult``
     solve and read back (timed as ``solve_seconds``).
 
+Backends that can start an LP from a simplex basis (``supports_warm_start``)
+also implement ``set_basis(handle, model, basis, options)``; the base class
+first makes the basis consistent with the model (:func:`repair_basis`).
+
 Backends always receive the model in minimization form (``sense`` handled
 here) and report minimization-form duals ``d objective_min / d delta``; this
 base class flips signs for maximization and splits values per block, so every
@@ -22,13 +26,14 @@ import importlib.util
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
 from allocopt.errors import BackendNotInstalledError, InvalidOptionError
 from allocopt.model import CompiledModel
-from allocopt.solution import STATUS_MESSAGES, Solution, Status
+from allocopt.solution import STATUS_MESSAGES, Basis, BasisStatus, Solution, Status
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,52 @@ class RawResult:
     row_duals: np.ndarray | None = None  # d objective_min / d delta per row
     mip_gap: float | None = None
     detail: str = ""
+    simplex_iterations: int | None = None
+    basis: Callable[[], Basis] | None = None  # reads the final basis when called
+
+
+def _nonbasic_status(lb: np.ndarray, ub: np.ndarray) -> np.ndarray:
+    """The status a nonbasic column or row can take given its bounds: at the
+    lower bound when finite, else at the upper bound, else free at zero."""
+    return np.where(np.isfinite(lb), BasisStatus.LOWER,
+                    np.where(np.isfinite(ub), BasisStatus.UPPER, BasisStatus.ZERO)).astype(np.int8)
+
+
+def _fit_statuses(status: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> np.ndarray:
+    """Move nonbasic statuses to a bound that exists."""
+    status = np.asarray(status, dtype=np.int8).copy()
+    nonbasic = _nonbasic_status(lb, ub)
+    bad = (((status == BasisStatus.LOWER) & ~np.isfinite(lb)) | ((status == BasisStatus.UPPER) & ~np.isfinite(ub))
+           | ((status == BasisStatus.ZERO) & (np.isfinite(lb) | np.isfinite(ub)))
+           | ~np.isin(status, np.array(list(BasisStatus), dtype=np.int8)))
+    status[bad] = nonbasic[bad]
+    return status
+
+
+def repair_basis(model: CompiledModel, basis: Basis) -> Basis:
+    """``basis`` made usable as a simplex start for ``model``: nonbasic statuses
+    on bounds that exist, and exactly one basic column or row per row (excess
+    basic columns leave the basis; missing ones are made up by row slacks).
+
+    Raises
+    ------
+    InvalidOptionError
+        When the status arrays do not have one entry per column and per row.
+    """
+    cols, rows = np.asarray(basis.col_status), np.asarray(basis.row_status)
+    if cols.shape != (model.num_cols,) or rows.shape != (model.num_rows,):
+        raise InvalidOptionError(f"a warm-start basis needs {model.num_cols} column and {model.num_rows} row "
+                                 f"statuses; got {cols.shape} and {rows.shape}")
+    cols = _fit_statuses(cols, model.col_lb, model.col_ub)
+    rows = _fit_statuses(rows, model.row_lb, model.row_ub)
+    excess = int((cols == BasisStatus.BASIC).sum() + (rows == BasisStatus.BASIC).sum()) - model.num_rows
+    if excess > 0:
+        basic = np.flatnonzero(cols == BasisStatus.BASIC)[-excess:]
+        cols[basic] = _nonbasic_status(model.col_lb[basic], model.col_ub[basic])
+        excess = int((cols == BasisStatus.BASIC).sum() + (rows == BasisStatus.BASIC).sum()) - model.num_rows
+    if excess < 0:
+        rows[np.flatnonzero(rows != BasisStatus.BASIC)[excess:]] = BasisStatus.BASIC
+    return Basis(cols, rows)
 
 
 def is_feasible(model: CompiledModel, x: np.ndarray, tol: float = 1e-6) -> bool:
@@ -98,6 +149,7 @@ class Backend(ABC):
     install_hint: ClassVar[str]  # e.g. "pip install 'allocopt[pulp]'"
     supports_integer: ClassVar[bool] = True
     supports_duals: ClassVar[bool] = True
+    supports_warm_start: ClassVar[bool] = False
 
     @classmethod
     def is_installed(cls) -> bool:
@@ -119,8 +171,18 @@ class Backend(ABC):
     def run(self, handle: Any, model: CompiledModel, options: SolveOptions) -> RawResult:
         """Solve the model behind ``handle`` and read the answer back."""
 
-    def solve(self, model: CompiledModel, options: SolveOptions | None = None) -> Solution:
-        """Solve ``model`` and return a :class:`Solution` in the model's own sense."""
+    def set_basis(self, handle: Any, model: CompiledModel, basis: Basis, options: SolveOptions) -> None:
+        """Start the LP behind ``handle`` from ``basis`` (backends with ``supports_warm_start``)."""
+        raise TypeError(f"{type(self).__name__} sets supports_warm_start but does not implement set_basis")
+
+    def solve(self, model: CompiledModel, options: SolveOptions | None = None,
+              warm_start: Basis | None = None) -> Solution:
+        """Solve ``model`` and return a :class:`Solution` in the model's own sense.
+
+        ``warm_start``, a basis of this model or of a similar one mapped onto
+        it, starts an LP's simplex where the backend supports it; other
+        backends and MILPs solve from scratch.
+        """
         self.check_installed()
         options = options or SolveOptions()
         if model.is_mip and not self.supports_integer:
@@ -135,6 +197,8 @@ class Backend(ABC):
         minimize = model if model.sense == "min" else replace(model, c=-model.c, sense="min")
         t0 = time.perf_counter()
         handle = self.build(minimize, options)
+        if warm_start is not None and self.supports_warm_start and not model.is_mip:
+            self.set_basis(handle, minimize, repair_basis(model, warm_start), options)
         t1 = time.perf_counter()
         raw = self.run(handle, minimize, options)
         t2 = time.perf_counter()
@@ -165,4 +229,6 @@ class Backend(ABC):
         return Solution(status=raw.status, message=message, objective=objective, x=x,
                         backend=self.name, raw_status=raw.raw_status,
                         build_seconds=build_seconds, solve_seconds=solve_seconds,
-                        values=values, duals=duals, mip_gap=raw.mip_gap)
+                        values=values, duals=duals, mip_gap=raw.mip_gap,
+                        simplex_iterations=raw.simplex_iterations,
+                        basis_reader=raw.basis if raw.status is Status.OPTIMAL else None)

@@ -9,6 +9,9 @@ Gurobi has no two-sided rows in its matrix API, so a ranged row
 ``lb < A_i x < ub`` becomes a ``<=`` row plus an extra ``>=`` row; its dual
 is the sum of the two (at most one is nonzero). Gurobi's ``Pi`` is
 ``d objective / d rhs`` of the minimization, our convention as is.
+
+Warm starts set ``VBasis`` / ``CBasis``: a ranged row is nonbasic at its upper
+bound when its ``<=`` row is, and at its lower bound when its ``>=`` row is.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 from allocopt.backends.base import Backend, RawResult, SolveOptions
 from allocopt.errors import InvalidOptionError, LicenseError, LicenseLimitError, SolverError
 from allocopt.model import CompiledModel
-from allocopt.solution import Status
+from allocopt.solution import Basis, BasisStatus, Status
 
 STATUS_MAP = {
     1: Status.ERROR,  # LOADED: optimize() did not run
@@ -51,6 +54,7 @@ _NO_LICENSE = 10009  # NO_LICENSE: missing, expired or wrong-host license
 _SIZE_LIMIT_EXCEEDED = 10010  # SIZE_LIMIT_EXCEEDED: size-limited (pip) license
 _LICENSE_SERVER_ERRORS = (10022, 10023, 10028, 10032)  # NETWORK, JOB_REJECTED, CLOUD, SECURITY
 SIZE_LIMIT = 2000  # variables and linear constraints allowed by the pip wheel's license
+_VBASIS = np.array([-1, 0, -2, -3])  # Gurobi's VBasis per BasisStatus code (LOWER, BASIC, UPPER, ZERO)
 
 
 def license_error(err: Exception, num_vars: int, num_constrs: int) -> LicenseError | None:
@@ -88,11 +92,16 @@ class _Handle:
         self.model.dispose()
         self.env.dispose()
 
+    def main_at_upper(self, model: CompiledModel) -> np.ndarray:
+        """Whether each row of ``main`` is a ``<=`` row (nonbasic means at the upper bound)."""
+        return np.isfinite(model.row_ub[self.main_rows]) & (model.row_lb[self.main_rows] != model.row_ub[self.main_rows])
+
 
 class GurobiBackend(Backend):
     name = "gurobi"
     required_modules = ("gurobipy",)
     install_hint = "pip install 'allocopt[gurobi]'"
+    supports_warm_start = True
 
     def build(self, model: CompiledModel, options: SolveOptions) -> _Handle:
         import gurobipy as gp
@@ -130,6 +139,17 @@ class GurobiBackend(Backend):
         if ranged_rows.size:
             extra = m.addMConstr(model.A[ranged_rows], x, ">", lb[ranged_rows])
         return _Handle(env, m, x, main, main_rows, extra, ranged_rows)
+
+    def set_basis(self, handle: _Handle, model: CompiledModel, basis: Basis, options: SolveOptions) -> None:
+        handle.model.update()  # attributes set on columns still pending an update are dropped
+        handle.x.VBasis = _VBASIS[basis.col_status]
+        if handle.main is not None:
+            status = basis.row_status[handle.main_rows]
+            at_upper = handle.main_at_upper(model)
+            handle.main.CBasis = np.where((status == BasisStatus.BASIC)
+                                          | (at_upper & (status == BasisStatus.LOWER)), 0, -1)
+        if handle.extra is not None:
+            handle.extra.CBasis = np.where(basis.row_status[handle.ranged_rows] == BasisStatus.LOWER, -1, 0)
 
     @staticmethod
     def _set_params(m: Any, options: SolveOptions) -> None:
@@ -184,7 +204,11 @@ class GurobiBackend(Backend):
             result.x = np.asarray(handle.x.X, dtype=np.float64)
             if model.is_mip:
                 result.mip_gap = float(m.MIPGap)
+        if not model.is_mip:
+            result.simplex_iterations = int(m.IterCount)
         if code == GRB.OPTIMAL and not model.is_mip:
+            basis = GurobiBackend._basis(handle, model)
+            result.basis = lambda: basis
             duals = np.zeros(model.num_rows)
             if handle.main is not None:
                 duals[handle.main_rows] = handle.main.Pi
@@ -192,3 +216,18 @@ class GurobiBackend(Backend):
                 duals[handle.ranged_rows] += handle.extra.Pi
             result.row_duals = duals
         return result
+
+    @staticmethod
+    def _basis(handle: _Handle, model: CompiledModel) -> Basis:
+        """Read the basis now: the handle is disposed after the solve."""
+        vbasis = np.asarray(handle.x.VBasis)
+        cols = np.select([vbasis == 0, vbasis == -2, vbasis == -3], [BasisStatus.BASIC, BasisStatus.UPPER,
+                                                                      BasisStatus.ZERO], BasisStatus.LOWER)
+        rows = np.full(model.num_rows, BasisStatus.BASIC, dtype=np.int8)
+        if handle.main is not None:
+            nonbasic = np.asarray(handle.main.CBasis) == -1
+            rows[handle.main_rows[nonbasic]] = np.where(handle.main_at_upper(model)[nonbasic],
+                                                        BasisStatus.UPPER, BasisStatus.LOWER)
+        if handle.extra is not None:
+            rows[handle.ranged_rows[np.asarray(handle.extra.CBasis) == -1]] = BasisStatus.LOWER
+        return Basis(cols.astype(np.int8), rows)

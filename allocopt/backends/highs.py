@@ -13,7 +13,7 @@ import numpy as np
 from allocopt.backends.base import Backend, RawResult, SolveOptions
 from allocopt.errors import InvalidOptionError, SolverError
 from allocopt.model import CompiledModel
-from allocopt.solution import Status
+from allocopt.solution import Basis, Status
 
 _STATUS_NAMES = {
     "kOptimal": Status.OPTIMAL,
@@ -38,6 +38,7 @@ class HighsBackend(Backend):
     name = "highs"
     required_modules = ("highspy",)
     install_hint = "pip install highspy"
+    supports_warm_start = True
 
     def build(self, model: CompiledModel, options: SolveOptions) -> Any:
         import highspy
@@ -70,6 +71,23 @@ class HighsBackend(Backend):
                               "check for NaN coefficients or inconsistent bounds")
         return h
 
+    def set_basis(self, handle: Any, model: CompiledModel, basis: Basis, options: SolveOptions) -> None:
+        import highspy
+
+        codes = sorted(highspy.HighsBasisStatus.__members__.values(), key=int)
+        hb = highspy.HighsBasis()
+        hb.col_status = [codes[s] for s in basis.col_status.tolist()]
+        hb.row_status = [codes[s] for s in basis.row_status.tolist()]
+        hb.valid = True
+        if handle.setBasis(hb) != highspy.HighsStatus.kOk:
+            raise SolverError("HiGHS rejected the warm-start basis; solve without warm_start")
+        # A basis is only used by the simplex solver. Devex pricing, because the exact dual
+        # steepest-edge weights HiGHS computes for a non-slack start cost one solve per row
+        # (2,049 jobs x 8 types: 76 ms against 13 ms for the whole warm re-solve).
+        for key, value in (("solver", "simplex"), ("simplex_dual_edge_weight_strategy", 1)):
+            if key not in options.solver_options:
+                handle.setOptionValue(key, value)
+
     def run(self, handle: Any, model: CompiledModel, options: SolveOptions) -> RawResult:
         import highspy
 
@@ -89,4 +107,11 @@ class HighsBackend(Backend):
                 result.row_duals = np.asarray(sol.row_dual, dtype=np.float64)
         if model.is_mip and result.x is not None:
             result.mip_gap = float(info.mip_gap)
+        if not model.is_mip:
+            result.simplex_iterations = int(info.simplex_iteration_count)
+            if info.basis_validity == 1:  # kBasisValidityValid
+                basis = h.getBasis()  # a cheap copy; turning its statuses into arrays is not
+                result.basis = lambda: Basis(
+                    np.array([s.value for s in basis.col_status], dtype=np.int8),
+                    np.array([s.value for s in basis.row_status], dtype=np.int8))
         return result

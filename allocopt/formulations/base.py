@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -30,6 +30,7 @@ from allocopt.errors import (InfeasibleError, InvalidOptionError, NotOptimalErro
 from allocopt.model import LinExpr, Model, Variable
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
+from allocopt.warm_start import WarmStart, model_key
 
 
 @dataclass
@@ -55,12 +56,21 @@ _ERRORS = {
 
 class ModelSolver:
     """Compiles and solves models for a policy with one backend and one set of
-    options, adding up the time spent; policies that iterate call it repeatedly."""
+    options, adding up the time spent; policies that iterate call it repeatedly.
 
-    def __init__(self, backend: str, options: SolveOptions, *, best_effort: bool = False):
+    With ``warm_start`` (and the problem's ``job_ids``), each model starts from
+    the basis of the same-named model of an earlier solve; :meth:`warm_start_out`
+    collects this solver's final solves for the next one.
+    """
+
+    def __init__(self, backend: str, options: SolveOptions, *, best_effort: bool = False,
+                 warm_start: WarmStart | None = None, job_ids: tuple[Hashable, ...] = ()):
         self.backend = backend
         self.options = options
         self.best_effort = best_effort
+        self.warm_start = warm_start
+        self.job_ids = job_ids
+        self._solves: dict[str, tuple[Any, Any, Solution]] = {}
         self.model_build_s = 0.0
         self.solver_build_s = 0.0
         self.solve_s = 0.0
@@ -72,8 +82,16 @@ class ModelSolver:
         per-backend solver options the caller's ``solver_options`` override."""
         t0 = time.perf_counter()
         compiled = model.compile()
+        start = self.warm_start.basis_for(compiled, self.job_ids) if self.warm_start is not None else None
         self.model_build_s += time.perf_counter() - t0
-        return self.record(solve_model(compiled, self.backend, self.options, defaults))
+        solution = self.record(solve_model(compiled, self.backend, self.options, defaults, warm_start=start))
+        if solution.basis_reader is not None:
+            self._solves[model_key(compiled)] = (compiled.variables, compiled.constraints, solution)
+        return solution
+
+    def warm_start_out(self) -> WarmStart | None:
+        """The last optimal LP solve of each model, for a later solve to start from."""
+        return WarmStart(self.job_ids, dict(self._solves)) if self._solves else None
 
     def record(self, solution: Solution, *, model_build_s: float = 0.0) -> Solution:
         """Add a solve's times to the totals (policies that call a solver directly use this)."""
@@ -112,6 +130,8 @@ class Policy(ABC):
     name: ClassVar[str]
     options: ClassVar[dict[str, Any]] = {}
     problem_type: ClassVar[type] = Problem
+    # whether its LPs start from an earlier allocation's bases (allocopt.solve(warm_start=...))
+    warm_starts: ClassVar[bool] = True
 
     @abstractmethod
     def allocate(self, problem: Any, solver: ModelSolver, **options: Any) -> PolicyResult:

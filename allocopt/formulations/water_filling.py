@@ -202,6 +202,9 @@ def _feasible_point(problem: Problem, base: AllocationModel, solution: Solution)
 class WaterFilling(Policy):
     name = "water_filling"
     options = {"heterogeneity_aware": True, "space_sharing": False, "entity_policies": None}
+    # A basis from the previous allocation's last LPs (most jobs frozen) is a poor start for
+    # the first ones: 2.6x slower than a cold solve at 2,048 jobs.
+    warm_starts = False
 
     def allocate(self, problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
                  space_sharing: bool = False, entity_policies: Mapping[Any, str] | None = None) -> PolicyResult:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from allocopt.allocation import Allocation
 from allocopt.api import solve
 from allocopt.cluster import Cluster
 from allocopt.errors import AllocoptError, InvalidOptionError
@@ -156,6 +157,7 @@ class PriorityPlanner:
         self.solve_seconds: list[float] = []
         self._known = np.zeros(state.workload.num_jobs, dtype=bool)
         self._previous: dict[Hashable, tuple[int, ...]] = {}
+        self._allocation: Allocation | None = None  # the last one: the next solve starts from its basis
 
     def plan(self, state: SimulationState, now_s: float, round_index: int) -> RoundPlan:
         known_now = state.active
@@ -168,7 +170,8 @@ class PriorityPlanner:
         if state.changed and rows.size and self.mechanism.recompute_due(now_s):
             started = time.perf_counter()
             allocation = solve(state.problem(rows, now_s, self.policy), self.policy, backend=self.backend,
-                               **self.policy_options)
+                               warm_start=self._allocation, **self.policy_options)
+            self._allocation = allocation
             self.solve_seconds.append(time.perf_counter() - started)
             self.mechanism.reset(now_s, rows, allocation.matrix)
             state.changed = False
@@ -495,6 +498,7 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
     rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": []}
     solve_s: list[float] = []
     busy_gpu_s, now, next_job, done = 0.0, 0.0, 0, 0
+    allocation = None
     while done < n:
         if not state.active.any():
             now = max(now, float(wl.arrival_s[next_job]))
@@ -502,7 +506,9 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
         rows = state.active_rows()
         state.remaining_steps[rows] = np.ceil(remaining[rows]).astype(np.int64)
         started = time.perf_counter()
-        X = solve(state.problem(rows, now, policy), policy, backend=backend, **options).matrix
+        allocation = solve(state.problem(rows, now, policy), policy, backend=backend, warm_start=allocation,
+                           **options)
+        X = allocation.matrix
         solve_s.append(time.perf_counter() - started)
         rate = (X * state.throughputs[rows]).sum(axis=1)
         to_finish = np.divide(remaining[rows], rate, out=np.full(rows.size, np.inf), where=rate > 0)

@@ -3,7 +3,10 @@
 ``problem``: the input of ``allocopt solve`` and ``POST /solve``
 (:meth:`allocopt.Problem.to_json`); ``allocation``: their output
 (:meth:`allocopt.Allocation.to_json`); ``round_plan``: one round of the
-mechanism (:class:`allocopt.runtime.executor.RoundPlan`'s fields).
+mechanism (:class:`allocopt.runtime.executor.RoundPlan`'s fields);
+``engine_state``: what :meth:`allocopt.Engine.save` writes. Schemas refer to
+each other by relative ``$ref`` (``problem.schema.json#/$defs/job``), resolved
+against their ``$id``s under https://allocopt.dev/schemas/.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from allocopt.errors import InvalidOptionError
 
-SCHEMAS = ("problem", "allocation", "round_plan")
+SCHEMAS = ("problem", "allocation", "round_plan", "engine_state")
 
 
 def load_schema(name: str) -> dict[str, Any]:

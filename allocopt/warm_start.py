@@ -1,0 +1,84 @@
+"""Warm starts across similar problems: a solve's final simplex bases, mapped
+onto the models of the next problem by job id.
+
+Consecutive allocations (rounds of a simulation, an embedded engine) differ by
+a few jobs. :class:`WarmStart` keeps, for each model a policy solved, the
+block layout and the solution whose basis a later solve of the same model
+(:func:`model_key`) starts from. Blocks whose leading axis is the job axis (``X`` rows,
+per-job constraints) are matched by job id: new jobs start nonbasic at zero
+with their rows basic (slack), departed jobs are dropped; blocks of the same
+shape otherwise (capacity rows, scalars) are copied; anything else starts from
+the default. The backend then repairs the basis count
+(:func:`allocopt.backends.base.repair_basis`), so the result is always a valid
+start, only a better or worse one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from allocopt.model import CompiledModel
+from allocopt.solution import Basis, BasisStatus, Solution
+
+Layout = dict[str, tuple[slice, tuple[int, ...]]]
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The final solve of each model of an allocation, to start later solves from.
+
+    Attributes
+    ----------
+    job_ids : tuple
+        The jobs, in order, that the job axis of the blocks refers to.
+    solves : mapping of :func:`model_key` to (variable layout, constraint layout, Solution)
+    """
+
+    job_ids: tuple[Hashable, ...]
+    solves: Mapping[str, tuple[Layout, Layout, Solution]]
+
+    def basis_for(self, model: CompiledModel, job_ids: Sequence[Hashable]) -> Basis | None:
+        """A start for ``model``, whose job axis holds ``job_ids``; None when no
+        model of that name was solved to an optimal basis."""
+        entry = self.solves.get(model_key(model))
+        if entry is None:
+            return None
+        variables, constraints, solution = entry
+        basis = solution.basis
+        if basis is None:
+            return None
+        position = {job: i for i, job in enumerate(self.job_ids)}
+        old_index = np.fromiter((position.get(job, -1) for job in job_ids), dtype=np.int64, count=len(job_ids))
+        jobs = (len(self.job_ids), len(job_ids))
+        return Basis(_map_blocks(basis.col_status, variables, model.variables, BasisStatus.LOWER, old_index, jobs),
+                     _map_blocks(basis.row_status, constraints, model.constraints, BasisStatus.BASIC, old_index, jobs))
+
+
+def model_key(model: CompiledModel) -> str:
+    """What identifies "the same model" across solves: its name and block names
+    (an iterative policy's different LPs share a name but not their blocks)."""
+    return f"{model.name}|{','.join(model.variables)}|{','.join(model.constraints)}"
+
+
+def _map_blocks(status: np.ndarray, old: Layout, new: Layout, default: BasisStatus,
+                old_index: np.ndarray, jobs: tuple[int, int]) -> np.ndarray:
+    size = sum(int(np.prod(shape, dtype=np.int64)) for _, shape in new.values())
+    out = np.full(size, default, dtype=np.int8)
+    for name, (index, shape) in new.items():
+        if name not in old:
+            continue
+        old_slice, old_shape = old[name]
+        block = status[old_slice].reshape(old_shape)
+        if len(shape) and len(old_shape) and (old_shape[0], shape[0]) == jobs and old_shape[1:] == shape[1:]:
+            # the job axis (when the number of jobs equals another axis' length, e.g. GPU
+            # types, that axis is mapped the same way: a worse start, never a wrong answer)
+            mapped = np.full(shape, default, dtype=np.int8)
+            known = old_index >= 0
+            mapped[known] = block[old_index[known]]
+            out[index] = mapped.ravel()
+        elif old_shape == shape:
+            out[index] = block.ravel()
+    return out

@@ -1,0 +1,175 @@
+"""Warm starts: simplex bases carried from one solve to the next (HiGHS, Gurobi)."""
+
+import numpy as np
+import pytest
+
+import allocopt
+from allocopt.backends import get_backend, solve_model
+from allocopt.backends.base import repair_basis
+from allocopt.errors import InvalidOptionError, LicenseError
+from allocopt.formulations.base import base_model
+from allocopt.solution import Basis, BasisStatus
+from allocopt.warm_start import model_key
+
+WARM_BACKENDS = [b for b in ("highs", "gurobi") if get_backend(b).is_installed()]
+GPU_TYPES = ("v100", "p100", "k80")
+
+
+def make_problem(job_ids, seed=0, **overrides):
+    """Jobs with throughputs drawn per job id, so a job keeps its row when others come and go."""
+    rows = np.array([np.random.default_rng([seed, int(j[1:])]).uniform(0.5, 10.0, len(GPU_TYPES)) for j in job_ids])
+    steps = np.array([1e4 * (1 + int(j[1:]) % 7) for j in job_ids])
+    fields = dict(job_ids=list(job_ids), num_steps_remaining=steps, time_since_start=np.full(len(job_ids), 100.0))
+    fields.update(overrides)
+    return allocopt.Problem(rows, allocopt.Cluster(dict(zip(GPU_TYPES, (6, 8, 10)))), **fields)
+
+
+def mmf_model(n_jobs=60, seed=0):
+    problem = make_problem([f"j{i}" for i in range(n_jobs)], seed)
+    base = base_model(problem, name="mmf")
+    base.model.maximize_minimum(base.throughput / problem.proportional_throughputs, name="t")
+    return base.model.compile()
+
+
+def final_solution(allocation):
+    (_, _, solution), = allocation.warm_start.solves.values()
+    return solution
+
+
+def solve_or_skip(*args, **kwargs):
+    try:
+        return allocopt.solve(*args, **kwargs)
+    except LicenseError as err:
+        pytest.skip(f"Gurobi license: {err}")
+
+
+@pytest.mark.parametrize("backend", WARM_BACKENDS)
+def test_optimal_basis_restarts_with_zero_iterations(backend):
+    model = mmf_model()
+    cold = solve_model(model, backend)
+    assert cold.simplex_iterations > 0 and cold.basis is not None
+    warm = solve_model(model, backend, warm_start=cold.basis)
+    assert warm.simplex_iterations == 0
+    assert warm.objective == pytest.approx(cold.objective, rel=1e-9)
+
+
+@pytest.mark.skipif(len(WARM_BACKENDS) < 2, reason="needs both HiGHS and Gurobi")
+def test_basis_carries_across_backends():
+    model = mmf_model()
+    highs = solve_model(model, "highs")
+    try:
+        gurobi = solve_model(model, "gurobi", warm_start=highs.basis)
+    except LicenseError as err:
+        pytest.skip(f"Gurobi license: {err}")
+    assert gurobi.simplex_iterations == 0
+    back = solve_model(model, "highs", warm_start=gurobi.basis)
+    assert back.simplex_iterations == 0
+    assert back.objective == pytest.approx(highs.objective, rel=1e-9)
+
+
+@pytest.mark.parametrize("backend", WARM_BACKENDS)
+@pytest.mark.parametrize("statuses", ["all_basic", "all_lower", "all_upper", "invalid_codes"])
+def test_any_basis_is_repaired_into_a_valid_start(backend, statuses):
+    model = mmf_model(n_jobs=30)
+    fill = {"all_basic": BasisStatus.BASIC, "all_lower": BasisStatus.LOWER,
+            "all_upper": BasisStatus.UPPER, "invalid_codes": 7}[statuses]
+    basis = Basis(np.full(model.num_cols, fill, dtype=np.int8), np.full(model.num_rows, fill, dtype=np.int8))
+    repaired = repair_basis(model, basis)
+    num_basic = (repaired.col_status == BasisStatus.BASIC).sum() + (repaired.row_status == BasisStatus.BASIC).sum()
+    assert num_basic == model.num_rows
+    assert not np.any((repaired.col_status == BasisStatus.UPPER) & np.isinf(model.col_ub))
+    assert not np.any((repaired.row_status == BasisStatus.LOWER) & np.isinf(model.row_lb))
+    try:
+        warm = solve_model(model, backend, warm_start=basis)
+    except LicenseError as err:
+        pytest.skip(f"Gurobi license: {err}")
+    assert warm.objective == pytest.approx(solve_model(model, "highs").objective, rel=1e-9)
+
+
+def test_a_basis_of_the_wrong_size_is_refused():
+    model = mmf_model(n_jobs=10)
+    with pytest.raises(InvalidOptionError, match="column and .* row statuses"):
+        repair_basis(model, Basis(np.zeros(3, np.int8), np.zeros(model.num_rows, np.int8)))
+
+
+CHANGES = {
+    "job_arrives": lambda ids: (ids + ["j40"], {}),
+    "job_leaves": lambda ids: (ids[:7] + ids[8:], {}),
+    "jobs_replaced": lambda ids: (ids[5:] + ["j50", "j51", "j52"], {}),
+    "weights_change": lambda ids: (ids, {"priority_weights": np.r_[2.0, np.ones(len(ids) - 1)]}),
+}
+
+
+@pytest.mark.parametrize("backend", WARM_BACKENDS)
+@pytest.mark.parametrize("policy", ["max_min_fairness", "max_throughput", "min_makespan", "finish_time_fairness"])
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_warm_solve_has_the_cold_optimum(backend, policy, change):
+    ids = [f"j{i}" for i in range(30)]
+    before = solve_or_skip(make_problem(ids), policy, backend=backend)
+    new_ids, overrides = CHANGES[change](ids)
+    after = make_problem(new_ids, **overrides)
+    cold = solve_or_skip(after, policy, backend=backend)
+    warm = solve_or_skip(after, policy, backend=backend, warm_start=before)
+    assert warm.objective == pytest.approx(cold.objective, rel=1e-7)
+    X = warm.matrix
+    assert np.all(X.sum(axis=1) <= 1 + 1e-7)
+    assert np.all((X * after.scale_factors[:, None]).sum(axis=0) <= after.capacity + 1e-6)
+
+
+@pytest.mark.parametrize("backend", WARM_BACKENDS)
+def test_one_arrival_needs_a_fraction_of_the_cold_pivots(backend):
+    ids = [f"j{i}" for i in range(40)]
+    before = solve_or_skip(make_problem(ids), "max_min_fairness", backend=backend)
+    after = make_problem(ids + ["j99"])
+    cold = final_solution(solve_or_skip(after, "max_min_fairness", backend=backend))
+    warm = final_solution(solve_or_skip(after, "max_min_fairness", backend=backend, warm_start=before))
+    assert warm.simplex_iterations <= max(5, cold.simplex_iterations // 10)
+
+
+def test_the_warm_start_maps_blocks_by_job_id():
+    ids = ["j0", "j1", "j2", "j3"]
+    before = allocopt.solve(make_problem(ids), "max_min_fairness")
+    solution = final_solution(before)
+    after = make_problem(["j2", "j9", "j0"])
+    base = base_model(after, name="max_min_fairness")
+    base.model.maximize_minimum(base.throughput, name="normalized_throughput")
+    model = base.model.compile()
+    start = before.warm_start.basis_for(model, after.job_ids)
+    old = solution.basis.col_status[:12].reshape(4, 3)
+    new = start.col_status[:9].reshape(3, 3)
+    assert np.array_equal(new[0], old[2]) and np.array_equal(new[2], old[0])
+    assert np.all(new[1] == BasisStatus.LOWER)  # a new job starts at zero
+    assert model_key(model) in before.warm_start.solves
+
+
+def test_warm_start_must_come_from_the_same_policy():
+    problem = make_problem(["j0", "j1"])
+    other = allocopt.solve(problem, "max_throughput")
+    with pytest.raises(InvalidOptionError, match="policy 'max_min_fairness'"):
+        allocopt.solve(problem, "max_min_fairness", warm_start=other)
+    with pytest.raises(InvalidOptionError, match="warm_start must be an Allocation"):
+        allocopt.solve(problem, "max_min_fairness", warm_start={"X": 1})
+
+
+def test_backends_without_bases_and_water_filling_solve_cold():
+    problem = make_problem([f"j{i}" for i in range(8)])
+    scipy_first = allocopt.solve(problem, "max_min_fairness", backend="scipy")
+    assert scipy_first.warm_start is None
+    warm = allocopt.solve(problem, "max_min_fairness", backend="scipy", warm_start=scipy_first)
+    assert warm.objective == pytest.approx(scipy_first.objective, rel=1e-7)
+    filled = allocopt.solve(problem, "water_filling")
+    assert filled.warm_start is None
+    again = allocopt.solve(problem, "water_filling", warm_start=filled)
+    assert np.allclose(again.matrix, filled.matrix, atol=1e-7)
+
+
+def test_engine_reallocates_from_its_previous_basis():
+    engine = allocopt.Engine({"v100": 4, "k80": 4})
+    for i in range(20):
+        engine.add_job(f"j{i}", {"v100": 2.0 + i % 5, "k80": 1.0 + i % 3})
+    first = engine.allocate()
+    engine.add_job("late", {"v100": 3.0, "k80": 1.5})
+    second = engine.allocate()
+    assert final_solution(second).simplex_iterations < final_solution(first).simplex_iterations
+    problem, _ = engine.problem()
+    assert second.objective == pytest.approx(allocopt.solve(problem, "max_min_fairness").objective, rel=1e-9)
