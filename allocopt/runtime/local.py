@@ -42,7 +42,7 @@ from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.throughput.online import ThroughputEstimator
 
-_POLL_S = 0.01
+POLL_S = 0.01  # seconds between checks of a job's processes and progress
 
 
 @dataclass(frozen=True)
@@ -122,17 +122,19 @@ class _LocalProcess(RankProcess):
         return self.popen.poll()
 
     def signal_group(self, sig: int) -> None:
-        _killpg(self.pid, sig)
+        signal_process_group(self.pid, sig)
 
     def group_alive(self) -> bool:
-        return _group_alive(self.pid)
+        return process_group_alive(self.pid)
 
     def reap(self) -> None:
         self.popen.wait()
 
 
 @dataclass
-class _Rank:
+class Rank:
+    """One rank of a running job: its process and what its progress file said so far."""
+
     proc: RankProcess
     progress: Path
     launched_t: float  # epoch s
@@ -191,7 +193,7 @@ class _Job:
     job_id: Hashable
     gpu_type: str
     gpu_ids: tuple[int, ...]
-    ranks: list[_Rank]
+    ranks: list[Rank]
     seq: int
     round_start_step: int | None = None
     round_start_t: float = 0.0
@@ -214,7 +216,8 @@ def _safe_name(job_id: Hashable) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(job_id)) or "job"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this machine now (for ``MASTER_PORT``)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -242,7 +245,8 @@ def _die_with_parent() -> None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _group_alive(pgid: int) -> bool:
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process of the group is alive (a group of another user counts as alive)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -252,7 +256,8 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _killpg(pgid: int, sig: int) -> None:
+def signal_process_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to the process group; no error when it is gone."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
@@ -439,7 +444,7 @@ class LocalExecutor(Executor):
                 break
             if now >= end and all(j in outcomes or j not in self._running for j in pending):
                 break
-            time.sleep(_POLL_S)
+            time.sleep(POLL_S)
         overrun = [j for j in pending if j not in outcomes and j in self._running]
         if overrun:  # did not pause at its lease end within grace_s: preempt it
             self._stop(overrun)
@@ -508,12 +513,12 @@ class LocalExecutor(Executor):
                                            restarted)
 
     def _start_ranks(self, lease: Lease, spec: JobSpec, env: Mapping[str, str | None],
-                     progress: Sequence[Path]) -> list[_Rank]:
+                     progress: Sequence[Path]) -> list[Rank]:
         """Start the lease's ranks, ``env`` (from :func:`job_environment`) plus each rank's variables;
         what other executors override."""
         devices = [self.devices[g] for g in lease.gpu_ids]
         gpu = not all(d.gpu_type == CPU_TYPE for d in devices)
-        ids, port = [str(d.index) for d in devices], _free_port()
+        ids, port = [str(d.index) for d in devices], free_port()
         ranks, pids = [], []
         for r in range(len(devices)):
             # CUDA numbers devices like NVML and nvidia-smi
@@ -523,7 +528,7 @@ class LocalExecutor(Executor):
             launched = time.time()
             proc = start_process(spec.command, rank_env, spec.cwd, self.log_file(lease.job_id, r))
             self.stats.popen_s.append(time.time() - launched)
-            ranks.append(_Rank(_LocalProcess(proc), progress[r], launched))
+            ranks.append(Rank(_LocalProcess(proc), progress[r], launched))
             pids.append({"pid": proc.pid, "ticks": _start_ticks(proc.pid), "gpu_ids": list(lease.gpu_ids),
                          "launched": launched})
         _write_json_atomic(self.job_dir(lease.job_id) / "pids.json", pids)
@@ -585,7 +590,7 @@ class LocalExecutor(Executor):
                         rank.proc.signal_group(sig)
             limit = time.time() + (wait if wait is not None else 10.0)
             while time.time() < limit and not all(j.exited() for j in live):
-                time.sleep(_POLL_S)
+                time.sleep(POLL_S)
         for job in jobs:
             for rank in job.ranks:
                 rank.read()
@@ -598,7 +603,7 @@ class LocalExecutor(Executor):
             rank.proc.signal_group(signal.SIGKILL)
         limit = time.time() + 10.0
         while any(r.proc.group_alive() for r in job.ranks) and time.time() < limit:
-            time.sleep(_POLL_S)
+            time.sleep(POLL_S)
         for rank in job.ranks:
             if rank.proc.group_alive():
                 raise RuntimeError(f"processes of job {job.job_id!r} (group {rank.proc.pid}) survived SIGKILL")
@@ -645,7 +650,7 @@ class LocalExecutor(Executor):
         return JobRoundResult(job_id, outcome, steps, max(0.0, t_end - t0), sps, restarted, message)
 
     @staticmethod
-    def _throughput(rank: _Rank) -> float | None:
+    def _throughput(rank: Rank) -> float | None:
         """Steady-state steps/s of this round: from the first step (or resume) record to the last record."""
         recs = [(t, s) for t, s, e in rank.records if e in ("step", "resumed", "paused", "exit")]
         first = next(((t, s) for t, s, e in rank.records if e in ("step", "resumed")), None)
@@ -670,12 +675,12 @@ class LocalExecutor(Executor):
                                   (signal.SIGKILL, 10.0)):
                     if sig is not None:
                         for e in live:
-                            _killpg(e["pid"], sig)
+                            signal_process_group(e["pid"], sig)
                     limit = time.time() + wait
-                    while time.time() < limit and any(_group_alive(e["pid"]) for e in live):
-                        time.sleep(_POLL_S)
+                    while time.time() < limit and any(process_group_alive(e["pid"]) for e in live):
+                        time.sleep(POLL_S)
             for e in entries:
-                if _group_alive(e["pid"]) and _start_ticks(e["pid"]) == e["ticks"]:
+                if process_group_alive(e["pid"]) and _start_ticks(e["pid"]) == e["ticks"]:
                     raise RuntimeError(f"left-over job process {e['pid']} survived SIGKILL")
             if entries:
                 self._log_interval(pid_file.parent.name, entries[0]["gpu_ids"], [e["pid"] for e in entries],
@@ -684,5 +689,6 @@ class LocalExecutor(Executor):
             pid_file.unlink()
 
 
-__all__ = ["ExecutorStats", "JobSpec", "LocalExecutor", "RankProcess", "job_environment", "merge_environment",
-           "rank_environment", "start_process"]
+__all__ = ["POLL_S", "ExecutorStats", "JobSpec", "LocalExecutor", "Rank", "RankProcess", "free_port",
+           "job_environment", "merge_environment", "process_group_alive", "rank_environment", "signal_process_group",
+           "start_process"]

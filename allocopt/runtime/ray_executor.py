@@ -33,12 +33,13 @@ import subprocess
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from allocopt.errors import BackendNotInstalledError, InvalidProblemError
 from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import Lease
-from allocopt.runtime.local import (_POLL_S, JobSpec, LocalExecutor, RankProcess, _free_port, _group_alive, _killpg,
-                                    _Rank, merge_environment, rank_environment, start_process)
+from allocopt.runtime.local import (POLL_S, JobSpec, LocalExecutor, Rank, RankProcess, free_port, merge_environment,
+                                    process_group_alive, rank_environment, signal_process_group, start_process)
 
 try:
     import ray
@@ -56,16 +57,19 @@ def accelerator_resource(gpu_type: str) -> str:
     return f"accelerator_type:{gpu_type}"
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+@ray.remote(num_cpus=0, max_restarts=-1)
 class _DeviceActor:
     """Holds one device and runs the rank processes leased on it, one at a time.
 
     Every method is a coroutine, so all run on the actor's event-loop thread:
-    a process is killed when that thread ends (``PR_SET_PDEATHSIG``).
+    a process is killed when that thread ends (``PR_SET_PDEATHSIG``). Ray
+    restarts a dead actor (in its placement group bundle); the new one only
+    signals process groups it started itself.
     """
 
     def __init__(self) -> None:
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, subprocess.Popen] = {}  # running
+        self.started: set[int] = set()  # every process group this actor started
 
     async def node(self) -> tuple[str, str, list[str]]:
         """Node id, node address and the GPU ids Ray assigned to this actor."""
@@ -73,26 +77,28 @@ class _DeviceActor:
                 [str(g) for g in ray.get_gpu_ids()])
 
     async def free_port(self) -> int:
-        return _free_port()
+        return free_port()
 
     async def start(self, command: Sequence[str] | str, env: Sequence[Mapping[str, str | None]], cwd: str | None,
                     log_file: str) -> int:
         proc = start_process(command, merge_environment(os.environ, *env), cwd, Path(log_file))
         self.procs[proc.pid] = proc
+        self.started.add(proc.pid)
         return proc.pid
 
     async def wait_exit(self, pid: int) -> int:
         proc = self.procs[pid]
         while (code := proc.poll()) is None:
-            await asyncio.sleep(_POLL_S)
+            await asyncio.sleep(POLL_S)
         del self.procs[pid]
         return code
 
     async def signal_group(self, pid: int, sig: int) -> None:
-        _killpg(pid, sig)
+        if pid in self.started:
+            signal_process_group(pid, sig)
 
     async def group_alive(self, pid: int) -> bool:
-        return _group_alive(pid)
+        return pid in self.started and process_group_alive(pid)
 
 
 class _RayProcess(RankProcess):
@@ -143,9 +149,10 @@ class RayExecutor(LocalExecutor):
     work_dir : path
         As for :class:`~allocopt.runtime.local.LocalExecutor`; shared by every node.
     address : str, optional
-        Address of a running Ray cluster (``"auto"``, ``"10.0.0.1:6379"``,
-        ``"ray://..."``). Default: the Ray instance this process is already
-        connected to, else a new local instance advertising ``gpus``.
+        Address of a running Ray cluster to connect to (``"auto"``,
+        ``"10.0.0.1:6379"``, ``"ray://..."``), unless this process is connected to
+        Ray already (that instance is used). Default: a new local instance
+        advertising ``gpus``.
     place_timeout_s : float, default 60
         How long to wait for Ray to place the device actors.
     **options
@@ -160,7 +167,7 @@ class RayExecutor(LocalExecutor):
     """
 
     def __init__(self, jobs: Mapping[Hashable, JobSpec], gpus: Mapping[str, int], work_dir: str | os.PathLike, *,
-                 address: str | None = None, place_timeout_s: float = 60.0, **options):
+                 address: str | None = None, place_timeout_s: float = 60.0, **options: Any):
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             if address is None:
@@ -172,7 +179,7 @@ class RayExecutor(LocalExecutor):
         try:
             self._groups, self._actors = [], []
             self._place(gpus, float(place_timeout_s))
-            self._nodes: list[tuple[str, str, list[str]]] = ray.get([a.node.remote() for a in self._actors])
+            ray.get([a.node.remote() for a in self._actors])  # every actor is up: the first leases start at once
         except BaseException:
             self._shutdown()
             raise
@@ -222,10 +229,10 @@ class RayExecutor(LocalExecutor):
             ray.shutdown()
 
     def _start_ranks(self, lease: Lease, spec: JobSpec, env: Mapping[str, str | None],
-                     progress: Sequence[Path]) -> list[_Rank]:
+                     progress: Sequence[Path]) -> list[Rank]:
         gpu = lease.gpu_type != CPU_TYPE
         actors = [self._actors[g] for g in lease.gpu_ids]
-        nodes = [self._nodes[g] for g in lease.gpu_ids]
+        nodes = ray.get([a.node.remote() for a in actors])  # asked each time: a restarted actor may move
         port = ray.get(actors[0].free_port.remote())
         peers: dict[str, list[int]] = {}  # node id -> the job's ranks there
         for r, (node_id, _, _) in enumerate(nodes):
@@ -239,7 +246,7 @@ class RayExecutor(LocalExecutor):
             pid = ray.get(actor.start.remote(spec.command, [env, rank_env], spec.cwd or os.getcwd(),
                                              str(self.log_file(lease.job_id, r))))
             self.stats.popen_s.append(time.time() - launched)
-            ranks.append(_Rank(_RayProcess(actor, pid), progress[r], launched))
+            ranks.append(Rank(_RayProcess(actor, pid), progress[r], launched))
         return ranks
 
 

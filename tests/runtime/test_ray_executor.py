@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -142,6 +143,18 @@ def test_job_ignoring_the_stop_request_is_killed(tmp_path: Path, ex: RayExecutor
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert r.outcome is RoundOutcome.PREEMPTED and ex.held_jobs == ()  # SIGKILL ended it: SIGTERM is ignored
+
+
+def test_job_whose_actor_died_restarts_from_its_checkpoint(tmp_path: Path, ex: RayExecutor) -> None:
+    envs, out = tmp_path / "env", tmp_path / "d.txt"
+    _add(ex, {"d": JobSpec("d", count_steps_command(out, "--env-out", str(envs)), 40)})
+    [first] = ex.run_round(_plan(0, 8.0, _lease("d", (0,), 8.0, max_steps=10)))  # d pauses after 10 steps
+    pid = json.loads(Path(f"{envs}.0").read_text())["pid"]
+    actor_pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # d's parent: the actor
+    os.kill(actor_pid, signal.SIGKILL)  # as when its node is lost: d dies with it, and Ray restarts the actor
+    [second] = ex.run_round(_plan(1, 8.0, _lease("d", (0,), 8.0, extended=True)))
+    assert first.steps == 10 and second.outcome is RoundOutcome.COMPLETED and second.restarted
+    assert steps_written(out) == list(range(40)) and ex.held_jobs == ()
 
 
 def test_missing_resources_are_named(tmp_path: Path, ray_address: str) -> None:
