@@ -6,7 +6,8 @@ __all__ = ["Executor", "JobRoundResult", "Lease", "RoundOutcome", "RoundPlan"]
 
 # Imported on first use, so that training scripts importing the client stay light.
 _LAZY = {"LocalExecutor": "allocopt.runtime.local", "JobSpec": "allocopt.runtime.local",
-         "Scheduler": "allocopt.runtime.loop", "Device": "allocopt.runtime.devices",
+         "RayExecutor": "allocopt.runtime.ray_executor", "Scheduler": "allocopt.runtime.loop",
+         "Device": "allocopt.runtime.devices",
          "discover_devices": "allocopt.runtime.devices"}
 
 

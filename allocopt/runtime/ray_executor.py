@@ -16,8 +16,9 @@ lease runs in the actor of its GPU id, as a process in its own group with the
 local executor's environment: ``CUDA_VISIBLE_DEVICES`` lists the GPUs Ray
 assigned to the job's actors on that node, ``LOCAL_RANK`` counts the job's ranks
 on that node and ``MASTER_ADDR`` is rank 0's node. Actors outlive leases, so a
-restart costs a process start, not a Ray worker start; a rank whose actor died
-(its node was lost) counts as a crash.
+restart costs a process start, not a Ray worker start. A rank whose actor died
+(killed, or its node lost) counts as a crash and is retried like one, on the
+actor Ray restarts in its place.
 
 Nodes advertise the resources when started, e.g.
 ``ray start --head --num-gpus=8 --resources='{"accelerator_type:h100": 8}'``.
