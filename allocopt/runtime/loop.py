@@ -32,6 +32,11 @@ from allocopt.runtime.local import JobSpec, LocalExecutor
 #: Steps/s assumed for a job on a GPU type it may run on, until it gives a hint or is measured there.
 DEFAULT_STEPS_PER_S = 1.0
 
+#: The allocation is solved again (jobs finished, throughputs measured) at most once per this many
+#: rounds, about Gavel's ratio (1920 s for 360-s rounds): in between, the time each job received
+#: orders the priorities, so equal time fractions take turns.
+RECOMPUTE_ROUNDS = 5
+
 
 @dataclass(frozen=True)
 class JobConfig:
@@ -180,8 +185,8 @@ class Scheduler:
     policy : str
         A policy over :class:`allocopt.Problem`.
     round_seconds : float
-        Length of a round; the allocation is solved again at most once per round, when jobs
-        finished or throughputs were measured.
+        Length of a round; the allocation is solved again at most once per
+        :data:`RECOMPUTE_ROUNDS` rounds, when jobs finished or throughputs were measured.
     out : text stream for the status lines and the final report (None: silent).
 
     Raises
@@ -198,7 +203,7 @@ class Scheduler:
         for config in jobs:
             self.jobs.setdefault(config.name, JobState(config))
         self.engine = Engine(cluster, policy, round_seconds=self.round_seconds,
-                             recompute_min_seconds=self.round_seconds)
+                             recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds)
         for name, s in self.jobs.items():
             executor.add_job(name, s.config.spec())
             if s.status == "pending":  # reconcile with checkpoints written after the last journaled round
