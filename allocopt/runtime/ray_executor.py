@@ -44,7 +44,7 @@ from allocopt.runtime.local import (POLL_S, JobSpec, LocalExecutor, Rank, RankPr
 
 try:
     import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError:
     raise BackendNotInstalledError("the Ray executor needs Ray: pip install 'allocopt[ray]'") from None
@@ -177,8 +177,9 @@ class RayExecutor(LocalExecutor):
                          log_to_driver=False)
             else:
                 ray.init(address=address, log_to_driver=False)
+        self._groups: list[PlacementGroup] = []
+        self._actors: list[ray.actor.ActorHandle] = []
         try:
-            self._groups, self._actors = [], []
             self._place(gpus, float(place_timeout_s))
             ray.get([a.node.remote() for a in self._actors])  # every actor is up: the first leases start at once
         except BaseException:
