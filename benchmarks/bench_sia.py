@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         problem = problems[name]
         runs: dict[str, Measurement] = {"allocopt[highs]": time_allocopt(problem, "sia", repeat=args.repeat)}
         if not args.no_cvxpy:
-            runs["cvxpy-sia[HIGHS]"] = baselines.sia(problem, {}, None, repeat=args.repeat)
+            runs["cvxpy-sia[HIGHS]"] = baselines.sia(problem, {}, None, args.repeat)
             runs["allocopt[cvxpy:HIGHS]"] = time_allocopt(problem, "sia", backend="cvxpy", repeat=args.repeat,
                                                           solver_options={"solver": "HIGHS"})
             if args.cvxpy_defaults:

@@ -4,9 +4,10 @@ cvxpy with HiGHS (finish-time fairness is a cone program: CLARABEL).
 
 Every function takes the same :class:`~allocopt.Problem` (or
 :class:`~allocopt.GoodputProblem`) allocopt solves, the policy options of the
-instance and a time limit in seconds, and returns a
+instance, a time limit in seconds and a number of runs, and returns a
 :class:`~allocopt.bench.timing.Measurement` whose ``objective`` is in the
-policy's own units, so it can be compared with ``Allocation.objective``.
+policy's own units, so it can be compared with ``Allocation.objective``, and
+times that are medians over the runs.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def _gavel_base(cp: Any, problem: Problem, x: Any) -> list[Any]:
     return constraints
 
 
-def max_min_fairness(problem: Problem, options: dict[str, Any], time_limit_s: float | None) -> Measurement:
+def max_min_fairness(problem: Problem, options: dict[str, Any], time_limit_s: float | None,
+                     repeat: int = 1) -> Measurement:
     """Gavel's ``max_min_fairness_perf``: ``max min_i sum_j coef_ij x_ij``, ``coef = s_i T_ij / (w_i p_i)``."""
     import cvxpy as cp
 
@@ -47,10 +49,11 @@ def max_min_fairness(problem: Problem, options: dict[str, Any], time_limit_s: fl
         objective = cp.Maximize(cp.min(cp.sum(cp.multiply(coef, x), axis=1)))
         return cp.Problem(objective, _gavel_base(cp, problem, x)), x
 
-    return time_cvxpy(build, time_limit_s=time_limit_s)
+    return time_cvxpy(build, time_limit_s=time_limit_s, repeat=repeat)
 
 
-def max_throughput(problem: Problem, options: dict[str, Any], time_limit_s: float | None) -> Measurement:
+def max_throughput(problem: Problem, options: dict[str, Any], time_limit_s: float | None,
+                   repeat: int = 1) -> Measurement:
     """Gavel's ``max_sum_throughput_perf``: ``max sum_ij T_ij x_ij``."""
     import cvxpy as cp
 
@@ -59,10 +62,11 @@ def max_throughput(problem: Problem, options: dict[str, Any], time_limit_s: floa
         objective = cp.Maximize(cp.sum(cp.multiply(problem.throughputs, x)))
         return cp.Problem(objective, _gavel_base(cp, problem, x)), x
 
-    return time_cvxpy(build, time_limit_s=time_limit_s)
+    return time_cvxpy(build, time_limit_s=time_limit_s, repeat=repeat)
 
 
-def min_makespan(problem: Problem, options: dict[str, Any], time_limit_s: float | None) -> Measurement:
+def min_makespan(problem: Problem, options: dict[str, Any], time_limit_s: float | None,
+                 repeat: int = 1) -> Measurement:
     """Minimum makespan as one LP, ``max theta`` s.t. ``sum_j T_ij x_ij >= (r_i / M_0) theta``; makespan
     ``M_0 / theta``. ``M_0``, the isolated share's makespan, keeps the rows in steps/s as Gavel's bisection
     over ``M`` does (unscaled, ``theta = 1 / M`` is about 1e-6 and below HiGHS's absolute tolerances)."""
@@ -78,10 +82,12 @@ def min_makespan(problem: Problem, options: dict[str, Any], time_limit_s: float 
         constraints = _gavel_base(cp, problem, x) + [e[active] >= steps[active] / isolated_makespan * theta]
         return cp.Problem(cp.Maximize(theta), constraints), x
 
-    return time_cvxpy(build, time_limit_s=time_limit_s, objective=lambda theta: isolated_makespan / float(theta))
+    return time_cvxpy(build, time_limit_s=time_limit_s, objective=lambda theta: isolated_makespan / float(theta),
+                      repeat=repeat)
 
 
-def finish_time_fairness(problem: Problem, options: dict[str, Any], time_limit_s: float | None) -> Measurement:
+def finish_time_fairness(problem: Problem, options: dict[str, Any], time_limit_s: float | None,
+                         repeat: int = 1) -> Measurement:
     """Gavel's ``finish_time_fairness_perf``: ``min max_i (t_i + r_i / e_i) / D_i`` with ``inv_pos``, a
     second-order-cone program (Gavel: ECOS; here CLARABEL, cvxpy's default conic solver)."""
     import cvxpy as cp
@@ -98,11 +104,11 @@ def finish_time_fairness(problem: Problem, options: dict[str, Any], time_limit_s
         rho = cp.multiply(1.0 / isolated_finish[active], started[active] + cp.multiply(steps[active], cp.inv_pos(e)))
         return cp.Problem(cp.Minimize(cp.max(rho)), _gavel_base(cp, problem, x)), x
 
-    return time_cvxpy(build, solver="CLARABEL", time_limit_s=time_limit_s)
+    return time_cvxpy(build, solver="CLARABEL", time_limit_s=time_limit_s, repeat=repeat)
 
 
 def max_min_fairness_space_sharing(problem: Problem, options: dict[str, Any],
-                                   time_limit_s: float | None) -> Measurement:
+                                   time_limit_s: float | None, repeat: int = 1) -> Measurement:
     """Gavel's ``MaxMinFairnessPolicyWithPacking``: a variable over every combination (each job alone,
     then each pair) and GPU type, one objective term per job over the combinations that contain it
     (Gavel's per-job loop), normalized by ``s_i / (w_i p_i)`` as allocopt does."""
@@ -131,15 +137,14 @@ def max_min_fairness_space_sharing(problem: Problem, options: dict[str, Any],
             constraints.append(x[rows, cols] == 0)
         return cp.Problem(cp.Maximize(cp.minimum(*terms)), constraints), x
 
-    return time_cvxpy(build, time_limit_s=time_limit_s)
+    return time_cvxpy(build, time_limit_s=time_limit_s, repeat=repeat)
 
 
-def sia(problem: GoodputProblem, options: dict[str, Any], time_limit_s: float | None,
-        *, highs_defaults: bool = False, repeat: int = 1) -> Measurement:
+def sia(problem: GoodputProblem, options: dict[str, Any], time_limit_s: float | None, repeat: int = 1,
+        *, highs_defaults: bool = False) -> Measurement:
     """Sia's configuration MILP (one binary per useful job x configuration, the same entries and
     coefficients as :mod:`allocopt.formulations.sia`) as a cvxpy expression tree, solved by HiGHS with
-    the options allocopt's sia passes (presolve off), or HiGHS's defaults with ``highs_defaults``; times are
-    medians of ``repeat`` runs."""
+    the options allocopt's sia passes (presolve off), or HiGHS's defaults with ``highs_defaults``."""
     import cvxpy as cp
     import scipy.sparse as sp
 
@@ -277,13 +282,22 @@ class GavelWaterFilling:
                            runs=[seconds], values=(X, iterations, lps, milps))
 
 
-def water_filling(problem: Problem, options: dict[str, Any], time_limit_s: float | None) -> Measurement:
-    """Gavel's LP + MILP water-filling (:class:`GavelWaterFilling`) with HiGHS."""
-    return GavelWaterFilling(problem, dict(options.get("entity_policies") or {})).run(time_limit_s)
+def water_filling(problem: Problem, options: dict[str, Any], time_limit_s: float | None,
+                  repeat: int = 1) -> Measurement:
+    """Gavel's LP + MILP water-filling (:class:`GavelWaterFilling`) with HiGHS; the median of ``repeat`` runs."""
+    algorithm = GavelWaterFilling(problem, dict(options.get("entity_policies") or {}))
+    runs = [algorithm.run(time_limit_s)]
+    while runs[-1].ok and len(runs) < repeat:
+        runs.append(algorithm.run(time_limit_s))
+    if not runs[-1].ok:
+        return runs[-1]
+    median = sorted(runs, key=lambda m: m.total_s)[len(runs) // 2]
+    median.runs = [m.total_s for m in runs]
+    return median
 
 
 #: The baseline of each benchmarked policy, by the suite's policy name.
-BASELINES: dict[str, Callable[[Any, dict[str, Any], float | None], Measurement]] = {
+BASELINES: dict[str, Callable[[Any, dict[str, Any], float | None, int], Measurement]] = {
     "max_min_fairness": max_min_fairness, "max_throughput": max_throughput, "min_makespan": min_makespan,
     "finish_time_fairness": finish_time_fairness, "water_filling": water_filling,
     "mmf_space_sharing": max_min_fairness_space_sharing, "sia": sia}

@@ -74,7 +74,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baseline", action="store_true", help="do not run the cvxpy baselines")
     p.add_argument("--baseline-time-limit", type=float, default=60.0, metavar="S",
                    help="seconds a baseline may take: one predicted from smaller sizes to take longer is "
-                        "estimated (extrapolated) instead of run, and a run is stopped there (default: 60)")
+                        "estimated (extrapolated) instead of run, and a run's solver is stopped there "
+                        "(default: 60)")
     p.add_argument("--max-seconds", type=float, default=120.0, metavar="S",
                    help="allocopt runs predicted from smaller sizes to take longer are skipped (default: 120)")
     p.add_argument("--quick", action="store_true",

@@ -68,15 +68,15 @@ def _estimate_note(predicted: tuple[float, bool], history: History) -> str:
     return f"{bound}{predicted[0]:.3g} s, extrapolated from {n1} jobs"
 
 
-def run_baseline(spec: BenchPolicy, instance: Any, n_jobs: int, history: History,
-                 limit_s: float) -> Measurement:
+def run_baseline(spec: BenchPolicy, instance: Any, n_jobs: int, history: History, limit_s: float,
+                 repeat: int = 1) -> Measurement:
     """The cell's cvxpy baseline, or an estimate when the smaller sizes predict more than ``limit_s``."""
     predicted = history.predict(n_jobs)
     if predicted is not None and predicted[0] > limit_s:
         return Measurement(status=f"estimated: {_estimate_note(predicted, history)} (over --baseline-time-limit "
                                   f"{limit_s:g} s, not run)", total_s=predicted[0])
     try:
-        m = BASELINES[spec.name](instance.problem, dict(instance.options), limit_s)
+        m = BASELINES[spec.name](instance.problem, dict(instance.options), limit_s, repeat)
     except ImportError as err:
         return Measurement(status=f"skipped: {short(err)} (pip install 'allocopt[cvxpy]')")
     if m.ok or m.status.startswith("timeout"):
@@ -115,9 +115,9 @@ def plan(config: Config) -> tuple[list[tuple[BenchPolicy, str, int, int]], list[
             if kind not in spec.instances:
                 continue
             for k in config.types:
-                if not spec.supports(kind, k):
-                    notes.append(f"{name} on {kind} instances runs on at most {spec.max_types} GPU types: "
-                                 f"{k} types left out")
+                why = spec.unsupported(kind, k)
+                if why is not None:
+                    notes.append(why)
                     continue
                 for n in sorted(config.sizes):
                     if spec.max_jobs is not None and n > spec.max_jobs:
@@ -144,7 +144,7 @@ def run_grid(config: Config, cells: list[tuple[BenchPolicy, str, int, int]]) -> 
             if config.baseline:
                 progress.step(f"{spec.name} {kind} {n}x{k} cvxpy")
                 base = run_baseline(spec, instance, n, histories.setdefault((spec.name, kind, k), History()),
-                                    config.baseline_time_limit_s)
+                                    config.baseline_time_limit_s, config.repeat)
                 progress.advance()
             for backend in config.backends:
                 for technique in techniques_for(spec.name, _names(config)):
@@ -203,7 +203,7 @@ def run_target(target: Target, config: Config) -> dict[str, Any]:
             continue
         smaller = instance if size == target.n_jobs else spec.instance(target.kind, size, target.n_gpu_types,
                                                                        config.seed)
-        base = run_baseline(spec, smaller, size, history, config.baseline_time_limit_s)
+        base = run_baseline(spec, smaller, size, history, config.baseline_time_limit_s, config.repeat)
         if not base.ok:
             break
     if base is not None and not base.ok and not base.status.startswith("skipped"):

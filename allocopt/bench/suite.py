@@ -36,11 +36,19 @@ class BenchPolicy:
     instances: tuple[str, ...]
     baseline: str
     options: Mapping[str, Any] = field(default_factory=dict)
-    max_types: int | None = None  # None: any number of GPU types
+    gpu_types: tuple[int, ...] | None = None  # the numbers of GPU types it runs on; None: any
     max_jobs: int | None = None  # None: any size
 
-    def supports(self, kind: str, n_gpu_types: int) -> bool:
-        return kind in self.instances and (self.max_types is None or n_gpu_types <= self.max_types)
+    def unsupported(self, kind: str, n_gpu_types: int) -> str | None:
+        """Why this policy does not run on ``kind`` instances with ``n_gpu_types`` types, or None."""
+        if kind not in self.instances:
+            return f"{self.name} runs on {' and '.join(self.instances)} instances, not {kind}"
+        if self.gpu_types is not None and n_gpu_types not in self.gpu_types:
+            return f"{self.name} runs on {' or '.join(map(str, self.gpu_types))} GPU types, not {n_gpu_types}"
+        if kind == "table" and n_gpu_types > len(instances.GAVEL_GPU_TYPES):
+            return (f"{self.name} on table instances runs on at most {len(instances.GAVEL_GPU_TYPES)} GPU types "
+                    f"(Gavel's table measures {', '.join(instances.GAVEL_GPU_TYPES)}), not {n_gpu_types}")
+        return None
 
     def instance(self, kind: str, n_jobs: int, n_gpu_types: int, seed: int) -> Instance:
         """The seeded instance of this policy for ``kind`` at ``n_jobs`` x ``n_gpu_types``."""
@@ -87,8 +95,9 @@ POLICIES: Mapping[str, BenchPolicy] = MappingProxyType({p.name: p for p in (
     BenchPolicy("min_makespan", "min_makespan", ("random",), "one LP: max theta, e_i >= r_i theta"),
     BenchPolicy("water_filling", "water_filling", ("random",), "Gavel WaterFillingAlgorithm (LP + MILP)"),
     BenchPolicy("mmf_space_sharing", "max_min_fairness", ("table",), "Gavel MaxMinFairnessPolicyWithPacking",
-                options={"space_sharing": True}, max_types=3, max_jobs=2048),
-    BenchPolicy("sia", "sia", ("random",), "Sia's MILP (presolve off, as allocopt)", max_types=3),
+                options={"space_sharing": True}, max_jobs=2048),
+    BenchPolicy("sia", "sia", ("random",), "Sia's MILP (presolve off, as allocopt)",
+                gpu_types=(3,)),
     BenchPolicy("finish_time_fairness", "finish_time_fairness", ("random",),
                 "Gavel finish_time_fairness_perf (SOCP, CLARABEL)"),
 )})

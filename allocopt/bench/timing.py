@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,7 +123,9 @@ def time_cvxpy(build: Callable[[], tuple[Any, Any]], *, solver: str = "HIGHS",
         except cp.error.SolverError as err:
             return Measurement(status=f"error: {short(err)}")
         t2 = time.perf_counter()
-        prob.unpack_results(raw, chain, inverse_data)
+        with warnings.catch_warnings():  # "Solution may be inaccurate": the status below says so
+            warnings.simplefilter("ignore", UserWarning)
+            prob.unpack_results(raw, chain, inverse_data)
         t3 = time.perf_counter()
         if prob.status != cp.OPTIMAL:
             over = time_limit_s is not None and t2 - t1 >= 0.95 * time_limit_s
