@@ -77,7 +77,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "estimated (extrapolated) instead of run, and a run's solver is stopped there "
                         "(default: 60)")
     p.add_argument("--max-seconds", type=float, default=120.0, metavar="S",
-                   help="allocopt runs predicted from smaller sizes to take longer are skipped (default: 120)")
+                   help="allocopt runs predicted from smaller sizes to take longer are skipped, and it is the "
+                        "solver's time limit per solve (default: 120)")
     p.add_argument("--quick", action="store_true",
                    help="CI smoke run: sizes 32,128, 3 types, highs (about a minute on 2 cores)")
     p.add_argument("--targets", action="store_true",
@@ -150,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
     cells, notes = plan(config)
     if not cells and not args.targets:
         raise InvalidOptionError("nothing to run: " + ("; ".join(notes) or "no policy runs on the chosen "
-                                 "--instances") + "; change --policies, --instances, --types or --sizes")
+                                 "--instances") + "; change --policies, --techniques, --instances, --types or --sizes")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     info = machine_info()

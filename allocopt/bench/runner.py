@@ -24,8 +24,8 @@ ROW_FIELDS = ("policy", "instance", "n_jobs", "n_gpu_types", "backend", "techniq
 @dataclass
 class Config:
     """What to run. Seconds: ``max_seconds`` is the allocopt budget per run (a run predicted from the
-    smaller sizes to take longer is skipped), ``baseline_time_limit_s`` the baseline's (predicted longer:
-    estimated instead of run; a run is also stopped there)."""
+    smaller sizes to take longer is skipped; the solver's time limit per solve), ``baseline_time_limit_s``
+    the baseline's (predicted longer: estimated instead of run; the solver's time limit)."""
 
     policies: Sequence[str]
     sizes: Sequence[int]
@@ -111,6 +111,9 @@ def plan(config: Config) -> tuple[list[tuple[BenchPolicy, str, int, int]], list[
     cells, notes = [], []
     for name in config.policies:
         spec = POLICIES[name]
+        if not techniques_for(name, _names(config)):
+            notes.append(f"{name}: none of --techniques {','.join(config.techniques or ())} applies")
+            continue
         for kind in config.instances:
             if kind not in spec.instances:
                 continue
@@ -148,7 +151,7 @@ def run_grid(config: Config, cells: list[tuple[BenchPolicy, str, int, int]]) -> 
                 progress.advance()
             for backend in config.backends:
                 for technique in techniques_for(spec.name, _names(config)):
-                    progress.step(f"{spec.name} {kind} {n}x{k} {backend} {technique}")
+                    progress.step(f"{spec.name} {kind} {n}x{k} {backend} {technique.name}")
                     history = histories.setdefault((spec.name, kind, k, backend, technique.name), History())
                     predicted = history.predict(n)
                     if predicted is not None and predicted[0] > config.max_seconds:
@@ -157,7 +160,8 @@ def run_grid(config: Config, cells: list[tuple[BenchPolicy, str, int, int]]) -> 
                     else:
                         m = time_allocopt(instance.problem, spec.policy, backend=backend, repeat=config.repeat,
                                           options={**spec.options, **instance.options, **technique.options},
-                                          solver_options=dict(BACKEND_SOLVER_OPTIONS.get(backend, {})))
+                                          solver_options=dict(BACKEND_SOLVER_OPTIONS.get(backend, {})),
+                                          time_limit_s=config.max_seconds)
                         if m.ok:
                             history.points.append((n, m.total_s, False))
                     row = _row(spec, kind, n, k, backend, technique.name, m, instance_s)
