@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -54,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from allocopt import Cluster
+from allocopt.bench.machine import format_machine, machine_info
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.throughput import GoodputModel, goodput_matrix, load_profiles
 from allocopt.throughput.profiles import ApplicationProfile, shipped_profiles_dir
@@ -166,9 +166,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     args = parser.parse_args()
-    machine = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-               "load_average": os.getloadavg(), "numpy": np.__version__}
-    print(f"machine: {machine['platform']}, {machine['cpus']} CPUs, load average {machine['load_average']}")
+    machine = machine_info()
+    print(format_machine(machine))
     profiles = load_profiles(shipped_profiles_dir())
     print(f"\nGoodput matrix: {args.jobs} jobs x {len(sia_configurations(CLUSTER))} configurations "
           f"({', '.join(f'{t}={c}' for t, c in zip(CLUSTER.gpu_types, CLUSTER.capacity))}), best of {args.repeat}")

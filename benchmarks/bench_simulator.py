@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 
 import numpy as np
 
 import allocopt
+from allocopt.bench.machine import format_machine, machine_info
 from allocopt.mechanism import (GpuLayout, MechanismOptions, PriorityMechanism, generate_workload, place,
                                 shipped_trace, simulate)
 from allocopt.throughput import ThroughputTable
@@ -116,8 +115,8 @@ def main() -> None:
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
-    report: dict = {"machine": {"platform": platform.platform(), "python": platform.python_version(),
-                                "cpus": os.cpu_count()}}
+    report: dict = {"machine": machine_info()}
+    print(format_machine(report["machine"]))
     if "mechanism" in parts:
         report["mechanism"] = r = bench_mechanism(args.active_jobs, args.mechanism_gpus, args.repeat, args.seed)
         print(f"mechanism: {r['active_jobs']} active jobs, {r['gpus']} GPUs, {r['scheduled_jobs_per_round']:.0f} "
