@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -77,12 +77,16 @@ class ModelSolver:
         self.num_solves = 0
         self.backend_used: str | None = None
 
-    def solve_raw(self, model: Model, *, defaults: Mapping[str, Mapping[str, Any]] | None = None) -> Solution:
+    def solve_raw(self, model: Model, *, defaults: Mapping[str, Mapping[str, Any]] | None = None,
+                  start_from: tuple[WarmStart, Sequence[Hashable]] | None = None) -> Solution:
         """Solve and return the Solution whatever its status; ``defaults`` are
-        per-backend solver options the caller's ``solver_options`` override."""
+        per-backend solver options the caller's ``solver_options`` override;
+        ``start_from`` (a warm start and the ids of the model's leading axis)
+        replaces the solver's own warm start for this solve."""
         t0 = time.perf_counter()
         compiled = model.compile()
-        start = self.warm_start.basis_for(compiled, self.job_ids) if self.warm_start is not None else None
+        warm, ids = start_from or (self.warm_start, self.job_ids)
+        start = warm.basis_for(compiled, ids) if warm is not None else None
         self.model_build_s += time.perf_counter() - t0
         solution = self.record(solve_model(compiled, self.backend, self.options, defaults, warm_start=start))
         if solution.basis_reader is not None:
@@ -103,10 +107,11 @@ class ModelSolver:
         return solution
 
     def solve(self, model: Model, what: str = "the model", *,
-              defaults: Mapping[str, Mapping[str, Any]] | None = None) -> Solution:
+              defaults: Mapping[str, Mapping[str, Any]] | None = None,
+              start_from: tuple[WarmStart, Sequence[Hashable]] | None = None) -> Solution:
         """Solve; raise a typed error unless the result is optimal, or
         ``best_effort`` was asked for and the solver returned a point."""
-        return self.check(self.solve_raw(model, defaults=defaults), what)
+        return self.check(self.solve_raw(model, defaults=defaults, start_from=start_from), what)
 
     def check(self, solution: Solution, what: str = "the model") -> Solution:
         """Return ``solution`` if usable (see :meth:`solve`), else raise its typed error."""

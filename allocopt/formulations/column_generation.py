@@ -45,6 +45,7 @@ from allocopt.errors import InvalidOptionError, NotOptimalError
 from allocopt.formulations.base import ModelSolver, PolicyResult, base_model
 from allocopt.problem import PairThroughputs, Problem
 from allocopt.solution import Status
+from allocopt.warm_start import WarmStart
 
 
 def _pair_coefficients(problem: Problem, heterogeneity_aware: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -122,14 +123,18 @@ def max_min_fairness_column_generation(problem: Problem, solver: ModelSolver, *,
     weight = problem.scale_factors / problem.priority_weights
     if heterogeneity_aware:
         weight = weight / problem.proportional_throughputs
-    added, converged = 0, False
+    added, converged, start_from = 0, False, None
     for iteration in range(1, max_iterations + 1):
         chosen = np.flatnonzero(in_lp)
         base = base_model(_restricted(problem, chosen), name="max_min_fairness_column_generation",
                           space_sharing=True)
         normalized = (base.throughput if heterogeneity_aware else base.time) * weight
         base.model.maximize_minimum(normalized, name="normalized_throughput")
-        solution = solver.solve(base.model, "max_min_fairness (column generation)")
+        solution = solver.solve(base.model, "max_min_fairness (column generation)",
+                                start_from=(start_from, chosen.tolist()) if start_from else None)
+        # the next LP starts from this basis, its pair columns matched by pair index (new ones at zero)
+        start_from = solver.warm_start_out()
+        start_from = start_from and WarmStart(tuple(chosen.tolist()), start_from.solves)
         if not solution.success:  # best_effort accepted a non-optimal restricted LP: no duals to price with
             break
         if not {"time", "capacity", "normalized_throughput"} <= solution.duals.keys():
