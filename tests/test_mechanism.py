@@ -85,12 +85,34 @@ def test_select_skips_jobs_too_large_for_what_is_left():
 
 
 def test_jobs_without_allocation_fill_idle_gpus():
-    mech = PriorityMechanism(np.ones((5, 2)), np.ones(5, dtype=int), np.array([2, 2]), ["a", "b"])
+    mech = PriorityMechanism(np.ones((5, 2)), np.ones(5, dtype=int), np.array([2, 2]), ["a", "b"],
+                             MechanismOptions(run_unallocated=True))
     mech.add_jobs(np.arange(5))
     mech.reset(0.0, np.arange(2), np.array([[1.0, 0.0], [0.0, 1.0]]))
     chosen = mech.select(np.arange(5))
     assert (chosen[:2] >= 0).all()  # allocated jobs first
     assert (chosen >= 0).sum() == 4  # and two newcomers (priority 0) fill the idle GPUs
+
+
+def test_jobs_without_allocation_hold_their_gpus_idle_as_in_gavel():
+    # Type a (visited first): job 0 (priority > 0), then the priority-0 entries in job order: job 1
+    # (allocated on b only) takes a's second GPU. Type b: newcomers 2 and 3 take its GPUs in the
+    # walk but have no allocation yet: they do not run, and b stays idle this round.
+    mech = PriorityMechanism(np.ones((5, 2)), np.ones(5, dtype=int), np.array([2, 2]), ["a", "b"])
+    mech.add_jobs(np.arange(5))
+    mech.reset(0.0, np.arange(2), np.array([[1.0, 0.0], [0.0, 1.0]]))
+    np.testing.assert_array_equal(mech.select(np.arange(5)), [0, 0, -1, -1, -1])
+    mech.reset(10.0, np.arange(5), np.full((5, 2), 0.4))  # a recompute gives every job an allocation
+    assert (mech.select(np.arange(5)) >= 0).sum() == 4
+
+
+def test_recompute_throttle_starts_after_time_zero():
+    mech = PriorityMechanism(np.ones((2, 1)), np.ones(2, dtype=int), np.array([1]), ["a"])
+    assert mech.recompute_due(0.0)
+    mech.reset(0.0, np.arange(2), np.full((2, 1), 0.5))
+    assert mech.recompute_due(5.0)  # Gavel: a recompute at time 0 does not start the 1,920 s throttle
+    mech.reset(5.0, np.arange(2), np.full((2, 1), 0.5))
+    assert not mech.recompute_due(1924.0) and mech.recompute_due(1925.0)
 
 
 def test_random_type_order_is_seeded():

@@ -6,9 +6,11 @@ fraction over the share of that type's time it has received since the last
 reset. GPU types are visited one at a time; each type's (job, type) entries
 are walked in descending ``(priority, deficit, X)`` and a job gets its
 ``scale_factor`` GPUs of the type while enough are free. A job runs on at most
-one type per round. Entries of priority 0 (no allocation on the type, e.g. a
-job that arrived after the last recompute) come last and fill otherwise idle
-GPUs, so the mechanism is work-conserving.
+one type per round. Entries of priority 0 (no allocation on the type) come
+last and fill otherwise idle GPUs, so the mechanism is work-conserving. As in
+Gavel, a job that arrived after the last recompute (no allocation at all yet)
+takes its place in the walk at priority 0 but does not run until the next
+recompute (``run_unallocated=False``).
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ class MechanismOptions:
         Seed of the random type order.
     work_conserving : bool, default True
         Let entries of priority 0 (no allocation on the type) fill GPUs left
-        idle, as Gavel does; False runs only allocated entries.
+        idle, as Gavel does; False runs only allocated entries (Gavel's FIFO
+        policies).
+    run_unallocated : bool, default False
+        Whether a job that arrived after the last recompute runs before it has
+        an allocation. Gavel's (False): such a job is walked at priority 0 and
+        takes its GPUs in the greedy fill, but is not placed, so they stay idle
+        for the round; True lets it run there.
     """
 
     round_seconds: float = 360.0
@@ -54,6 +62,7 @@ class MechanismOptions:
     type_order: str | Sequence[str] = "fastest_first"
     seed: int = 0
     work_conserving: bool = True
+    run_unallocated: bool = False
 
     def __post_init__(self) -> None:
         if not self.round_seconds > 0:
@@ -182,6 +191,8 @@ class PriorityMechanism:
         Seconds received since the last reset (starting at ``initial_received_rounds`` rounds).
     deficit_s : ndarray of shape (n_jobs, n_gpu_types)
         ``X * elapsed - received``, accumulated over past resets, in seconds.
+    allocated : ndarray of bool of shape (n_jobs,)
+        Whether each job was active at the last recompute (has an allocation).
     last_reset_s : float or None
         Time of the last recompute.
     """
@@ -196,6 +207,7 @@ class PriorityMechanism:
         self.allocation = np.zeros((n, k))
         self.received_s = np.zeros((n, k))
         self.deficit_s = np.zeros((n, k))
+        self.allocated = np.zeros(n, dtype=bool)
         self.last_reset_s: float | None = None
         self._rng = np.random.default_rng(options.seed)
         if isinstance(options.type_order, str):
@@ -217,16 +229,23 @@ class PriorityMechanism:
         self.received_s[jobs] = self.initial_received_s
         self.allocation[jobs] = 0.0
         self.deficit_s[jobs] = 0.0
+        self.allocated[jobs] = False
 
     def remove_jobs(self, jobs: np.ndarray) -> None:
         """Forget finished ``jobs`` (row indices)."""
         self.received_s[jobs] = 0.0
         self.allocation[jobs] = 0.0
         self.deficit_s[jobs] = 0.0
+        self.allocated[jobs] = False
 
     def recompute_due(self, now_s: float) -> bool:
-        """Whether a recompute may happen now (``recompute_min_seconds`` since the last one)."""
-        return self.last_reset_s is None or now_s - self.last_reset_s >= self.options.recompute_min_seconds
+        """Whether a recompute may happen now: ``recompute_min_seconds`` since the last one.
+
+        As in Gavel, whose throttle tests ``last_reset_time == 0``, recomputes at
+        time 0 do not start the throttle: the first one at a later time does.
+        """
+        return (not self.last_reset_s  # None, or only recomputed at time 0
+                or now_s - self.last_reset_s >= self.options.recompute_min_seconds)
 
     def reset(self, now_s: float, active: np.ndarray, allocation: np.ndarray) -> None:
         """Install a new allocation for ``active`` rows; carry the deficit over and restart the counters.
@@ -243,6 +262,7 @@ class PriorityMechanism:
             self.deficit_s[active] += self.allocation[active] * elapsed - got
         self.allocation[active] = allocation
         self.received_s[active] = self.initial_received_s
+        self.allocated[active] = True
         self.last_reset_s = now_s
 
     def type_order(self) -> np.ndarray:
@@ -255,8 +275,11 @@ class PriorityMechanism:
         """The type each of ``active`` (row indices) runs on this round (-1: none), shape (m,)."""
         X, T = self.allocation[active], self.throughputs[active]
         prio = priorities(X, self.received_s[active], T)
-        return select_jobs(prio, self.deficit_s[active], X, T, self.scale_factors[active], self.capacity,
-                           self.type_order(), work_conserving=self.options.work_conserving)
+        chosen = select_jobs(prio, self.deficit_s[active], X, T, self.scale_factors[active], self.capacity,
+                             self.type_order(), work_conserving=self.options.work_conserving)
+        if not self.options.run_unallocated:
+            chosen[~self.allocated[active]] = -1
+        return chosen
 
     def record(self, jobs: np.ndarray, gpu_types: np.ndarray, seconds: np.ndarray) -> None:
         """Add ``seconds`` of run time of ``jobs`` on ``gpu_types`` (column indices) to the counters."""

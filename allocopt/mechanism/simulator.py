@@ -158,6 +158,7 @@ class PriorityPlanner:
         self._known = np.zeros(state.workload.num_jobs, dtype=bool)
         self._previous: dict[Hashable, tuple[int, ...]] = {}
         self._allocation: Allocation | None = None  # the last one: the next solve starts from its basis
+        self._idle = False  # the last plan ran nothing
 
     def plan(self, state: SimulationState, now_s: float, round_index: int) -> RoundPlan:
         known_now = state.active
@@ -167,7 +168,9 @@ class PriorityPlanner:
         self.mechanism.remove_jobs(left)
         self._known = known_now.copy()
         rows = state.active_rows()
-        if state.changed and rows.size and self.mechanism.recompute_due(now_s):
+        # Gavel lifts the recompute throttle when nothing ran and no job is left to arrive
+        stalled = self._idle and not (~state.active & (state.remaining_steps > 0)).any()
+        if state.changed and rows.size and (stalled or self.mechanism.recompute_due(now_s)):
             started = time.perf_counter()
             allocation = solve(state.problem(rows, now_s, self.policy), self.policy, backend=self.backend,
                                warm_start=self._allocation, **self.policy_options)
@@ -186,6 +189,7 @@ class PriorityPlanner:
         running = set(jobs.tolist())
         stop = tuple(job for job in self._previous if job not in running)
         self._previous = {lease.job_id: lease.gpu_ids for lease in leases}
+        self._idle = not leases
         return RoundPlan(round_index, now_s, self.options.round_seconds, leases, stop)
 
     def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
@@ -273,7 +277,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
              policy: str = "max_min_fairness_perf", *, throughputs: ThroughputTable | None = None,
              round_seconds: float = 360.0, recompute_min_seconds: float = 1920.0,
              initial_received_rounds: float = 0.5, type_order: str | Sequence[str] | None = None,
-             seed: int = 0, mode: str = "mechanism", restart_overhead_s: float = 0.0,
+             run_unallocated: bool = False, seed: int = 0, mode: str = "mechanism", restart_overhead_s: float = 0.0,
              window: tuple[int, int] | None = None, backend: str = "highs",
              policy_options: Mapping[str, Any] | None = None, executor: Executor | None = None,
              planner: RoundPlanner | None = None, progress: bool = False,
@@ -299,6 +303,10 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         Rounds each received-time counter starts at.
     type_order : {"fastest_first", "random"} or list of str, optional
         Default: random for heterogeneity-agnostic policies, else fastest first.
+    run_unallocated : bool, default False
+        Let jobs that arrived after the last recompute run on GPUs the walk
+        gives them (Gavel, False: they hold those GPUs idle until the next
+        recompute). See :class:`~allocopt.mechanism.priority.MechanismOptions`.
     seed : int, default 0
         Seed of the random type order.
     mode : {"mechanism", "ideal"}, default "mechanism"
@@ -366,8 +374,10 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
             T = workload.throughputs(table, cluster.gpu_types)
         workload.check_fits(T, cluster)
         state = SimulationState(workload, cluster, T)
+    # Gavel's FIFO policies run only allocated entries (priority > 0)
     mech = MechanismOptions(round_seconds, recompute_min_seconds, initial_received_rounds,
-                            type_order or ("random" if agnostic else "fastest_first"), seed)
+                            type_order or ("random" if agnostic else "fastest_first"), seed,
+                            work_conserving=name != "fifo", run_unallocated=run_unallocated)
     bar = _progress(workload.num_jobs, progress)
     if mode == "ideal":
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
@@ -402,7 +412,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
             "restarts": np.maximum(starts - 1, 0)}
     config = {"policy": policy, "allocopt_policy": name, "policy_options": options, "mode": mode,
               "cluster": cluster.to_dict(), "round_seconds": round_seconds,
-              "recompute_min_seconds": recompute_min_seconds, "type_order": mech.type_order
+              "recompute_min_seconds": recompute_min_seconds, "run_unallocated": run_unallocated,
+              "type_order": mech.type_order
               if isinstance(mech.type_order, str) else list(mech.type_order), "seed": seed,
               "restart_overhead_s": restart_overhead_s, "workload": workload.source}
     return SimulationResult(metrics, jobs, {k: np.asarray(v) for k, v in rounds.items()}, config)
@@ -447,6 +458,7 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
     starts = np.zeros(n, dtype=np.int64)
     rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": []}
     busy_gpu_s, now, next_job, done, index = 0.0, 0.0, 0, 0, 0
+    idle = False
     while done < n:
         if not state.active.any():
             now = max(now, float(wl.arrival_s[next_job]))
@@ -454,10 +466,14 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
         plan = planner.plan(state, now, index)
         if not plan.leases:
             if next_job >= n:
-                stuck = state.active_rows()[:5].tolist()
-                raise SimulationError(f"no job can be scheduled and none will arrive; stuck jobs {stuck}")
+                if idle:  # the planner was told once that nothing runs (it may recompute): stuck
+                    stuck = state.active_rows()[:5].tolist()
+                    raise SimulationError(f"no job can be scheduled and none will arrive; stuck jobs {stuck}")
+                idle = True
+                continue
             now = float(wl.arrival_s[next_job])
             continue
+        idle = False
         results = executor.run_round(plan)
         planner.observe(plan, results)
         jobs = np.fromiter((r.job_id for r in results), dtype=np.int64, count=len(results))
