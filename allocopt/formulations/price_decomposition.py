@@ -264,14 +264,15 @@ def _relative_gaps(jobs: PricedJobs, p: np.ndarray) -> tuple[np.ndarray, np.ndar
     least, cheapest = jobs.cheapest(ratio)
     runner_up = np.partition(ratio, 1, axis=0)[1] if jobs.k > 1 else np.full(jobs.n, np.inf)
     floor = 1e-12 * max(float(least.max()), 1e-300)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         gap = np.where(np.isfinite(runner_up), (runner_up - least) / np.maximum(least, floor), np.inf)
     return cheapest, np.nan_to_num(gap, nan=0.0)
 
 
-def _restricted_lp(jobs: PricedJobs, explicit: np.ndarray, fixed_use: np.ndarray, solver: ModelSolver
-                   ) -> tuple[float, np.ndarray, np.ndarray]:
-    """``max t`` over the explicit jobs' rows, the fixed jobs using ``t * fixed_use`` GPUs.
+def _restricted_lp(jobs: PricedJobs, explicit: np.ndarray, fixed_use: np.ndarray, t_max: float,
+                   solver: ModelSolver) -> tuple[float, np.ndarray, np.ndarray]:
+    """``max t <= t_max`` over the explicit jobs' rows, the fixed jobs using ``t * fixed_use`` GPUs
+    (``t_max``: where the fixed jobs' ``X_ij = t / a_ij`` reaches 1).
 
     Capacity rows are divided by ``c_j`` (``fixed_use`` grows with the number of
     fixed jobs; unscaled, HiGHS stopped 1e-6 short of the optimum). Returns
@@ -279,7 +280,7 @@ def _restricted_lp(jobs: PricedJobs, explicit: np.ndarray, fixed_use: np.ndarray
     a = jobs.a[:, explicit].T
     model = Model("max_min_fairness_price_decomposition")
     X = model.add_variable("X", a.shape, ub=np.where(a > 0, np.inf, 0.0))
-    t = model.add_variable("t")
+    t = model.add_variable("t", ub=t_max)
     model.add_constraint("normalized_throughput", (X * a).sum(axis=1) - t >= 0.0)
     model.add_constraint("time", X.sum(axis=1) <= 1.0)
     share = jobs.scale[explicit, None] / jobs.capacity
@@ -298,7 +299,8 @@ def certified_allocation(jobs: PricedJobs, p: np.ndarray, upper: float, lower: f
     After a round that does not certify, the fixed jobs whose cheapest type
     differs at the LP's prices ``p'`` get rows; when the LP fell below the
     cutting planes' lower bound, or ``p'`` moves more jobs than have rows
-    (degenerate duals, e.g. a zero price), the margin around ``p`` triples instead.
+    (degenerate duals, e.g. a zero price), the margin around ``p`` triples
+    instead; when that frees no job either, every job gets rows.
     """
     cheapest, gap = _relative_gaps(jobs, p)
     fits = jobs.a[cheapest, jobs.cols] >= upper  # X_ij = t / a_ij <= 1 for every t <= t*
@@ -309,7 +311,8 @@ def certified_allocation(jobs: PricedJobs, p: np.ndarray, upper: float, lower: f
         explicit, rows = np.flatnonzero(~fixed), np.flatnonzero(fixed)
         kind = cheapest[rows]
         fixed_use = np.bincount(kind, jobs.gpus_per_unit[kind, rows], jobs.k)
-        t, X_explicit, prices = _restricted_lp(jobs, explicit, fixed_use, solver)
+        t_max = float(jobs.a[kind, rows].min()) if rows.size else np.inf
+        t, X_explicit, prices = _restricted_lp(jobs, explicit, fixed_use, t_max, solver)
         upper = min(upper, jobs.respond(prices, cap).value)
         X = np.zeros((jobs.n, jobs.k))
         X[explicit] = X_explicit
@@ -324,9 +327,10 @@ def certified_allocation(jobs: PricedJobs, p: np.ndarray, upper: float, lower: f
         moved = fixed & (now != cheapest)
         if t < lower * (1.0 - rtol) or not moved.any() or moved.sum() > explicit.size:
             margin *= 3.0
-            fixed &= gap > margin
-        else:
-            fixed &= ~moved
+            moved = fixed & (gap <= margin)
+        if not moved.any():  # nothing left to widen: the next LP is the full one
+            moved = fixed
+        fixed &= ~moved
     return None
 
 
