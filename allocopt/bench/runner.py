@@ -48,18 +48,18 @@ class History:
     points: list[tuple[int, float, bool]] = field(default_factory=list)
 
     def predict(self, n: int) -> tuple[float, bool] | None:
-        """Seconds at ``n`` jobs by a power law through the two largest smaller sizes (exponent in [1, 3];
-        linear from a single size), and whether it is only a lower bound; None without data."""
+        """Seconds at ``n`` jobs by a power law through the two largest smaller sizes (exponent in [1, 3]),
+        and whether it is only a lower bound (from a single size: linear, a lower bound); None without data."""
         below = sorted(p for p in self.points if p[0] < n)
         if not below:
             return None
-        n1, t1, lower1 = below[-1]
+        n1, t1, lower = below[-1]
         exponent = 1.0
         if len(below) > 1:
             n0, t0, _ = below[-2]
             if t0 > 0 and t1 > 0 and n1 > n0:
                 exponent = min(3.0, max(1.0, math.log(t1 / t0) / math.log(n1 / n0)))
-        return t1 * (n / n1) ** exponent, lower1
+        return t1 * (n / n1) ** exponent, lower or len(below) == 1
 
 
 def _estimate_note(predicted: tuple[float, bool], history: History) -> str:
@@ -90,7 +90,7 @@ def _compare(row: dict[str, Any], base: Measurement | None) -> None:
         return
     row.update(baseline_status=base.status, baseline_build_s=base.build_s, baseline_solve_s=base.solve_s,
                baseline_total_s=base.total_s, baseline_objective=base.objective)
-    if row["status"] == "ok" and base.total_s and (base.ok or base.status.startswith("estimated")):
+    if row["status"] == "ok" and base.total_s and (base.ok or base.status.startswith(("estimated", "timeout"))):
         row["ratio"] = base.total_s / row["total_s"]
     if row["status"] == "ok" and base.ok and base.objective is not None and row["objective"] is not None:
         diff = abs(row["objective"] - base.objective) / max(abs(base.objective), 1e-12)
