@@ -130,6 +130,20 @@ def test_random_type_order_is_seeded():
         PriorityMechanism(T, np.ones(3, dtype=int), np.ones(3, dtype=int), "xyz", MechanismOptions(type_order=["q"]))
 
 
+def test_random_type_order_is_gavels_shuffle():
+    # Gavel shuffles ["v100", "p100", "k80"] (types with GPUs only) each round with random.Random(seed + 5)
+    import random
+
+    T = np.array([[3.0, 2.0, 1.0]])
+    mech = PriorityMechanism(T, np.ones(1, dtype=int), np.array([2, 0, 4]), ["v100", "p100", "k80"],
+                             MechanismOptions(type_order="random", seed=7))
+    shuffler = random.Random(12)
+    for _ in range(5):
+        expected = ["v100", "k80"]
+        shuffler.shuffle(expected)
+        assert [["v100", "p100", "k80"][j] for j in mech.type_order()] == expected
+
+
 def test_deficit_carried_over_at_reset():
     mech = PriorityMechanism(np.ones((1, 1)), np.ones(1, dtype=int), np.array([1]), ["a"],
                              MechanismOptions(round_seconds=100.0))

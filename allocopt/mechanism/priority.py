@@ -15,6 +15,7 @@ recompute (``run_unallocated=False``).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,7 +45,10 @@ class MechanismOptions:
         throughput, a seeded random order drawn every round (Gavel's choice for
         heterogeneity-agnostic policies), or the given type names.
     seed : int, default 0
-        Seed of the random type order.
+        Seed of the random type order. The draw is Gavel's: the fastest-first
+        list of the types with GPUs, shuffled each round by Python's
+        ``random.Random(seed + 5)``, so a seed gives the orders of Gavel's
+        ``--seed``.
     work_conserving : bool, default True
         Let entries of priority 0 (no allocation on the type) fill GPUs left
         idle, as Gavel does; False runs only allocated entries (Gavel's FIFO
@@ -209,7 +213,7 @@ class PriorityMechanism:
         self.deficit_s = np.zeros((n, k))
         self.allocated = np.zeros(n, dtype=bool)
         self.last_reset_s: float | None = None
-        self._rng = np.random.default_rng(options.seed)
+        self._shuffler = random.Random(options.seed + 5)
         if isinstance(options.type_order, str):
             self._order = np.argsort(-self.throughputs.mean(axis=0), kind="stable") if n else np.arange(k)
         else:
@@ -268,7 +272,9 @@ class PriorityMechanism:
     def type_order(self) -> np.ndarray:
         """This round's visiting order of the GPU types (column indices)."""
         if self.options.type_order == "random":
-            return self._rng.permutation(self.capacity.size)
+            order = [j for j in self._order.tolist() if self.capacity[j] > 0]
+            self._shuffler.shuffle(order)
+            return np.array(order, dtype=np.int64)
         return self._order
 
     def select(self, active: np.ndarray) -> np.ndarray:
