@@ -2,8 +2,7 @@
 
 Everything here is data. A new switchable technique (a policy option that
 changes how the same optimum is reached) is one :class:`Technique` line in
-:data:`TECHNIQUES`, e.g.
-``Technique("price_decomposition", {"price_decomposition": True}, ("max_min_fairness",))``.
+:data:`TECHNIQUES`, as ``price_decomposition`` is.
 """
 
 from __future__ import annotations
@@ -86,6 +85,7 @@ TECHNIQUES: tuple[Technique, ...] = (
     Technique("aggregate_job_types", {"aggregate_job_types": True},
               ("max_min_fairness", "max_throughput", "mmf_space_sharing")),
     Technique("column_generation", {"column_generation": True}, ("mmf_space_sharing",)),
+    Technique("price_decomposition", {"price_decomposition": True}, ("max_min_fairness",)),
 )
 
 #: The benchmarked policies, by name.
