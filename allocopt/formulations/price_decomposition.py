@@ -38,7 +38,9 @@ the ``n x k`` coefficients.
    full LP (a lower bound), and its capacity duals ``p'`` give the upper bound
    ``Phi(p')``. When the two agree within ``rtol`` the allocation is
    certified optimal; otherwise the fixed jobs whose cheapest type at ``p'``
-   differs (or is nearly tied) become explicit and the LP is solved again.
+   differs become explicit (or, when the LP fell below the cutting planes'
+   lower bound or ``p'`` is degenerate, the margin widens) and the LP is
+   solved again; when nothing is left to free, the last LP is the full one.
    When the fixed jobs are all best responses at ``p'``, the restricted LP's
    duals extended by ``mu_i = min_j s_i p'_j / a_ij`` are dual feasible for the
    full LP with the same objective, so the loop ends certified.
@@ -67,13 +69,13 @@ LP_OPTIONS = {"highs": {"solver": "simplex", "primal_feasibility_tolerance": 1e-
 #: Largest violation of a time or (relative) capacity row a certified allocation may have.
 FEASIBILITY_TOL = 1e-7
 
+
 @dataclass
 class Response:
     """Best responses to prices ``p`` at the maximizing ``t``: ``Phi(p)`` and its subgradient."""
 
     value: float
     subgradient: np.ndarray  # c - U (k,), U_j the GPUs of type j the best responses use
-    t: float
 
 
 class PricedJobs:
@@ -104,13 +106,12 @@ class PricedJobs:
         """Per job the least ratio and its type (the first of ties)."""
         least = np.min(ratio, axis=0)
         kind = np.zeros(self.n, dtype=np.intp)
-        for j in range(self.k - 1, 0, -1):  # a loop over types, vectorized over jobs
+        for j in range(self.k - 1, -1, -1):  # a loop over types, vectorized over jobs
             kind[ratio[j] == least] = j
-        kind[ratio[0] == least] = 0
         return least, kind
 
     def respond(self, p: np.ndarray, cap: float) -> Response:
-        """``Phi(p)`` with ``t <= cap``, the maximizing ``t`` and the subgradient."""
+        """``Phi(p)`` with ``t <= cap`` and its subgradient."""
         slope, cheapest = self.cheapest(self.ratios(p))
         flat = cheapest * self.n + self.cols
         first = self.a.ravel()[flat]  # the first hull vertex of every job
@@ -136,7 +137,7 @@ class PricedJobs:
         if long.size and t > 0:
             use += self.hull_point(long, hull_x, hull_j, t) @ self.scale[long]
         value = t + float(p @ (self.capacity - use))
-        return Response(value, self.capacity - use, t)
+        return Response(value, self.capacity - use)
 
     def _hulls(self, jobs: np.ndarray, p: np.ndarray, cheapest: np.ndarray, slope: np.ndarray,
                cap: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
