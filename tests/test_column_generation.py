@@ -14,7 +14,6 @@ from test_space_sharing import cluster, mixed_scale_problem, random_shared_probl
 import allocopt
 from allocopt import Cluster, Problem
 from allocopt.errors import InvalidOptionError, NotOptimalError
-from allocopt.formulations.column_generation import solve_max_min_fairness_column_generation
 from allocopt.problem import PairThroughputs
 
 BACKENDS = [backend_param("highs"), backend_param("scipy")]
@@ -40,11 +39,16 @@ def gavel_like_problem(seed: int, n: int, n_types: int = 6) -> Problem:
                    pair_throughputs=PairThroughputs([tuple(p) for p in pairs.tolist()], values))
 
 
+def column_generation(problem: Problem, *, backend: str = "highs", heterogeneity_aware: bool = True,
+                      best_effort: bool = False, **settings):
+    return allocopt.solve(problem, "max_min_fairness", backend=backend, best_effort=best_effort, space_sharing=True,
+                          heterogeneity_aware=heterogeneity_aware, column_generation=settings or True)
+
+
 def check_matches_pairwise(problem: Problem, backend: str, heterogeneity_aware: bool = True, **options):
     reference = allocopt.solve(problem, "max_min_fairness", space_sharing=True,
                                heterogeneity_aware=heterogeneity_aware)
-    alloc = solve_max_min_fairness_column_generation(problem, backend=backend,
-                                                     heterogeneity_aware=heterogeneity_aware, **options)
+    alloc = column_generation(problem, backend=backend, heterogeneity_aware=heterogeneity_aware, **options)
     assert alloc.objective == pytest.approx(reference.objective, rel=1e-6, abs=1e-9)
     assert_feasible(alloc)
     assert alloc.pair_matrix.shape == problem.pair_throughput_array.shape[:2]
@@ -102,13 +106,15 @@ def test_useless_pairs_are_never_generated():
 def test_errors():
     plain = Problem(np.ones((2, 1)), cluster([1]))
     with pytest.raises(InvalidOptionError, match="pair_throughputs"):
-        solve_max_min_fairness_column_generation(plain)
+        column_generation(plain)
     problem = gavel_like_problem(0, 24)
     with pytest.raises(InvalidOptionError, match="max_iterations"):
-        solve_max_min_fairness_column_generation(problem, max_iterations=0)
+        column_generation(problem, max_iterations=0)
+    with pytest.raises(InvalidOptionError, match="True or a dict of its settings"):
+        column_generation(problem, max_iterationz=3)
     with pytest.raises(NotOptimalError, match="did not converge"):
-        solve_max_min_fairness_column_generation(problem, initial_pairs=0, max_iterations=1)
-    alloc = solve_max_min_fairness_column_generation(problem, initial_pairs=0, max_iterations=1, best_effort=True)
+        column_generation(problem, initial_pairs=0, max_iterations=1)
+    alloc = column_generation(problem, initial_pairs=0, max_iterations=1, best_effort=True)
     assert str(alloc.status) == "time_limit"
     assert_feasible(alloc)
 

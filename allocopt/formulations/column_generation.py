@@ -34,13 +34,9 @@ the full LP, so the restricted optimum is the pairwise optimum.
 
 from __future__ import annotations
 
-import time
-from typing import Any
 
 import numpy as np
 
-from allocopt.allocation import Allocation, Timings
-from allocopt.backends import SolveOptions
 from allocopt.errors import InvalidOptionError, NotOptimalError
 from allocopt.formulations.base import ModelSolver, PolicyResult, base_model
 from allocopt.problem import PairThroughputs, Problem
@@ -89,6 +85,11 @@ def _restricted(problem: Problem, chosen: np.ndarray) -> Problem:
     return Problem(problem.throughputs, problem.cluster, job_ids=ids, scale_factors=problem.scale_factors,
                    priority_weights=problem.priority_weights,
                    pair_throughputs=PairThroughputs(jobs, problem.pair_throughput_array[chosen]))
+
+
+#: Tuning settings of :func:`max_min_fairness_column_generation`, given as
+#: ``allocopt.solve(..., column_generation={"max_iterations": 50, ...})``.
+COLUMN_GENERATION_SETTINGS = ("initial_pairs", "pairs_per_job", "max_iterations", "rtol")
 
 
 def max_min_fairness_column_generation(problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
@@ -166,31 +167,3 @@ def max_min_fairness_column_generation(problem: Problem, solver: ModelSolver, *,
     if not solver.best_effort:
         raise NotOptimalError(message, status=Status.TIME_LIMIT, solution=solution)
     return PolicyResult(X, solution.objective, Status.TIME_LIMIT, P, message, extras)
-
-
-def solve_max_min_fairness_column_generation(problem: Problem, *, backend: str = "highs",
-                                             heterogeneity_aware: bool = True, initial_pairs: int = 1,
-                                             pairs_per_job: int = 1, max_iterations: int = 100, rtol: float = 1e-7,
-                                             best_effort: bool = False, **solve_options: Any) -> Allocation:
-    """``allocopt.solve(problem, "max_min_fairness", space_sharing=True)`` by
-    column generation: same objective, ``pair_matrix`` over all
-    ``problem.pairs`` (zeros for pairs never generated). The backend must
-    report duals (highs, gurobi, scipy, cvxpy, pulp). ``solve_options``: fields
-    of :class:`~allocopt.SolveOptions`."""
-    t0 = time.perf_counter()
-    solver = ModelSolver(backend, SolveOptions(**solve_options), best_effort=best_effort)
-    if problem.num_jobs == 0:
-        m = 0 if problem.pairs is None else problem.pairs.shape[0]
-        result = PolicyResult(np.zeros((0, problem.cluster.num_gpu_types)), None,
-                              pair_matrix=np.zeros((m, problem.cluster.num_gpu_types)), message="No jobs to allocate.")
-    else:
-        result = max_min_fairness_column_generation(problem, solver, heterogeneity_aware=heterogeneity_aware,
-                                                    initial_pairs=initial_pairs, pairs_per_job=pairs_per_job,
-                                                    max_iterations=max_iterations, rtol=rtol)
-    for array in (result.matrix, result.pair_matrix):
-        array.setflags(write=False)
-    timings = Timings(model_build_s=solver.model_build_s, solver_build_s=solver.solver_build_s,
-                      solve_s=solver.solve_s, total_s=time.perf_counter() - t0, num_solves=solver.num_solves)
-    return Allocation(problem=problem, matrix=result.matrix, policy="max_min_fairness", backend=solver.backend_used,
-                      status=result.status, objective=result.objective, message=result.message,
-                      timings=timings, pair_matrix=result.pair_matrix, extras=result.extras)
