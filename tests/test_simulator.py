@@ -105,8 +105,7 @@ def test_policy_names():
     assert resolve_policy("max_min_fairness")[2] is False  # allocopt's name: heterogeneity-aware
     assert resolve_policy("isolated")[0] == "isolated"
     assert resolve_policy("finish_time_fairness_perf")[0] == "finish_time_fairness"
-    with pytest.raises(InvalidOptionError, match="space sharing"):
-        resolve_policy("max_min_fairness_packed")
+    assert resolve_policy("max_min_fairness_packed") == ("max_min_fairness", {"space_sharing": True}, False)
     with pytest.raises(InvalidOptionError, match="unknown policy"):
         resolve_policy("nope")
 

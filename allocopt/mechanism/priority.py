@@ -175,6 +175,55 @@ def select_jobs(priority: np.ndarray, deficit: np.ndarray, allocation: np.ndarra
     return chosen
 
 
+def select_entries(priority: np.ndarray, deficit: np.ndarray, allocation: np.ndarray, runnable: np.ndarray,
+                   sizes: np.ndarray, members: np.ndarray, capacity: np.ndarray, type_order: Sequence[int], *,
+                   work_conserving: bool = True) -> np.ndarray:
+    """The GPU type each entry (a job, or a pair of jobs sharing GPUs) runs on this round (-1: none).
+
+    Like :func:`select_jobs` over entries that may share jobs: types are visited
+    in ``type_order``, each type's entries sorted by ``(priority, deficit,
+    allocation)`` descending (stable in entry order) and taken while their GPUs
+    are free, skipping an entry whose job (either member of a pair) already
+    runs this round. The walk is sequential (an entry's eligibility depends on
+    the entries taken before it), vectorized per type up to the loop over the
+    sorted candidates, which stops when the type is full.
+
+    Parameters
+    ----------
+    priority, deficit, allocation : ndarray of shape (n_entries, n_gpu_types)
+    runnable : ndarray of bool of shape (n_entries, n_gpu_types)
+        The entry (both members of a pair) has positive throughput on the type.
+    sizes : ndarray of int of shape (n_entries,)
+        GPUs of each entry (a pair uses its members' common scale factor once).
+    members : ndarray of int of shape (n_entries, 2)
+        Job indices of each entry; -1 in the second column for a single job.
+    capacity : ndarray of int of shape (n_gpu_types,)
+    type_order : sequence of int
+    work_conserving : bool, default True
+
+    Returns
+    -------
+    ndarray of int of shape (n_entries,)
+    """
+    chosen = np.full(priority.shape[0], -1, dtype=np.int64)
+    busy = np.zeros(int(members.max(initial=-1)) + 2, dtype=bool)  # job -> runs this round (last slot: -1)
+    for j in type_order:
+        ok = runnable[:, j] & (sizes <= capacity[j]) & ~busy[members].any(axis=1)
+        cand = np.flatnonzero(ok if work_conserving else ok & (priority[:, j] > 0))
+        order = cand[np.lexsort((-allocation[cand, j], -deficit[cand, j], -priority[cand, j]))]
+        free = int(capacity[j])
+        for e in order.tolist():
+            if free == 0:
+                break
+            if sizes[e] > free or busy[members[e]].any():
+                continue
+            chosen[e] = j
+            busy[members[e]] = True
+            busy[-1] = False
+            free -= int(sizes[e])
+    return chosen
+
+
 class PriorityMechanism:
     """State of the mechanism over a fixed set of jobs (rows), of which some are active.
 
@@ -199,6 +248,12 @@ class PriorityMechanism:
         Whether each job was active at the last recompute (has an allocation).
     last_reset_s : float or None
         Time of the last recompute.
+    pairs : ndarray of int of shape (n_pairs, 2)
+        Under space sharing, the pairs of jobs (rows) of the last recompute
+        whose members are both still active, with their own
+        ``pair_allocation``, ``pair_received_s``, ``pair_deficit_s`` (shape
+        (n_pairs, n_gpu_types)) and ``pair_throughputs`` (shape (n_pairs,
+        n_gpu_types, 2), steps/s of each member).
     """
 
     def __init__(self, throughputs: np.ndarray, scale_factors: np.ndarray, capacity: np.ndarray,
@@ -213,6 +268,11 @@ class PriorityMechanism:
         self.deficit_s = np.zeros((n, k))
         self.allocated = np.zeros(n, dtype=bool)
         self.last_reset_s: float | None = None
+        self.pairs = np.zeros((0, 2), dtype=np.int64)
+        self.pair_allocation = np.zeros((0, k))
+        self.pair_received_s = np.zeros((0, k))
+        self.pair_deficit_s = np.zeros((0, k))
+        self.pair_throughputs = np.zeros((0, k, 2))
         self._shuffler = random.Random(options.seed + 5)
         if isinstance(options.type_order, str):
             self._order = np.argsort(-self.throughputs.mean(axis=0), kind="stable") if n else np.arange(k)
@@ -241,6 +301,13 @@ class PriorityMechanism:
         self.allocation[jobs] = 0.0
         self.deficit_s[jobs] = 0.0
         self.allocated[jobs] = False
+        if self.pairs.size:
+            self._keep_pairs(~np.isin(self.pairs, jobs).any(axis=1))
+
+    def _keep_pairs(self, keep: np.ndarray) -> None:
+        self.pairs, self.pair_allocation = self.pairs[keep], self.pair_allocation[keep]
+        self.pair_received_s, self.pair_deficit_s = self.pair_received_s[keep], self.pair_deficit_s[keep]
+        self.pair_throughputs = self.pair_throughputs[keep]
 
     def recompute_due(self, now_s: float) -> bool:
         """Whether a recompute may happen now: ``recompute_min_seconds`` since the last one.
@@ -251,7 +318,8 @@ class PriorityMechanism:
         return (not self.last_reset_s  # None, or only recomputed at time 0
                 or now_s - self.last_reset_s >= self.options.recompute_min_seconds)
 
-    def reset(self, now_s: float, active: np.ndarray, allocation: np.ndarray) -> None:
+    def reset(self, now_s: float, active: np.ndarray, allocation: np.ndarray, pairs: np.ndarray | None = None,
+              pair_allocation: np.ndarray | None = None, pair_throughputs: np.ndarray | None = None) -> None:
         """Install a new allocation for ``active`` rows; carry the deficit over and restart the counters.
 
         Parameters
@@ -259,15 +327,41 @@ class PriorityMechanism:
         now_s : float
         active : ndarray of int of shape (m,)
         allocation : ndarray of shape (m, n_gpu_types)
+        pairs : ndarray of int of shape (p, 2), optional
+            Under space sharing, the candidate pairs (rows, ``a < b``); they
+            replace the previous pairs. A pair kept from the previous recompute
+            carries its deficit over; a new pair starts with a deficit of the
+            initial counter (Gavel starts a pair's counter at 0, not at the
+            initial half round, and credits the difference at its first reset).
+        pair_allocation : ndarray of shape (p, n_gpu_types), optional
+        pair_throughputs : ndarray of shape (p, n_gpu_types, 2), optional
         """
+        elapsed = now_s - self.last_reset_s if self.last_reset_s is not None else 0.0
         if self.last_reset_s is not None:
-            elapsed = now_s - self.last_reset_s
             got = self.received_s[active] - self.initial_received_s
             self.deficit_s[active] += self.allocation[active] * elapsed - got
         self.allocation[active] = allocation
         self.received_s[active] = self.initial_received_s
         self.allocated[active] = True
         self.last_reset_s = now_s
+        if pairs is None:
+            return
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        n = self.throughputs.shape[0]
+        deficit = np.full((pairs.shape[0], self.throughputs.shape[1]), self.initial_received_s)
+        if self.pairs.size:
+            old = self.pairs[:, 0] * n + self.pairs[:, 1]
+            old_deficit = (self.pair_deficit_s + self.pair_allocation * elapsed
+                           - (self.pair_received_s - self.initial_received_s))
+            order = np.argsort(old)
+            keys = pairs[:, 0] * n + pairs[:, 1]
+            slot = np.minimum(np.searchsorted(old[order], keys), old.size - 1)
+            found = old[order][slot] == keys
+            deficit[found] = old_deficit[order][slot[found]]
+        self.pairs, self.pair_deficit_s = pairs, deficit
+        self.pair_allocation = np.asarray(pair_allocation, dtype=np.float64).reshape(deficit.shape)
+        self.pair_throughputs = np.asarray(pair_throughputs, dtype=np.float64).reshape(*deficit.shape, 2)
+        self.pair_received_s = np.full(deficit.shape, self.initial_received_s)
 
     def type_order(self) -> np.ndarray:
         """This round's visiting order of the GPU types (column indices)."""
@@ -287,10 +381,50 @@ class PriorityMechanism:
             chosen[~self.allocated[active]] = -1
         return chosen
 
+    def select_with_pairs(self, active: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This round's choice among the ``active`` jobs and the current pairs.
+
+        Returns
+        -------
+        single_types : ndarray of int of shape (m,)
+            Type each of ``active`` runs on alone (-1: none).
+        pair_index : ndarray of int of shape (q,)
+            Indices into :attr:`pairs` of the pairs that run.
+        pair_types : ndarray of int of shape (q,)
+            Type each of those runs on.
+        """
+        m = active.size
+        X = np.concatenate([self.allocation[active], self.pair_allocation])
+        received = np.concatenate([self.received_s[active], self.pair_received_s])
+        runnable = np.concatenate([self.throughputs[active] > 0, (self.pair_throughputs > 0).all(axis=2)])
+        position = np.full(self.throughputs.shape[0], -1, dtype=np.int64)
+        position[active] = np.arange(m)
+        members = np.concatenate([np.column_stack([np.arange(m), np.full(m, -1)]), position[self.pairs]])
+        # Gavel's entry order: job b, then its pairs (a, b) with earlier jobs a, then job b + 1, ...
+        last = np.concatenate([active, self.pairs[:, 1]])
+        first = np.concatenate([np.full(m, -1), self.pairs[:, 0]])
+        order = np.lexsort((first, last))
+        prio = priorities(X, received, runnable.astype(np.float64))
+        deficit = np.concatenate([self.deficit_s[active], self.pair_deficit_s])
+        sizes = np.concatenate([self.scale_factors[active], self.scale_factors[self.pairs[:, 0]]])
+        chosen = np.full(order.size, -1, dtype=np.int64)
+        chosen[order] = select_entries(prio[order], deficit[order], X[order], runnable[order], sizes[order],
+                                       members[order], self.capacity, self.type_order(),
+                                       work_conserving=self.options.work_conserving)
+        single = chosen[:m]
+        if not self.options.run_unallocated:
+            single[~self.allocated[active]] = -1
+        pair_index = np.flatnonzero(chosen[m:] >= 0)
+        return single, pair_index, chosen[m:][pair_index]
+
     def record(self, jobs: np.ndarray, gpu_types: np.ndarray, seconds: np.ndarray) -> None:
         """Add ``seconds`` of run time of ``jobs`` on ``gpu_types`` (column indices) to the counters."""
         np.add.at(self.received_s, (jobs, gpu_types), seconds)
 
+    def record_pairs(self, pairs: np.ndarray, gpu_types: np.ndarray, seconds: np.ndarray) -> None:
+        """Add ``seconds`` (the longer member's run time) to the counters of ``pairs`` (rows of :attr:`pairs`)."""
+        np.add.at(self.pair_received_s, (pairs, gpu_types), seconds)
+
 
 __all__ = ["MechanismOptions", "PriorityMechanism", "UNSERVED_PRIORITY_SCALE", "greedy_fill", "priorities",
-           "select_jobs"]
+           "select_entries", "select_jobs"]

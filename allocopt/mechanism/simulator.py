@@ -34,7 +34,7 @@ from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.mechanism.sia_rounds import SiaExecutor, SiaPlanner, rigid_throughputs, sia_workload
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload
 from allocopt.mechanism.workload import Workload, read_gavel_trace
-from allocopt.problem import Problem
+from allocopt.problem import PairThroughputs, Problem
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.runtime.simulated import SimulatedExecutor
 from allocopt.throughput.profiles import load_profiles
@@ -70,9 +70,6 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
     else:
         raise InvalidOptionError(f"unknown policy {name!r}; allocopt policies: {', '.join(sorted(POLICIES))}; "
                                  f"Gavel names: {', '.join(sorted(POLICY_NAMES))}")
-    if merged.get("space_sharing"):
-        raise InvalidOptionError(f"policy {name!r} uses space sharing, which the simulator does not run yet; "
-                                 "pick the policy without space sharing")
     if POLICIES[policy].problem_type is not Problem:
         raise InvalidOptionError(f"policy {name!r} allocates configurations, not time fractions; the "
                                  "priority-round simulator needs a policy over an allocopt.Problem")
@@ -93,12 +90,16 @@ class SimulationState:
         Arrived and not finished.
     changed : bool
         Jobs arrived or left since the planner last looked.
+    table : ThroughputTable or None
+        Where pair (co-located) throughputs come from under space sharing.
     """
 
-    def __init__(self, workload: Workload, cluster: Cluster, throughputs: np.ndarray):
+    def __init__(self, workload: Workload, cluster: Cluster, throughputs: np.ndarray,
+                 table: ThroughputTable | None = None):
         self.workload = workload
         self.cluster = cluster
         self.throughputs = throughputs
+        self.table = table
         self.remaining_steps = workload.total_steps.astype(np.int64).copy()
         self.active = np.zeros(workload.num_jobs, dtype=bool)
         self.changed = False
@@ -106,14 +107,39 @@ class SimulationState:
     def active_rows(self) -> np.ndarray:
         return np.flatnonzero(self.active)
 
-    def problem(self, rows: np.ndarray, now_s: float, policy: str) -> Problem:
-        """The allocation problem of ``rows`` at ``now_s`` (steps remaining, time since arrival)."""
+    def problem(self, rows: np.ndarray, now_s: float, policy: str,
+                pairs: tuple[np.ndarray, np.ndarray] | None = None) -> Problem:
+        """The allocation problem of ``rows`` at ``now_s`` (steps remaining, time since arrival);
+        ``pairs`` (rows (p, 2), steps/s (p, n_gpu_types, 2), see :meth:`pairs`) for space sharing."""
         since = now_s - self.workload.arrival_s[rows]
+        shared = PairThroughputs([tuple(p) for p in pairs[0].tolist()], pairs[1]) if pairs is not None else None
         return Problem(self.throughputs[rows], self.cluster, job_ids=rows.tolist(),
                        scale_factors=self.workload.scale_factors[rows],
                        priority_weights=self.workload.priority_weights[rows],
                        num_steps_remaining=self.remaining_steps[rows], time_since_start=since,
-                       time_isolated=since if policy == "finish_time_fairness" else None)
+                       time_isolated=since if policy == "finish_time_fairness" else None,
+                       pair_throughputs=shared)
+
+    def pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pairs of ``rows`` that may share GPUs: equal scale factors and a measured co-located pair
+        in :attr:`table` (as in Gavel, every such pair is a candidate).
+
+        Returns
+        -------
+        pairs : ndarray of int of shape (p, 2)
+            Rows ``(a, b)``, ``a < b``, sorted.
+        throughputs : ndarray of shape (p, n_gpu_types, 2)
+            Steps/s of ``a`` and ``b`` sharing ``scale_factor`` GPUs of each type.
+        """
+        rows = np.sort(rows)
+        scales = self.workload.scale_factors[rows]
+        a, b = np.triu_indices(rows.size, 1)
+        a, b = a[scales[a] == scales[b]], b[scales[a] == scales[b]]
+        models = np.array(self.workload.models, dtype=object)
+        values = self.table.pair_throughputs(models[rows[a]].tolist(), models[rows[b]].tolist(),
+                                             scales[a], self.cluster.gpu_types)
+        measured = ~np.isnan(values).any(axis=(1, 2))
+        return np.column_stack([rows[a], rows[b]])[measured], values[measured]
 
 
 class RoundPlanner(Protocol):
@@ -135,6 +161,15 @@ class RoundPlanner(Protocol):
 class PriorityPlanner:
     """Gavel's planner: allocation by :func:`allocopt.solve`, priorities, greedy selection, placement.
 
+    Under space sharing (policy option ``space_sharing=True``) every pair of
+    active jobs with equal scale factors and a measured co-located throughput
+    (:meth:`SimulationState.pairs`) is a candidate; the allocation gives pairs
+    their own time fractions, the mechanism walks jobs and pairs together
+    (:meth:`~allocopt.mechanism.priority.PriorityMechanism.select_with_pairs`)
+    and a pair that runs holds its scale factor's GPUs once, with a lease for
+    each member (``co_located_with``) progressing at its pair throughput
+    (:meth:`pair_throughput`).
+
     Parameters
     ----------
     state : SimulationState
@@ -150,15 +185,20 @@ class PriorityPlanner:
                  options: MechanismOptions, backend: str = "highs"):
         self.policy, self.policy_options, self.backend = policy, dict(policy_options), backend
         self.options = options
+        self.space_sharing = bool(self.policy_options.get("space_sharing"))
+        if self.space_sharing and state.table is None:
+            raise InvalidOptionError(f"policy {policy!r} with space_sharing=True needs co-located pair throughputs "
+                                     "from a ThroughputTable (Gavel traces); this workload has none")
         cluster = state.cluster
         self.mechanism = PriorityMechanism(state.throughputs, state.workload.scale_factors, cluster.capacity,
                                            cluster.gpu_types, options)
         self.layout = GpuLayout(cluster)
         self.solve_seconds: list[float] = []
         self._known = np.zeros(state.workload.num_jobs, dtype=bool)
-        self._previous: dict[Hashable, tuple[int, ...]] = {}
+        self._previous: dict[Hashable, tuple[int, ...]] = {}  # job or (a, b) pair -> GPUs last round
         self._allocation: Allocation | None = None  # the last one: the next solve starts from its basis
         self._idle = False  # the last plan ran nothing
+        self._pair_of: dict[int, int] = {}  # co-located job this round -> row of mechanism.pairs
 
     def plan(self, state: SimulationState, now_s: float, round_index: int) -> RoundPlan:
         known_now = state.active
@@ -171,34 +211,79 @@ class PriorityPlanner:
         # Gavel lifts the recompute throttle when nothing ran and no job is left to arrive
         stalled = self._idle and not (~state.active & (state.remaining_steps > 0)).any()
         if state.changed and rows.size and (stalled or self.mechanism.recompute_due(now_s)):
-            started = time.perf_counter()
-            allocation = solve(state.problem(rows, now_s, self.policy), self.policy, backend=self.backend,
-                               warm_start=self._allocation, **self.policy_options)
-            self._allocation = allocation
-            self.solve_seconds.append(time.perf_counter() - started)
-            self.mechanism.reset(now_s, rows, allocation.matrix)
-            state.changed = False
-        chosen = self.mechanism.select(rows)
+            self._recompute(state, rows, now_s)
+        sizes = state.workload.scale_factors
+        if self.space_sharing:
+            chosen, pair_index, pair_types = self.mechanism.select_with_pairs(rows)
+            pairs = self.mechanism.pairs[pair_index]
+        else:
+            chosen = self.mechanism.select(rows)
+            pair_index = pair_types = np.zeros(0, dtype=np.int64)
+            pairs = np.zeros((0, 2), dtype=np.int64)
         run = chosen >= 0
         jobs, types = rows[run], chosen[run]
-        placements = place(self.layout, jobs.tolist(), types, state.workload.scale_factors[jobs], self._previous)
+        entries: list[Hashable] = jobs.tolist() + [tuple(p) for p in pairs.tolist()]
+        placements = place(self.layout, entries, np.concatenate([types, pair_types]),
+                           np.concatenate([sizes[jobs], sizes[pairs[:, 0]]]), self._previous)
         names = state.cluster.gpu_types
-        leases = tuple(Lease(int(job), names[t], p.gpu_ids, self.options.round_seconds,
-                             max_steps=int(state.remaining_steps[job]), extended=p.extended)
-                       for job, t, p in zip(jobs.tolist(), types.tolist(), placements))
-        running = set(jobs.tolist())
-        stop = tuple(job for job in self._previous if job not in running)
-        self._previous = {lease.job_id: lease.gpu_ids for lease in leases}
+        round_s = self.options.round_seconds
+        leases = [Lease(int(job), names[t], p.gpu_ids, round_s, max_steps=int(state.remaining_steps[job]),
+                        extended=p.extended)
+                  for job, t, p in zip(jobs.tolist(), types.tolist(), placements)]
+        self._pair_of = {}
+        for k, ((a, b), t, p) in enumerate(zip(pairs.tolist(), pair_types.tolist(), placements[jobs.size:])):
+            self._pair_of[a] = self._pair_of[b] = int(pair_index[k])
+            leases += [Lease(job, names[t], p.gpu_ids, round_s, max_steps=int(state.remaining_steps[job]),
+                             extended=p.extended, co_located_with=other) for job, other in ((a, b), (b, a))]
+        running = {lease.job_id for lease in leases}
+        stop = tuple(sorted({job for entry in self._previous for job in (entry if isinstance(entry, tuple)
+                                                                          else (entry,)) if job not in running}))
+        self._previous = {entry: p.gpu_ids for entry, p in zip(entries, placements)}
         self._idle = not leases
-        return RoundPlan(round_index, now_s, self.options.round_seconds, leases, stop)
+        return RoundPlan(round_index, now_s, round_s, tuple(leases), stop)
+
+    def _recompute(self, state: SimulationState, rows: np.ndarray, now_s: float) -> None:
+        started = time.perf_counter()
+        pairs = state.pairs(rows) if self.space_sharing else None
+        allocation = solve(state.problem(rows, now_s, self.policy, pairs), self.policy, backend=self.backend,
+                           warm_start=self._allocation, **self.policy_options)
+        self._allocation = allocation
+        self.solve_seconds.append(time.perf_counter() - started)
+        if pairs is None:
+            self.mechanism.reset(now_s, rows, allocation.matrix)
+        else:  # the solved pairs (problem.pairs: positions in rows), with their throughputs
+            kept = allocation.problem.pairs if allocation.problem.pairs is not None else np.zeros((0, 2), np.int64)
+            pair_rows = rows[kept]
+            index = {key: k for k, key in enumerate(map(tuple, pairs[0].tolist()))}
+            values = pairs[1][np.array([index[key] for key in map(tuple, pair_rows.tolist())], dtype=np.int64)]
+            fractions = allocation.pair_matrix if allocation.pair_matrix is not None else np.zeros(values.shape[:2])
+            self.mechanism.reset(now_s, rows, allocation.matrix, pair_rows, fractions, values)
+        state.changed = False
+
+    def pair_throughput(self, job: Hashable, partner: Hashable, gpu_type: str) -> float:
+        """Steps/s of ``job`` sharing its GPUs of ``gpu_type`` with ``partner`` this round."""
+        p = self._pair_of[int(job)]
+        member = int(self.mechanism.pairs[p, 1] == int(job))
+        return float(self.mechanism.pair_throughputs[p, self.layout.cluster.gpu_types.index(gpu_type), member])
 
     def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
         if not results:
             return
         type_of = {lease.job_id: self.layout.cluster.gpu_types.index(lease.gpu_type) for lease in plan.leases}
-        jobs = np.fromiter((r.job_id for r in results), dtype=np.int64, count=len(results))
-        types = np.fromiter((type_of[r.job_id] for r in results), dtype=np.int64, count=len(results))
-        self.mechanism.record(jobs, types, np.array([r.run_seconds for r in results]))
+        alone = [r for r in results if r.job_id not in self._pair_of]
+        jobs = np.fromiter((r.job_id for r in alone), dtype=np.int64, count=len(alone))
+        types = np.fromiter((type_of[r.job_id] for r in alone), dtype=np.int64, count=len(alone))
+        self.mechanism.record(jobs, types, np.array([r.run_seconds for r in alone]))
+        shared: dict[int, float] = {}  # pair -> the longer member's run time (Gavel's)
+        for r in results:
+            if r.job_id in self._pair_of:
+                p = self._pair_of[r.job_id]
+                shared[p] = max(shared.get(p, 0.0), r.run_seconds)
+        if shared:
+            pairs = np.fromiter(shared, dtype=np.int64, count=len(shared))
+            first = self.mechanism.pairs[pairs, 0].tolist()
+            types = np.array([type_of[a] for a in first], dtype=np.int64)
+            self.mechanism.record_pairs(pairs, types, np.fromiter(shared.values(), dtype=np.float64))
 
 
 @dataclass
@@ -373,7 +458,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                 workload = read_gavel_trace(workload, table)
             T = workload.throughputs(table, cluster.gpu_types)
         workload.check_fits(T, cluster)
-        state = SimulationState(workload, cluster, T)
+        state = SimulationState(workload, cluster, T, None if profiles is not None else table)
     # Gavel's FIFO policies run only allocated entries (priority > 0)
     mech = MechanismOptions(round_seconds, recompute_min_seconds, initial_received_rounds,
                             type_order or ("random" if agnostic else "fastest_first"), seed,
@@ -382,10 +467,12 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     if mode == "ideal":
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
     else:
+        default_planner = planner is None
+        planner = planner or PriorityPlanner(state, name, options, mech, backend)
         if executor is None:
             executor = SimulatedExecutor(lambda job, gpu_type, _n: float(T[job, cluster.index(gpu_type)]),
-                                         restart_overhead_s=restart_overhead_s)
-        planner = planner or PriorityPlanner(state, name, options, mech, backend)
+                                         restart_overhead_s=restart_overhead_s,
+                                         pair_throughputs=planner.pair_throughput if default_planner else None)
         finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar)
         solve_s = planner.solve_seconds
     if bar is not None:
@@ -477,13 +564,17 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
         results = executor.run_round(plan)
         planner.observe(plan, results)
         jobs = np.fromiter((r.job_id for r in results), dtype=np.int64, count=len(results))
-        num_gpus = {lease.job_id: len(lease.gpu_ids) for lease in plan.leases}
-        width = np.array([num_gpus[r.job_id] for r in results], dtype=np.int64)
+        gpus_of = {lease.job_id: lease.gpu_ids for lease in plan.leases}
+        width = np.array([len(gpus_of[r.job_id]) for r in results], dtype=np.int64)
         seconds = np.array([r.run_seconds for r in results])
         state.remaining_steps[jobs] -= np.array([r.steps for r in results], dtype=np.int64)
         gpu_s[jobs] += width * seconds
         starts[jobs] += np.array([r.restarted for r in results], dtype=np.int64)
-        busy_gpu_s += float((width * seconds).sum())
+        held: dict[tuple[int, ...], float] = {}  # GPUs -> seconds busy (co-located jobs share them)
+        for r, s in zip(results, seconds.tolist()):
+            ids = gpus_of[r.job_id]
+            held[ids] = max(held.get(ids, 0.0), s)
+        busy_gpu_s += sum(len(ids) * s for ids, s in held.items())
         completed = np.array([r.outcome is RoundOutcome.COMPLETED for r in results])
         failed = [r for r in results if r.outcome is RoundOutcome.FAILED]
         if failed:
@@ -498,7 +589,7 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
         now = executor.now()
         rounds["start_s"].append(plan.start_s)
         rounds["end_s"].append(now)
-        rounds["busy_gpus"].append(int(width.sum()))
+        rounds["busy_gpus"].append(sum(len(ids) for ids in held))
         index += 1
     return finish, busy_gpu_s, gpu_s, starts, rounds
 

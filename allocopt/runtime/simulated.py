@@ -8,6 +8,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 
 ThroughputLookup = Callable[[Hashable, str, int], float]
+PairThroughputLookup = Callable[[Hashable, Hashable, str], float]
 
 
 class SimulatedExecutor(Executor):
@@ -27,10 +28,13 @@ class SimulatedExecutor(Executor):
     restart_overhead_s : float, default 0
         Seconds a job loses at the start of a lease that is not extended
         (checkpoint restore, process start).
+    pair_throughputs : callable, optional
+        ``pair_throughputs(job_id, partner_id, gpu_type) -> steps/s`` of a job
+        sharing its GPUs (a lease with ``co_located_with``); required for such leases.
     """
 
     def __init__(self, throughputs: ThroughputLookup | Mapping[Hashable, Mapping[str, float]], *,
-                 restart_overhead_s: float = 0.0):
+                 restart_overhead_s: float = 0.0, pair_throughputs: PairThroughputLookup | None = None):
         if isinstance(throughputs, Mapping):
             table = throughputs
             self._lookup: ThroughputLookup = lambda job, gpu_type, _n: float(table[job][gpu_type])
@@ -39,6 +43,7 @@ class SimulatedExecutor(Executor):
         if not restart_overhead_s >= 0:
             raise ValueError(f"restart_overhead_s must be >= 0, got {restart_overhead_s!r}")
         self.restart_overhead_s = float(restart_overhead_s)
+        self._pair_lookup = pair_throughputs
         self._now = 0.0
 
     def now(self) -> float:
@@ -52,7 +57,13 @@ class SimulatedExecutor(Executor):
         return results
 
     def _run(self, lease: Lease) -> JobRoundResult:
-        tput = self._lookup(lease.job_id, lease.gpu_type, len(lease.gpu_ids))
+        if lease.co_located_with is None:
+            tput = self._lookup(lease.job_id, lease.gpu_type, len(lease.gpu_ids))
+        elif self._pair_lookup is None:
+            raise ValueError(f"job {lease.job_id!r} shares GPUs with {lease.co_located_with!r}: give "
+                             "SimulatedExecutor(pair_throughputs=...)")
+        else:
+            tput = self._pair_lookup(lease.job_id, lease.co_located_with, lease.gpu_type)
         overhead = 0.0 if lease.extended else min(self.restart_overhead_s, lease.max_seconds)
         if not tput > 0:
             return JobRoundResult(lease.job_id, RoundOutcome.FAILED, 0, 0.0, restarted=not lease.extended,
@@ -65,4 +76,4 @@ class SimulatedExecutor(Executor):
                               overhead + steps / tput, measured_steps_per_s=tput, restarted=not lease.extended)
 
 
-__all__ = ["SimulatedExecutor", "ThroughputLookup"]
+__all__ = ["PairThroughputLookup", "SimulatedExecutor", "ThroughputLookup"]
