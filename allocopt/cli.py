@@ -163,6 +163,14 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--window", type=_index_pair, metavar="A,B", help="measure JCTs of jobs A..B-1 only")
     m.add_argument("--seed", type=int, default=0, help="seed of random streams (default: %(default)s)")
     m.add_argument("--backend", default="highs", help="solver backend (default: %(default)s)")
+    m.add_argument("--solver", metavar="NAME",
+                   help="solver of --backend cvxpy (e.g. CLARABEL, an interior-point solver like the ECOS Gavel "
+                        "uses: degenerate LPs then get Gavel's central allocations rather than a vertex)")
+    m.add_argument("--run-unallocated", action="store_true",
+                   help="let jobs that arrived after the last recompute run on GPUs the walk gives them "
+                        "(Gavel holds those GPUs idle until the next recompute)")
+    m.add_argument("--no-ftf", dest="ftf", action="store_false",
+                   help="skip the companion isolated-share run that gives finish-time fairness")
     m.add_argument("--json", metavar="FILE", dest="json_out", help="write the full result as JSON")
     m.add_argument("--csv", metavar="FILE", dest="csv_out", help="write one row per job as CSV")
     m.add_argument("--plot", metavar="FILE", help="write a JCT CDF and utilization plot (needs matplotlib)")
@@ -407,10 +415,13 @@ def _run_simulate(args: argparse.Namespace) -> int:
         result = simulate(workload, cluster, args.policy, throughputs=table, round_seconds=args.round_seconds,
                           recompute_min_seconds=args.recompute_min_seconds, seed=args.seed, mode=args.mode,
                           restart_overhead_s=args.restart_overhead_s, window=args.window, backend=args.backend,
-                          progress=args.progress, profiles=profiles)
+                          progress=args.progress, profiles=profiles, run_unallocated=args.run_unallocated,
+                          ftf=args.ftf,
+                          policy_options={"solver_options": {"solver": args.solver}} if args.solver else None)
     for key in ("average_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "restarts_per_job",
-                "gpu_hours_per_job", "num_rounds", "solve_s_per_round"):
-        print(f"{key}: {result.metrics[key]:.6g}")
+                "gpu_hours_per_job", "num_rounds", "solve_s_per_round", "average_ftf", "max_ftf", "unfair_fraction"):
+        if key in result.metrics:
+            print(f"{key}: {result.metrics[key]:.6g}")
     try:
         if args.json_out:
             result.to_json(args.json_out)

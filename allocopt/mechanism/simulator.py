@@ -298,10 +298,14 @@ class SimulationResult:
         makespan), ``restarts_per_job``, ``gpu_hours_per_job``, ``num_rounds``,
         ``num_solves``, ``solve_s_per_round`` (mean solve wall-clock seconds per
         round), ``solve_s_total``, ``wall_s`` (the simulation's own wall-clock
-        seconds), ``num_jobs`` and ``window`` (first and last job index measured).
+        seconds), ``num_jobs`` and ``window`` (first and last job index measured);
+        with ``ftf=True``, ``average_ftf``, ``max_ftf`` and ``unfair_fraction``
+        (finish-time fairness over the window).
     jobs : dict of str to ndarray
         Per job, in arrival order: ``model``, ``scale_factor``, ``arrival_s``,
-        ``finish_s``, ``jct_s``, ``gpu_hours``, ``restarts``.
+        ``finish_s``, ``jct_s``, ``gpu_hours``, ``restarts``; with ``ftf=True``,
+        ``isolated_jct_s`` (JCT under an isolated share) and ``ftf`` (``jct_s``
+        over it).
     rounds : dict of str to ndarray
         Per round: ``start_s``, ``end_s``, ``busy_gpus`` (GPUs leased).
     config : dict
@@ -366,7 +370,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
              window: tuple[int, int] | None = None, backend: str = "highs",
              policy_options: Mapping[str, Any] | None = None, executor: Executor | None = None,
              planner: RoundPlanner | None = None, progress: bool = False,
-             profiles: str | PathLike[str] | Mapping[tuple[str, str], Any] | None = None) -> SimulationResult:
+             profiles: str | PathLike[str] | Mapping[tuple[str, str], Any] | None = None,
+             ftf: bool = True) -> SimulationResult:
     """Simulate ``policy`` on ``cluster`` running ``workload``.
 
     Parameters
@@ -419,6 +424,12 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         their profiled (true) goodput. Any other policy runs Gavel-style
         rounds with each job's requested GPUs and batch size fixed
         (:func:`~allocopt.mechanism.sia_rounds.rigid_throughputs`).
+    ftf : bool, default True
+        Finish-time fairness: run a companion simulation of the same jobs under
+        the ``isolated`` policy (each job an equal share of the cluster) in
+        ``ideal`` mode, and report each job's JCT over its JCT there
+        (``jobs["ftf"]``, ``jobs["isolated_jct_s"]``; metrics ``average_ftf``,
+        ``max_ftf``, ``unfair_fraction``: the share of jobs with FTF > 1).
 
     Returns
     -------
@@ -483,6 +494,11 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         raise InvalidOptionError(f"window {window} must satisfy 0 <= a < b <= {workload.num_jobs} (jobs)")
     measured = jct[a:b]
     makespan = float(finish.max())
+    fairness: dict[str, Any] = {}
+    if ftf:
+        isolated = simulate(sia_jobs if profiles is not None else workload, cluster, "isolated",
+                            throughputs=throughputs, mode="ideal", backend=backend, profiles=profiles, ftf=False)
+        fairness = {"isolated_jct_s": isolated.jobs["jct_s"], "ftf": jct / isolated.jobs["jct_s"]}
     num_rounds = len(rounds["start_s"])
     metrics = {
         "average_jct_s": float(measured.mean()), "median_jct_s": float(np.median(measured)),
@@ -494,9 +510,13 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         "solve_s_per_round": float(sum(solve_s) / max(num_rounds, 1)), "solve_s_total": float(sum(solve_s)),
         "wall_s": time.perf_counter() - wall, "num_jobs": workload.num_jobs, "window": [a, b],
     }
+    if fairness:
+        rho = fairness["ftf"][a:b]
+        metrics.update(average_ftf=float(rho.mean()), max_ftf=float(rho.max()),
+                       unfair_fraction=float((rho > 1).mean()))
     jobs = {"model": np.array(workload.models, dtype=object), "scale_factor": workload.scale_factors,
             "arrival_s": workload.arrival_s, "finish_s": finish, "jct_s": jct, "gpu_hours": gpu_s / 3600,
-            "restarts": np.maximum(starts - 1, 0)}
+            "restarts": np.maximum(starts - 1, 0), **fairness}
     config = {"policy": policy, "allocopt_policy": name, "policy_options": options, "mode": mode,
               "cluster": cluster.to_dict(), "round_seconds": round_seconds,
               "recompute_min_seconds": recompute_min_seconds, "run_unallocated": run_unallocated,
