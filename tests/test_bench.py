@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from allocopt.bench.cli import main, run, standalone_parser
-from allocopt.bench.runner import ROW_FIELDS
-from allocopt.bench.suite import POLICIES, TECHNIQUES
+from allocopt.bench.runner import ROW_FIELDS, Config, History, run_target
+from allocopt.bench.suite import POLICIES, TECHNIQUES, Target
 from allocopt.errors import InvalidOptionError
 
 pytest.importorskip("cvxpy", reason="the baselines need cvxpy: pip install -e '.[cvxpy]'")
@@ -96,3 +96,23 @@ def test_bad_input_is_a_typed_error(tmp_path, capsys, argv, option):
         main(standalone_parser().parse_args([*argv, "--out", str(tmp_path), "--no-progress"]))
     assert run([*argv, "--out", str(tmp_path), "--no-progress"]) == 2
     assert option in capsys.readouterr().err
+
+
+def test_target_reports_verdict_ratio_and_agreement():
+    target = Target("tiny max-min fairness", "max_min_fairness", "random", 512, 3, 60.0)
+    result = run_target(target, Config(policies=["max_min_fairness"], sizes=[], types=[], backends=["highs"],
+                                       instances=["random"], progress=False))
+    assert set(result["techniques"]) == {t.name for t in target.techniques()}
+    assert result["met"] in (True, False)
+    assert result["techniques_agree"] is True
+    assert result["baseline_status"] == "ok"
+    assert [p[0] for p in result["baseline_points"]] == [128, 512]
+    assert result["objectives_agree"] is True and result["ratio"] > 0
+
+
+def test_extrapolation_of_baseline_times():
+    history = History([(100, 1.0, False), (200, 4.0, False)])
+    assert history.predict(400) == pytest.approx((16.0, False))  # quadratic through the two largest sizes
+    assert history.predict(100) is None
+    assert History([(100, 1.0, False)]).predict(300) == pytest.approx((3.0, True))  # one size: linear, a bound
+    assert History([(100, 1.0, False), (200, 100.0, True)]).predict(400)[0] == pytest.approx(800.0)  # exponent <= 3

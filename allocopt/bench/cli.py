@@ -187,6 +187,8 @@ def _targets(config: Config, args: argparse.Namespace, info: dict[str, Any], out
         r["verdict"] = {True: "MET", False: "MISSED", None: "NOT MEASURED"}[r["met"]]
         notes = [f"{name}: {t['status']}" for name, t in r["techniques"].items() if t["status"] != "ok"]
         notes += [f"{name} not run: {why}" for name, why in r["exclude"].items()]
+        if r.get("techniques_agree") is False:
+            notes.append(f"TECHNIQUES' OBJECTIVES DIFFER by {r['techniques_rel_diff']:.1e}")
         if r.get("baseline_status") not in (None, "ok"):
             notes.append(f"cvxpy {r['baseline_status']}")
         r["note"] = "; ".join(notes)

@@ -196,8 +196,11 @@ def run_target(target: Target, config: Config) -> dict[str, Any]:
             best = (technique.name, m)
     result.update(technique=None, total_s=None, met=None)
     if best is not None:
+        objectives = [t["objective"] for t in result["techniques"].values() if t["status"] == "ok"]
+        spread = (max(objectives) - min(objectives)) / max(abs(best[1].objective), 1e-12)
         result.update(technique=best[0], total_s=best[1].total_s, objective=best[1].objective,
-                      met=bool(best[1].total_s <= target.limit_s))
+                      met=bool(best[1].total_s <= target.limit_s), techniques_rel_diff=spread,
+                      techniques_agree=bool(spread <= OBJECTIVE_RTOL))
     if not config.baseline:
         return result
     history = History()
