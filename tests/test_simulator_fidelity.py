@@ -1,0 +1,170 @@
+"""The published (Gavel) mechanism, reproduced on small traces by hand, packed rounds and finish-time fairness."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from allocopt.mechanism import simulate
+from allocopt.mechanism.priority import MechanismOptions
+from allocopt.mechanism.simulator import PriorityPlanner, SimulationState
+from allocopt.mechanism.workload import Workload, read_gavel_trace, shipped_trace
+from allocopt.runtime.simulated import SimulatedExecutor
+from allocopt.throughput import ThroughputTable
+
+TABLE = ThroughputTable.gavel()
+MODEL = "ResNet-18 (batch size 128)"
+
+
+def _two_job_trace(second_arrival_s: float) -> Workload:
+    """Job 0 at t=10 with 10 rounds of work, job 1 (two rounds of work) at ``second_arrival_s``."""
+    per_round = math.floor(TABLE.throughput(MODEL, 1, "v100") * 360)
+    return Workload((MODEL, MODEL), np.array([1, 1]), np.array([10 * per_round, 2 * per_round]),
+                    np.array([10.0, second_arrival_s]), np.ones(2), "hand-made")
+
+
+@pytest.mark.parametrize("run_unallocated", [False, True])
+def test_newcomer_waits_for_the_recompute_throttle(run_unallocated):
+    # Two V100s. Job 0 arrives at t=10: the first recompute (at 10, after time 0, so it starts the 1,920 s
+    # throttle) gives it X = 1. Every round lasts d = floor(T * 360) / T (each job runs floor(T * 360) steps).
+    # Job 1 arrives at t=20, inside the first round: no allocation until the first round start at or after
+    # 10 + 1920 s; Gavel walks it at priority 0 and holds the second GPU idle meanwhile (run_unallocated=False);
+    # with run_unallocated=True it runs from the next round start, 10 + d.
+    tput = TABLE.throughput(MODEL, 1, "v100")
+    d = math.floor(tput * 360) / tput
+    wl = _two_job_trace(20.0)
+    result = simulate(wl, {"v100": 2}, "max_min_fairness_perf", run_unallocated=run_unallocated, ftf=False)
+    starts = 10.0 + d * np.arange(40)
+    job1_start = starts[1] if run_unallocated else starts[np.argmax(starts >= 10.0 + 1920.0)]
+    np.testing.assert_allclose(result.jobs["finish_s"], [10.0 + 10 * d, job1_start + 2 * d])
+    np.testing.assert_allclose(result.jobs["jct_s"], [10 * d, job1_start + 2 * d - 20.0])
+    # at 10, and at the first round start after the throttle (job 1 arrived, or already left, meanwhile); job 1's
+    # departure needs another 1,920 s, after job 0 is done
+    assert result.metrics["num_solves"] == 2
+    assert result.metrics["makespan_s"] == pytest.approx(10.0 + 10 * d)
+
+
+def test_recomputes_at_time_zero_do_not_start_the_throttle():
+    # Same jobs, job 0 at t=0: the recompute at 0 does not start the throttle (Gavel tests last_reset_time == 0),
+    # so job 1 (t=20) gets its allocation at the next round start, d, and runs from there.
+    tput = TABLE.throughput(MODEL, 1, "v100")
+    d = math.floor(tput * 360) / tput
+    per_round = math.floor(tput * 360)
+    wl = Workload((MODEL, MODEL), np.array([1, 1]), np.array([10 * per_round, 2 * per_round]),
+                  np.array([0.0, 20.0]), np.ones(2), "hand-made")
+    result = simulate(wl, {"v100": 2}, "max_min_fairness_perf", ftf=False)
+    np.testing.assert_allclose(result.jobs["finish_s"], [10 * d, 3 * d])
+
+
+def test_one_gpu_alternates_by_priority_and_finishes_early():
+    # One V100, two identical jobs at t=0, X = 0.5 each. Counters start at 180 s: round 1 is a tie
+    # (job 0 first), then the job with less received time wins: 0, 1, 0, 1, ... Job 1 needs 1.5 rounds of
+    # work: it finishes half-way through its second round, which ends early; job 0 (3 rounds) then gets
+    # X = 1 (the recompute after the departure is allowed: the only one before was at time 0) and runs on.
+    tput = TABLE.throughput(MODEL, 1, "v100")
+    per_round = math.floor(tput * 360)
+    d = per_round / tput
+    wl = Workload((MODEL, MODEL), np.array([1, 1]), np.array([3 * per_round, per_round + per_round // 2]),
+                  np.array([0.0, 0.0]), np.ones(2), "hand-made")
+    result = simulate(wl, {"v100": 1}, "max_min_fairness_perf", ftf=False)
+    half = (per_round // 2) / tput
+    job1 = 3 * d + half  # rounds: job 0, job 1, job 0, job 1 (half a round)
+    np.testing.assert_allclose(result.jobs["finish_s"], [job1 + d, job1])
+    np.testing.assert_allclose(result.rounds["end_s"] - result.rounds["start_s"], [d, d, d, half, d])
+
+
+def test_fifo_is_not_work_conserving():
+    # Gavel's FIFO walks only allocated entries: a job that arrived after the last recompute never fills an
+    # idle GPU, with or without run_unallocated.
+    wl = _two_job_trace(20.0)
+    tput = TABLE.throughput(MODEL, 1, "v100")
+    d = math.floor(tput * 360) / tput
+    for run_unallocated in (False, True):
+        result = simulate(wl, {"v100": 2}, "fifo_perf", run_unallocated=run_unallocated, ftf=False)
+        starts = 10.0 + d * np.arange(40)
+        assert result.jobs["finish_s"][1] == pytest.approx(starts[np.argmax(starts >= 1930.0)] + 2 * d)
+
+
+class _RecordingExecutor(SimulatedExecutor):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rounds = []
+
+    def run_round(self, plan):
+        results = super().run_round(plan)
+        self.rounds.append((plan, results))
+        return results
+
+
+def test_packed_rounds_share_gpus_between_pairs_only():
+    wl = read_gavel_trace(shipped_trace("artifact_evaluation"), TABLE)
+    cluster = {"v100": 2, "p100": 2, "k80": 2}
+    from allocopt.cluster import Cluster
+
+    c = Cluster(cluster)
+    T = wl.throughputs(TABLE, c.gpu_types)
+    planner = PriorityPlanner(SimulationState(wl, c, T, TABLE), "max_min_fairness", {"space_sharing": True},
+                              MechanismOptions())
+    executor = _RecordingExecutor(lambda job, gpu_type, _n: float(T[job, c.index(gpu_type)]),
+                                  pair_throughputs=planner.pair_throughput)
+    result = simulate(wl, c, "max_min_fairness_packed", planner=planner, executor=executor, ftf=False)
+    assert np.isfinite(result.jobs["finish_s"]).all()
+    shared_rounds = 0
+    for plan, results in executor.rounds:
+        jobs = [lease.job_id for lease in plan.leases]
+        assert len(jobs) == len(set(jobs))  # a job runs at most once (one type) per round
+        holders: dict[int, list] = {}
+        for lease in plan.leases:
+            assert len(lease.gpu_ids) == wl.scale_factors[lease.job_id]
+            assert all(c.gpu_types[c.capacity.cumsum().searchsorted(g, side="right")] == lease.gpu_type
+                       for g in lease.gpu_ids)
+            for g in lease.gpu_ids:
+                holders.setdefault(g, []).append(lease)
+        for leases in holders.values():
+            assert len(leases) <= 2  # no GPU oversubscribed
+            if len(leases) == 2:  # shared only by the two members of a pair, on the same GPUs
+                a, b = leases
+                assert a.co_located_with == b.job_id and b.co_located_with == a.job_id
+                assert a.gpu_ids == b.gpu_ids and a.gpu_type == b.gpu_type
+            else:
+                assert leases[0].co_located_with is None
+        by_job = {lease.job_id: lease for lease in plan.leases}
+        for r in results:  # co-located members progress at their measured pair throughput
+            lease = by_job[r.job_id]
+            if lease.co_located_with is not None:
+                shared_rounds += 1
+                expected = TABLE.pair_throughput(wl.models[r.job_id], wl.models[lease.co_located_with],
+                                                 int(wl.scale_factors[r.job_id]), lease.gpu_type)[0]
+                assert r.measured_steps_per_s == pytest.approx(expected)
+                assert r.steps == min(math.floor(expected * 360), r.steps) and r.steps > 0
+        assert sum(len(set(lease.gpu_ids)) for lease in {lease.gpu_ids: lease for lease in plan.leases}.values()) \
+            <= sum(cluster.values())
+    assert shared_rounds > 0  # pairs did run
+    assert result.metrics["utilization"] <= 1.0 + 1e-9  # shared GPUs counted once
+
+
+def test_space_sharing_option_on_allocopt_policy():
+    wl = read_gavel_trace(shipped_trace("artifact_evaluation"), TABLE)
+    packed = simulate(wl, {"v100": 2, "p100": 2, "k80": 2}, "max_min_fairness",
+                      policy_options={"space_sharing": True}, ftf=False)
+    assert packed.config["policy_options"] == {"space_sharing": True}
+    assert np.isfinite(packed.jobs["finish_s"]).all()
+
+
+def test_finish_time_fairness():
+    wl = read_gavel_trace(shipped_trace("artifact_evaluation"), TABLE)
+    cluster = {"v100": 2, "p100": 2, "k80": 2}
+    result = simulate(wl, cluster, "max_min_fairness_perf")
+    isolated = simulate(wl, cluster, "isolated", mode="ideal", ftf=False)
+    np.testing.assert_allclose(result.jobs["isolated_jct_s"], isolated.jobs["jct_s"])
+    np.testing.assert_allclose(result.jobs["ftf"], result.jobs["jct_s"] / isolated.jobs["jct_s"])
+    rho = result.jobs["ftf"]
+    assert result.metrics["average_ftf"] == pytest.approx(rho.mean())
+    assert result.metrics["max_ftf"] == pytest.approx(rho.max())
+    assert result.metrics["unfair_fraction"] == pytest.approx((rho > 1).mean())
+    # the isolated share measured against itself is perfectly fair
+    itself = simulate(wl, cluster, "isolated", mode="ideal")
+    np.testing.assert_allclose(itself.jobs["ftf"], 1.0)
+    assert "ftf" not in simulate(wl, cluster, "max_min_fairness_perf", ftf=False).jobs
