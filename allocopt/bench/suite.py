@@ -7,7 +7,7 @@ changes how the same optimum is reached) is one :class:`Technique` line in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -25,6 +25,31 @@ class Instance:
     description: str
 
 
+def gavel_instance(policy: BenchPolicy, kind: str, n_jobs: int, n_gpu_types: int, seed: int) -> Instance:
+    """Random distinct jobs, or jobs drawn from Gavel's table (with every pair under space sharing)."""
+    if kind == "table":
+        space_sharing = bool(policy.options.get("space_sharing"))
+        problem = instances.table_problem(n_jobs, n_gpu_types, seed, space_sharing=space_sharing)
+        pairs = f", {problem.pairs.shape[0]} pairs" if space_sharing else ""
+        return Instance(problem, {}, f"{n_jobs} jobs from Gavel's table{pairs}")
+    return Instance(instances.random_problem(n_jobs, n_gpu_types, seed), {}, f"{n_jobs} distinct random jobs")
+
+
+def water_filling_instance(policy: BenchPolicy, kind: str, n_jobs: int, n_gpu_types: int, seed: int) -> Instance:
+    """Random jobs in 8 entities, and the entities' policies as the ``entity_policies`` option."""
+    problem, policies = instances.water_filling_problem(n_jobs, n_gpu_types, seed=seed)
+    return Instance(problem, {"entity_policies": policies},
+                    f"{n_jobs} jobs in {len(problem.entity_ids)} entities (fifo and fairness)")
+
+
+def sia_instance(policy: BenchPolicy, kind: str, n_jobs: int, n_gpu_types: int, seed: int) -> Instance:
+    """The first Sia round of ``n_jobs`` jobs on saturn scaled to them."""
+    rounds, source = instances.sia_rounds(n_jobs, seed, steady=False)
+    problem = rounds["first"]
+    return Instance(problem, {}, f"{n_jobs} jobs ({source}), {int(problem.cluster.capacity.sum())} GPUs, "
+                                 f"{problem.num_configurations} configurations")
+
+
 @dataclass(frozen=True)
 class BenchPolicy:
     """A benchmarked policy: the allocopt policy and fixed options, the instance kinds it runs on
@@ -37,6 +62,8 @@ class BenchPolicy:
     options: Mapping[str, Any] = field(default_factory=dict)
     gpu_types: tuple[int, ...] | None = None  # the numbers of GPU types it runs on; None: any
     max_jobs: int | None = None  # None: any size
+    generator: Callable[[BenchPolicy, str, int, int, int], Instance] = field(
+        default=gavel_instance, repr=False)  # (policy, kind, jobs, types, seed) -> Instance
 
     def unsupported(self, kind: str, n_gpu_types: int) -> str | None:
         """Why this policy does not run on ``kind`` instances with ``n_gpu_types`` types, or None."""
@@ -51,21 +78,7 @@ class BenchPolicy:
 
     def instance(self, kind: str, n_jobs: int, n_gpu_types: int, seed: int) -> Instance:
         """The seeded instance of this policy for ``kind`` at ``n_jobs`` x ``n_gpu_types``."""
-        if self.name == "water_filling":
-            problem, policies = instances.water_filling_problem(n_jobs, n_gpu_types, seed=seed)
-            return Instance(problem, {"entity_policies": policies},
-                            f"{n_jobs} jobs in {len(problem.entity_ids)} entities (fifo and fairness)")
-        if self.name == "sia":
-            rounds, source = instances.sia_rounds(n_jobs, seed, steady=False)
-            problem = rounds["first"]
-            return Instance(problem, {}, f"{n_jobs} jobs ({source}), {int(problem.cluster.capacity.sum())} GPUs, "
-                                         f"{problem.num_configurations} configurations")
-        if kind == "table":
-            space_sharing = bool(self.options.get("space_sharing"))
-            problem = instances.table_problem(n_jobs, n_gpu_types, seed, space_sharing=space_sharing)
-            pairs = f", {problem.pairs.shape[0]} pairs" if space_sharing else ""
-            return Instance(problem, {}, f"{n_jobs} jobs from Gavel's table{pairs}")
-        return Instance(instances.random_problem(n_jobs, n_gpu_types, seed), {}, f"{n_jobs} distinct random jobs")
+        return self.generator(self, kind, n_jobs, n_gpu_types, seed)
 
 
 @dataclass(frozen=True)
@@ -93,11 +106,12 @@ POLICIES: Mapping[str, BenchPolicy] = MappingProxyType({p.name: p for p in (
     BenchPolicy("max_min_fairness", "max_min_fairness", ("random", "table"), "Gavel max_min_fairness_perf"),
     BenchPolicy("max_throughput", "max_throughput", ("random", "table"), "Gavel max_sum_throughput_perf"),
     BenchPolicy("min_makespan", "min_makespan", ("random",), "one LP: max theta, e_i >= r_i theta"),
-    BenchPolicy("water_filling", "water_filling", ("random",), "Gavel WaterFillingAlgorithm (LP + MILP)"),
+    BenchPolicy("water_filling", "water_filling", ("random",), "Gavel WaterFillingAlgorithm (LP + MILP)",
+                generator=water_filling_instance),
     BenchPolicy("mmf_space_sharing", "max_min_fairness", ("table",), "Gavel MaxMinFairnessPolicyWithPacking",
                 options={"space_sharing": True}, max_jobs=2048),
-    BenchPolicy("sia", "sia", ("random",), "Sia's MILP (presolve off, as allocopt)",
-                gpu_types=(3,)),
+    BenchPolicy("sia", "sia", ("random",), "Sia's MILP (presolve off, as allocopt)", gpu_types=(3,),
+                generator=sia_instance),
     BenchPolicy("finish_time_fairness", "finish_time_fairness", ("random",),
                 "Gavel finish_time_fairness_perf (SOCP, CLARABEL)"),
 )})
