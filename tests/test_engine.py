@@ -376,3 +376,14 @@ def test_embed_engine_example_runs():
     example = Path(__file__).resolve().parents[1] / "examples" / "embed_engine.py"
     out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=60, check=True)
     assert "round 5:" in out.stdout
+
+
+def test_rounds_between_recomputes_keep_the_cluster_busy():
+    engine = allocopt.Engine({"v100": 2, "k80": 2}, round_seconds=60.0, recompute_min_seconds=600.0)
+    for k in range(3):
+        engine.add_job(k, {"v100": 10.0 + k, "k80": 3.0 + k})
+    busy = [sum(len(lease.gpu_ids) for lease in engine.next_round().leases) for _ in range(5)]
+    engine.add_job("late", {"v100": 4.0, "k80": 2.0})  # arrives between recomputes: may fill idle GPUs
+    plan = engine.next_round()
+    assert busy == [3] * 5
+    assert sum(len(lease.gpu_ids) for lease in plan.leases) == 4
