@@ -80,7 +80,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="allocopt runs predicted from smaller sizes to take longer are skipped, and it is the "
                         "solver's time limit per solve (default: 120)")
     p.add_argument("--quick", action="store_true",
-                   help="CI smoke run: sizes 32,128, 3 types, highs (about a minute on 2 cores)")
+                   help="CI smoke run: sizes 32,128, 3 types, highs (about 20 s on 2 cores)")
     p.add_argument("--targets", action="store_true",
                    help="measure issue 7's targets (minutes: the target sizes and baselines at smaller sizes)")
     p.add_argument("--out", default="bench-results", metavar="DIR",
