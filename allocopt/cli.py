@@ -27,6 +27,7 @@ from allocopt import __version__
 from allocopt.allocation import Allocation
 from allocopt.api import solve
 from allocopt.backends import BACKENDS, get_backend, installed_backends
+from allocopt.bench import add_parser as add_bench_parser
 from allocopt.cluster import Cluster
 from allocopt.errors import (AllocoptError, BackendNotInstalledError, InvalidOptionError, InvalidProblemError,
                              LicenseError, NotOptimalError, SolverError, UnknownBackendError)
@@ -194,6 +195,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="reject request bodies larger than N bytes with 413 (default: %(default)s)")
     v.add_argument("--quiet", action="store_true", help="do not log requests to stderr")
     v.set_defaults(run=_run_serve)
+
+    add_bench_parser(commands)
     return parser
 
 
