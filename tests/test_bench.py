@@ -116,3 +116,14 @@ def test_extrapolation_of_baseline_times():
     assert history.predict(100) is None
     assert History([(100, 1.0, False)]).predict(300) == pytest.approx((3.0, True))  # one size: linear, a bound
     assert History([(100, 1.0, False), (200, 100.0, True)]).predict(400)[0] == pytest.approx(800.0)  # exponent <= 3
+
+
+def test_resolve_target_rows_agree_with_cold_solves():
+    from allocopt.bench.resolve import run_resolve_target
+
+    rows = run_resolve_target(n_jobs=64, n_gpu_types=3, events=2)
+    assert [r["policy"] for r in rows] == ["max_min_fairness", "max_throughput", "min_makespan"]
+    for r in rows:
+        assert r["objective_rel_diff"] <= 1e-7
+        assert r["total_s"] > 0 and r["baseline_total_s"] > 0 and r["ratio"] == r["baseline_total_s"] / r["total_s"]
+        assert r["met"] == (r["ratio"] >= 5.0)

@@ -324,3 +324,27 @@ def test_no_jobs_crowded_cluster_and_user_presolve():
     assert crowded.timings.num_solves == 1 and "sia" in repr(crowded)
     idle = crowded.to_dict()
     assert sum(v is None for v in idle.values()) == 4
+
+
+def contended_problem(seed: int, n: int = 150) -> GoodputProblem:
+    """Many jobs on a small two-type cluster, so the LP relaxation is often fractional."""
+    rng = np.random.default_rng(seed)
+    cluster = Cluster({"slow": 16, "fast": 8}, gpus_per_node={"slow": 4, "fast": 4})
+    configs = sia_configurations(cluster)
+    speed = np.where(configs.gpu_type == 1, 2.5, 1.0)
+    goodput = speed * configs.num_gpus ** rng.uniform(0.3, 0.95, (n, 1)) * rng.uniform(0.7, 1.3, (n, len(configs)))
+    previous = np.where(rng.random(n) < 0.3, rng.integers(0, len(configs), n), -1)
+    return GoodputProblem(goodput, configs, cluster, previous=previous, restart_factor=rng.uniform(0.5, 1.0, n))
+
+
+def test_relaxation_first_has_the_milp_optimum():
+    reduced_milps = 0
+    for seed, options in itertools.product(range(6), OPTION_SETS):
+        problem = contended_problem(seed)
+        fast = allocopt.solve(problem, "sia", mip_gap=1e-9, **options)
+        whole = allocopt.solve(problem, "sia", mip_gap=1e-9, relaxation_first=False, **options)
+        assert fast.objective == pytest.approx(whole.objective, rel=1e-9, abs=1e-9), (seed, options)
+        assert np.all(fast.gpus_used <= problem.cluster.capacity)
+        assert np.all(fast.configuration[fast.allocated] >= 0)
+        reduced_milps += fast.timings.num_solves > 1  # the LP was fractional: fixing, then a MILP
+    assert reduced_milps > 0

@@ -11,6 +11,7 @@ from typing import Any
 
 from allocopt.bench.baselines import BASELINES
 from allocopt.bench.output import Progress
+from allocopt.bench.resolve import RESOLVE_TARGET, run_resolve_target
 from allocopt.bench.suite import BACKEND_SOLVER_OPTIONS, POLICIES, TARGETS, BenchPolicy, Target, techniques_for
 from allocopt.bench.timing import OBJECTIVE_RTOL, Measurement, short, time_allocopt
 
@@ -233,14 +234,20 @@ def run_target(target: Target, config: Config) -> dict[str, Any]:
 
 
 def run_targets(config: Config, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Every target (or those whose policy is in ``names``)."""
+    """Every target (or those whose policy is in ``names``), then the re-solve target
+    (:mod:`allocopt.bench.resolve`) when max-min fairness is among them."""
     chosen = [t for t in TARGETS if names is None or t.policy in names]
-    progress = Progress(len(chosen), config.progress)
+    resolve = names is None or "max_min_fairness" in names
+    progress = Progress(len(chosen) + resolve, config.progress)
     out = []
     try:
         for target in chosen:
             progress.step(target.name)
             out.append(run_target(target, config))
+            progress.advance()
+        if resolve:
+            progress.step(RESOLVE_TARGET["name"])
+            out.extend(run_resolve_target(seed=config.seed))
             progress.advance()
     finally:
         progress.close()

@@ -99,6 +99,7 @@ TECHNIQUES: tuple[Technique, ...] = (
               ("max_min_fairness", "max_throughput", "mmf_space_sharing")),
     Technique("column_generation", {"column_generation": True}, ("mmf_space_sharing",)),
     Technique("price_decomposition", {"price_decomposition": True}, ("max_min_fairness",)),
+    Technique("whole_milp", {"relaxation_first": False}, ("sia",)),  # plain sia: LP relaxation first
 )
 
 #: The benchmarked policies, by name.

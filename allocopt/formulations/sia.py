@@ -38,6 +38,12 @@ maximizing). Because ``U > 0``, that holds for every input when ``p < 0`` and
 input where it happens is rejected once the coefficients are known, both with
 an :class:`~allocopt.errors.InvalidOptionError` that says why.
 
+The MILP is solved through its LP relaxation first (``relaxation_first=True``,
+:func:`_solve_relaxation_first`): an integral LP optimum is the MILP optimum,
+and otherwise reduced-cost fixing leaves a MILP over a few thousand of the
+binaries (5,120 jobs x 29 configurations: 0.5 s against 1.9 s for the whole
+MILP, same optimum).
+
 Exact reductions keep the model small without changing its optimum: a pinned
 job keeps only its previous entry, and of the other entries only those that
 improve the objective and beat every entry of the same job and GPU type with
@@ -50,14 +56,25 @@ against 3 s without it).
 from __future__ import annotations
 
 
+from dataclasses import replace
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 
 from allocopt.allocation import Timings
+from allocopt.backends import solve_model
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem
-from allocopt.model import Model
+from allocopt.model import CompiledModel, Model
+from allocopt.solution import Solution
+
+INTEGRALITY_TOL = 1e-9  # an LP value this close to 0 or 1 counts as integral
+FIXING_TOL = 1e-7  # margin of reduced-cost fixing, relative to the LP bound (LP duals carry round-off)
+MAX_REPAIRS = 100  # binaries the incumbent repair raises at most
+DUAL_TOL = 1e-7  # optimality-condition tolerance of LP duals, relative to the largest cost
+FIXING_GUESS = 1e-6  # first guess of the optimality gap, relative to the LP bound
 
 
 class Sia(Policy):
@@ -75,14 +92,18 @@ class Sia(Policy):
         rejected, as it leaves every job idle.
     lambda_a : float >= 0, default 0.0
         Cost of moving or stopping a job that has a previous configuration, in utility units.
+    relaxation_first : bool, default True
+        Solve the LP relaxation first and the MILP only over the binaries that
+        reduced-cost fixing leaves free (:func:`_solve_relaxation_first`);
+        False solves the whole MILP. Same optimum.
     """
 
     name = "sia"
-    options = {"p": -0.5, "lambda_n": 1.1, "lambda_a": 0.0}
+    options = {"p": -0.5, "lambda_n": 1.1, "lambda_a": 0.0, "relaxation_first": True}
     problem_type = GoodputProblem
 
     def allocate(self, problem: GoodputProblem, solver: ModelSolver, *, p: float = -0.5, lambda_n: float = 1.1,
-                 lambda_a: float = 0.0) -> PolicyResult:
+                 lambda_a: float = 0.0, relaxation_first: bool = True) -> PolicyResult:
         p, lambda_n, lambda_a = _check_options(p, lambda_n, lambda_a)
         n, C = problem.num_jobs, problem.num_configurations
         rows, cols = valid_entries(problem)
@@ -107,10 +128,14 @@ class Sia(Policy):
             model.minimize(objective)
         else:
             model.maximize(objective)
-        solution = solver.solve(model, "sia", defaults=SOLVER_DEFAULTS)
+        if relaxation_first:
+            values, objective_value, extras, solution = _solve_relaxation_first(model.compile(), solver)
+        else:
+            solution = solver.solve(model, "sia", defaults=SOLVER_DEFAULTS)
+            values, objective_value, extras = solution.values["x"], solution.objective, {}
         chosen = np.zeros((n, C))
-        chosen[rows, cols] = solution.values["x"]
-        return PolicyResult(chosen, solution.objective, solution.status, message=solution.message)
+        chosen[rows, cols] = values
+        return PolicyResult(chosen, objective_value, solution.status, message=solution.message, extras=extras)
 
     def to_allocation(self, problem: GoodputProblem, result: PolicyResult, *, backend: str | None,
                       timings: Timings) -> ConfigurationAllocation:
@@ -179,8 +204,115 @@ def useful_entries(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray, 
     return np.where(problem.pinned[rows], cols == problem.previous[rows], keep)
 
 
+def _solve_relaxation_first(model: CompiledModel, solver: ModelSolver
+                            ) -> tuple[np.ndarray, float | None, dict[str, Any], Solution]:
+    """Solve a 0-1 program whose rows are ``A x <= b`` with ``A >= 0`` (Sia's) by
+    its LP relaxation and reduced-cost fixing; same optimum as the MILP.
+
+    In minimization form, with an optimal LP point ``x*`` of value ``z*`` and
+    duals ``y <= 0``, every feasible ``x`` has ``c x >= z* + sum_j d_j (x_j -
+    x*_j)`` for the reduced costs ``d = c - A^T y``, each term ``>= 0``. An
+    integral ``x*`` is therefore optimal. Otherwise rounding ``x*`` down is
+    feasible (``A >= 0``); raising binaries that still fit, most improving
+    first, gives an incumbent of value ``z_inc``, and a binary at 0 with ``z* +
+    d_j > z_inc`` (at 1 with ``z* - d_j > z_inc``) takes that value in every
+    solution at least as good: it is fixed, and the MILP is solved over the
+    rest. Without duals (a backend that reports none) the whole MILP is solved.
+    Returns the values, the objective (model's sense), extras and the last solution.
+    """
+    relaxed = solver.record(solve_model(replace(model, integrality=np.zeros_like(model.integrality)),
+                                        solver.backend, solver.options, SOLVER_DEFAULTS))
+    sign = 1.0 if model.sense == "min" else -1.0
+    x_lp = relaxed.x
+    fractional = (x_lp > INTEGRALITY_TOL) & (x_lp < 1 - INTEGRALITY_TOL)
+    if relaxed.success and not fractional.any():
+        x = np.round(x_lp)
+        return x, float(model.c @ x + model.offset), {"relaxation_integral": True, "milp_binaries": 0}, relaxed
+    d = None
+    if relaxed.success and relaxed.duals:
+        y = sign * np.concatenate([relaxed.duals[name].ravel() for name in model.constraints])
+        d = sign * model.c - model.A.T @ y
+    if d is None or not _certifies(model, x_lp, y, d, fractional):
+        # no duals, or duals the point does not satisfy the optimality conditions with: solve it whole
+        solution = solver.check(solver.record(solve_model(model, solver.backend, solver.options, SOLVER_DEFAULTS)),
+                                "sia")
+        return solution.values.get("x"), solution.objective, {"relaxation_integral": None}, solution
+    z_lp = sign * (model.c @ x_lp)
+    incumbent = _round_down_and_repair(model, x_lp, sign * model.c)
+    margin = FIXING_TOL * max(1.0, abs(z_lp))
+    known_gap = sign * (model.c @ incumbent) - z_lp  # a feasible point is this far above the bound
+    guess = min(known_gap, FIXING_GUESS * max(1.0, abs(z_lp)))
+    valid = guess == known_gap  # fixing with a gap some feasible point attains keeps every optimum
+    at_zero, at_one = x_lp <= INTEGRALITY_TOL, x_lp >= 1 - INTEGRALITY_TOL
+    solves = 0
+    while True:
+        fix_zero, fix_one = at_zero & (d > guess + margin), at_one & (-d > guess + margin)
+        free = np.flatnonzero(~(fix_zero | fix_one))
+        reduced = CompiledModel(
+            c=model.c[free], offset=model.offset + float(model.c[fix_one].sum()), A=model.A[:, free].tocsr(),
+            row_lb=model.row_lb, row_ub=model.row_ub - model.A[:, np.flatnonzero(fix_one)].sum(axis=1).A1,
+            col_lb=model.col_lb[free], col_ub=model.col_ub[free], integrality=model.integrality[free],
+            sense=model.sense, variables={"x": (slice(0, free.size), (free.size,))},
+            constraints=model.constraints, name=model.name)
+        solution = solver.check(solver.record(solve_model(reduced, solver.backend, solver.options,
+                                                          SOLVER_DEFAULTS)),
+                                "sia (the MILP over the binaries reduced-cost fixing left free)")
+        solves += 1
+        if not solution.has_values:
+            break
+        found_gap = sign * solution.objective - z_lp
+        if found_gap <= guess + margin:
+            break  # the point found is within the gap the fixing assumed, so the fixing was valid for it
+        if valid:  # a point within the gap satisfies the fixing; not finding it means round-off: solve it whole
+            solution = solver.check(solver.record(solve_model(model, solver.backend, solver.options,
+                                                              SOLVER_DEFAULTS)), "sia")
+            return solution.values["x"], solution.objective, {"relaxation_integral": False,
+                                                              "milp_binaries": model.num_cols}, solution
+        guess, valid = min(found_gap, known_gap), True
+    x = fix_one.astype(np.float64)
+    if solution.has_values:
+        x[free] = solution.values["x"]
+    objective = solution.objective if solution.has_values else None
+    return x, objective, {"relaxation_integral": False, "milp_binaries": int(free.size), "milp_solves": solves}, \
+        solution
+
+
+def _certifies(model: CompiledModel, x: np.ndarray, y: np.ndarray, d: np.ndarray, fractional: np.ndarray) -> bool:
+    """Whether ``x`` and the minimization-form duals ``y`` (reduced costs ``d``)
+    satisfy the optimality conditions reduced-cost fixing relies on: ``y <= 0``
+    on the ``<=`` rows and 0 on slack ones, ``d >= 0`` at 0, ``d <= 0`` at 1,
+    ``d = 0`` in between (tolerance relative to the largest cost)."""
+    tol = DUAL_TOL * max(1.0, float(np.abs(model.c).max(initial=0.0)))
+    slack = model.row_ub - model.A @ x
+    return bool(np.all(y <= tol) and np.all(np.abs(y) * np.maximum(slack, 0.0) <= tol)
+                and np.all(d[x <= INTEGRALITY_TOL] >= -tol) and np.all(d[x >= 1 - INTEGRALITY_TOL] <= tol)
+                and np.all(np.abs(d[fractional]) <= tol))
+
+
+def _round_down_and_repair(model: CompiledModel, x_lp: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """``x_lp`` rounded down, then, while some binary at 0 with a negative
+    ``cost`` still fits the rows, the cheapest of them raised to 1 (one
+    vectorized pass over the nonzeros per binary raised; a vertex has few
+    fractional binaries, so few are)."""
+    x = np.floor(x_lp + INTEGRALITY_TOL)
+    residual = model.row_ub - model.A @ x
+    A = model.A.tocsc()
+    column = np.repeat(np.arange(A.shape[1]), np.diff(A.indptr))
+    for _ in range(MAX_REPAIRS):
+        too_big = np.zeros(A.shape[1], dtype=bool)
+        too_big[column[A.data > residual[A.indices] + INTEGRALITY_TOL]] = True
+        score = np.where(~too_big & (x == 0) & (cost < 0), cost, np.inf)
+        j = int(np.argmin(score))
+        if not np.isfinite(score[j]):
+            break
+        x[j] = 1.0
+        residual[A.indices[A.indptr[j]:A.indptr[j + 1]]] -= A.data[A.indptr[j]:A.indptr[j + 1]]
+    return x
+
+
 # HiGHS presolve removes nothing from this model and its clique-table setup grows
-# superlinearly (about 50 s of a 65 s solve at 5,120 jobs x 29 configurations).
+# superlinearly (about 50 s of a 65 s solve at 5,120 jobs x 29 configurations); for the
+# LP relaxation it costs 0.05 s of 0.45 s.
 SOLVER_DEFAULTS = {"highs": {"presolve": "off"}, "scipy": {"presolve": False}}
 
 
