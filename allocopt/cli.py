@@ -34,6 +34,7 @@ from allocopt.errors import (AllocoptError, BackendNotInstalledError, InvalidOpt
 from allocopt.formulations import POLICIES, get_policy
 from allocopt.problem import Problem
 from allocopt.throughput import ThroughputTable
+from allocopt.throughput.goodput import DEFAULT_LOSS, DEFAULT_LOSS_SCALE, LOSSES
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -106,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("profile_dir", metavar="PROFILE_DIR", help="directory of application profiles")
     f.add_argument("--json", metavar="OUT", dest="json_out",
                    help="also write the results as JSON to OUT (- for stdout; the table then goes to stderr)")
+    f.add_argument("--loss", choices=LOSSES, default=DEFAULT_LOSS,
+                   help="loss of the log-time residuals: cauchy (robust to outlying step times) or rmse (Pollux's) "
+                        "(default: %(default)s)")
+    f.add_argument("--loss-scale", type=float, default=DEFAULT_LOSS_SCALE, metavar="S",
+                   help="scale of the cauchy loss, a log-time residual (0.05: about 5%% relative error) "
+                        "(default: %(default)s)")
     f.set_defaults(run=_run_fit_profiles)
 
     r = commands.add_parser("run", help="run training jobs on this machine's devices or a Ray cluster, round by round",
@@ -476,7 +483,7 @@ def _run_fit_profiles(args: argparse.Namespace) -> int:
     for app, gpu_type in pairs:
         try:
             profile = load_application(args.profile_dir, app, gpu_type)
-            held = profile.heldout_error()
+            held = profile.heldout_error(loss=args.loss, loss_scale=args.loss_scale)
         except ProfileFormatError as err:
             print(f"allocopt: warning: skipped {app} on {gpu_type}: {err}", file=sys.stderr)
             results.append({"application": app, "gpu_type": gpu_type, "median_abs_rel_error": None,

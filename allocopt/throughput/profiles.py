@@ -38,7 +38,8 @@ import numpy as np
 from scipy.interpolate import LinearNDInterpolator
 
 from allocopt.errors import InvalidProblemError, ProfileFormatError
-from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, fit_perf_params
+from allocopt.throughput.goodput import (DEFAULT_LOSS, DEFAULT_LOSS_SCALE, GoodputModel, GradParams, PerfParams,
+                                         fit_perf_params)
 
 #: GPU type names of Sia's seed profiles mapped to the profile file suffix with the same
 #: 1-GPU measurements (found by matching rows): T4 nodes are ``aws``, V100 ``azure``, A100 ``dgx-ext``.
@@ -98,8 +99,9 @@ class Observations:
     def concat(parts: list[Observations]) -> Observations:
         return Observations(*(np.concatenate([getattr(p, f) for p in parts]) for f in _OBS_FIELDS))
 
-    def fit(self, *, initial: PerfParams | None = None) -> PerfParams:
-        """:func:`~allocopt.throughput.goodput.fit_perf_params` on these rows.
+    def fit(self, *, initial: PerfParams | None = None, loss: str = DEFAULT_LOSS,
+            loss_scale: float = DEFAULT_LOSS_SCALE) -> PerfParams:
+        """:func:`~allocopt.throughput.goodput.fit_perf_params` on these rows (with its ``loss``, ``loss_scale``).
 
         Raises
         ------
@@ -117,7 +119,7 @@ class Observations:
                 "data-parallel throughput model cannot be fitted (is this a pipeline-parallel profile?)",
                 path=path, line=int(line))
         return fit_perf_params(self.num_nodes, self.num_replicas, self.local_bsz, self.compute_time_s,
-                               self.iter_time_s, initial=initial)
+                               self.iter_time_s, initial=initial, loss=loss, loss_scale=loss_scale)
 
 
 _OBS_FIELDS = ("num_nodes", "num_replicas", "local_bsz", "iter_time_s", "sync_time_s", "placement", "origin")
@@ -375,9 +377,10 @@ class ApplicationProfile:
                                      "statistics are unknown", path=folder)
         return self.validation
 
-    def fit(self, *, initial: PerfParams | None = None) -> PerfParams:
-        """Throughput model fitted to all rows (:attr:`observations`)."""
-        return self.observations.fit(initial=initial)
+    def fit(self, *, initial: PerfParams | None = None, loss: str = DEFAULT_LOSS,
+            loss_scale: float = DEFAULT_LOSS_SCALE) -> PerfParams:
+        """Throughput model fitted to all rows (:attr:`observations`; see :meth:`Observations.fit`)."""
+        return self.observations.fit(initial=initial, loss=loss, loss_scale=loss_scale)
 
     def grad_params(self, batch_size: float | None = None, epoch: int = 0) -> GradParams:
         """Gradient statistics in ``epoch`` at ``batch_size`` (default the initial one), linearly
@@ -442,14 +445,17 @@ class ApplicationProfile:
         return lambda m: nd(np.stack(np.broadcast_arrays(float(nodes), float(replicas), m), axis=-1)).reshape(
             np.shape(m) + (2,))
 
-    def heldout_error(self, every: int = 3) -> HeldOutError:
+    def heldout_error(self, every: int = 3, *, loss: str = DEFAULT_LOSS,
+                      loss_scale: float = DEFAULT_LOSS_SCALE) -> HeldOutError:
         """Fit on part of the placements and measure the error on the others.
 
         Multi-GPU placements (a placement string, or a (nodes, replicas) pair
         for scalability rows) are sorted by replicas, nodes and name; every
         ``every``-th of them, starting with the second, is held out with all of
         its rows. The throughput model is fitted to the remaining rows
-        (including every 1-GPU row) and predicts the held-out iteration times.
+        (including every 1-GPU row), with ``loss`` and ``loss_scale`` (see
+        :func:`~allocopt.throughput.goodput.fit_perf_params`), and predicts the
+        held-out iteration times.
         """
         if isinstance(every, bool) or not isinstance(every, int) or every < 2:
             raise ValueError(f"every must be an integer >= 2, got {every!r}")
@@ -460,7 +466,7 @@ class ApplicationProfile:
                                                      obs.num_replicas.tolist()) if r > 1})
         held_keys = [k for _, _, k in multi[1::every]]
         held = np.isin(keys, held_keys)
-        params = obs.select(~held).fit()
+        params = obs.select(~held).fit(loss=loss, loss_scale=loss_scale)
         test = obs.select(held)
         predicted = params.iter_time(test.num_nodes, test.num_replicas, test.local_bsz)
         errors = np.abs(predicted / test.iter_time_s - 1)
