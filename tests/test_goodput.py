@@ -10,10 +10,10 @@ import pytest
 
 from allocopt import Cluster
 from allocopt.configurations import sia_configurations
-from allocopt.errors import InvalidProblemError
+from allocopt.errors import InvalidOptionError, InvalidProblemError
 from allocopt.goodput_problem import GoodputProblem
 from allocopt.throughput import GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix
-from allocopt.throughput.goodput import DEFAULT_CANDIDATES, PARAM_FLOOR_S
+from allocopt.throughput.goodput import DEFAULT_CANDIDATES, PARAM_FLOOR_S, _Objective
 
 P = PerfParams(alpha_c=0.1, beta_c=0.01, alpha_n=0.5, beta_n=0.1, alpha_r=0.2, beta_r=0.05, gamma=1.0)
 TRUE = PerfParams(alpha_c=0.02, beta_c=0.001, alpha_n=0.05, beta_n=0.004, alpha_r=0.01, beta_r=0.001, gamma=1.5)
@@ -122,6 +122,49 @@ def test_fit_priors_one_gpu_only_and_no_more_than_two_replicas():
     assert fitted.beta_n == PARAM_FLOOR_S and fitted.beta_r == PARAM_FLOOR_S  # never more than 2 replicas
     np.testing.assert_allclose(fitted.iter_time(nodes, replicas, bsz), TRUE.iter_time(nodes, replicas, bsz),
                                rtol=1e-3)
+
+
+def test_cauchy_loss_ignores_gross_outliers_that_pull_the_rmse_fit_off():
+    rng = np.random.default_rng(0)
+    compute = TRUE.compute_time(BSZ) * np.exp(rng.normal(0, 0.01, BSZ.size))
+    iteration = TRUE.iter_time(NODES, REPLICAS, BSZ) * np.exp(rng.normal(0, 0.01, BSZ.size))
+    iteration[[3, 7]] *= 3.0  # two step times 3x too slow, one compute time 3x too fast
+    compute[5] *= 0.3
+    error = {}
+    for loss in ("rmse", "cauchy"):
+        fitted = fit_perf_params(NODES, REPLICAS, BSZ, compute, iteration, loss=loss, loss_scale=0.05)
+        rel = fitted.iter_time(NODES, REPLICAS, BSZ) / TRUE.iter_time(NODES, REPLICAS, BSZ) - 1
+        error[loss] = np.median(np.abs(rel))
+    assert error["cauchy"] < 0.02 and error["rmse"] > 0.1, error
+
+
+@pytest.mark.parametrize("loss", ["rmse", "cauchy"])
+def test_objective_gradient_matches_finite_differences(loss):
+    rng = np.random.default_rng(1)
+    compute = TRUE.compute_time(BSZ) * np.exp(rng.normal(0, 0.1, BSZ.size))
+    iteration = TRUE.iter_time(NODES, REPLICAS, BSZ) * np.exp(rng.normal(0, 0.1, BSZ.size))
+    start = np.array([0.03, 0.002, 0.04, 0.003, 0.02, 0.002, 1.7])
+    objective = _Objective(NODES.astype(float), REPLICAS.astype(float), BSZ.astype(float), compute, iteration, start,
+                           loss, 0.05)
+    free = np.arange(7)
+    x = np.append(np.log(start[:6]), start[6])
+    _, grad = objective(x, free)
+    h = 1e-6
+    numeric = [(objective(x + h * e, free)[0] - objective(x - h * e, free)[0]) / (2 * h) for e in np.eye(7)]
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("option, match", [
+    (dict(loss="huber"), "loss must be one of rmse, cauchy"),
+    (dict(loss_scale=0.0), "loss_scale must be"),
+    (dict(loss_scale=-0.05), "loss_scale must be"),
+    (dict(loss_scale=float("inf")), "loss_scale must be"),
+    (dict(loss_scale="0.05"), "loss_scale must be"),
+])
+def test_fit_rejects_bad_loss_options(option, match):
+    with pytest.raises(InvalidOptionError, match=match):
+        fit_perf_params(NODES, REPLICAS, BSZ, TRUE.compute_time(BSZ), TRUE.iter_time(NODES, REPLICAS, BSZ),
+                        **option)
 
 
 @pytest.mark.parametrize("bad", [

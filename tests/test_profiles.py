@@ -272,3 +272,15 @@ def test_cli_fit_profiles_skips_unfittable_pairs_and_rejects_bad_dirs(tmp_path):
     broken = run_cli("fit-profiles", str(tmp_path))
     assert broken.returncode == 2 and "could be fitted" in broken.stderr
 
+
+def test_cli_fit_profiles_loss_options():
+    rmse = run_cli("fit-profiles", str(ROOT), "--loss", "rmse", "--json", "-")
+    assert rmse.returncode == 0, rmse.stderr
+    for r in json.loads(rmse.stdout):
+        prof = load_application(ROOT, r["application"], r["gpu_type"])
+        assert r["median_abs_rel_error"] == pytest.approx(prof.heldout_error(loss="rmse").median_abs_rel_error)
+    bad_scale = run_cli("fit-profiles", str(ROOT), "--loss-scale", "0")
+    assert bad_scale.returncode == 2 and "loss_scale must be" in bad_scale.stderr
+    bad_loss = run_cli("fit-profiles", str(ROOT), "--loss", "huber")
+    assert bad_loss.returncode == 2 and "--loss" in bad_loss.stderr
+
