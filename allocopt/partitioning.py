@@ -4,9 +4,13 @@ Jobs are split at random into ``k`` groups and every GPU type's GPUs as evenly
 as possible into ``k`` shares; each group is allocated on its share
 independently (in worker processes, or Ray tasks) and the allocations are
 stacked. The result is feasible for the whole problem, but only optimal per
-partition, so its status is ``APPROXIMATE``; with ``compare_exact=True`` the
-whole problem is solved too and ``extras["objective_ratio"]`` says how close
-the partitioned objective came (1.0 = optimal, below 1 = worse).
+partition, so its status is ``APPROXIMATE`` (or the first non-optimal status a
+partition returned under ``best_effort``). Its objective is the policy's,
+evaluated on the stacked allocation over the whole problem; with
+``compare_exact=True`` the whole problem is solved too and
+``extras["objective_ratio"]`` says how close it came (1.0 = optimal, below 1 =
+worse). Supported: max-min fairness, max throughput and min makespan
+(:data:`OBJECTIVES`).
 
 Narayanan et al., "Solving Large-Scale Granular Resource Allocation Problems
 Efficiently with POP", SOSP 2021.
@@ -15,6 +19,7 @@ Efficiently with POP", SOSP 2021.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -28,13 +33,30 @@ from allocopt.errors import InvalidOptionError
 from allocopt.problem import Problem
 from allocopt.solution import Status
 
-# How partition objectives combine into the whole allocation's, and whether larger is better.
-COMBINE = {
-    "max_min_fairness": (min, "max"),
-    "water_filling": (min, "max"),
-    "max_throughput": (sum, "max"),
-    "min_makespan": (max, "min"),
-    "finish_time_fairness": (max, "min"),
+def _min_normalized(allocation: Allocation, options: dict[str, Any]) -> float:
+    problem = allocation.problem
+    scale = problem.scale_factors / problem.priority_weights
+    if options.get("heterogeneity_aware", True):
+        return float((allocation.effective_throughput * scale / problem.proportional_throughputs).min())
+    return float((allocation.time_fraction * scale).min())
+
+
+def _total_throughput(allocation: Allocation, options: dict[str, Any]) -> float:
+    return float(allocation.effective_throughput.sum())
+
+
+def _makespan(allocation: Allocation, options: dict[str, Any]) -> float:
+    steps = allocation.problem.num_steps_remaining
+    active = steps > 0
+    return float((steps[active] / allocation.effective_throughput[active]).max(initial=0.0))
+
+
+# The policies partitioning supports: the objective of a (stacked) allocation, whether larger is
+# better, and the options under which that objective is the policy's own.
+OBJECTIVES = {
+    "max_min_fairness": (_min_normalized, "max", {"heterogeneity_aware", "space_sharing"}),
+    "max_throughput": (_total_throughput, "max", {"space_sharing"}),
+    "min_makespan": (_makespan, "min", {"space_sharing"}),
 }
 
 
@@ -85,8 +107,8 @@ def split_capacity(capacity: np.ndarray, k: int) -> np.ndarray:
     return capacity[None, :] // k + extra
 
 
-def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
-                      solve_options: dict[str, Any]) -> Allocation:
+def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning, solve_options: dict[str, Any],
+                      policy_options: dict[str, Any]) -> Allocation:
     """The stacked allocation of ``partitioning``'s sub-problems (see the module docstring).
 
     Raises
@@ -97,8 +119,16 @@ def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
     """
     from allocopt.api import solve
 
-    if policy not in COMBINE:
-        raise InvalidOptionError(f"partitions= supports the policies {', '.join(COMBINE)}; got {policy!r}")
+    if policy not in OBJECTIVES:
+        raise InvalidOptionError(f"partitions= supports the policies {', '.join(OBJECTIVES)}; got {policy!r}")
+    evaluate, sense, allowed = OBJECTIVES[policy]
+    unsupported = sorted(key for key, value in policy_options.items() if key not in allowed and value)
+    if unsupported:
+        raise InvalidOptionError(f"partitions= with {policy!r} supports the options {sorted(allowed)}; "
+                                 f"solve without partitions for {unsupported}")
+    if problem.num_jobs < partitioning.num_partitions:
+        raise InvalidOptionError(f"partitions={partitioning.num_partitions} needs at least as many jobs; the "
+                                 f"problem has {problem.num_jobs}")
     t0 = time.perf_counter()
     k = int(partitioning.num_partitions)
     shares = split_capacity(problem.capacity, k)
@@ -114,7 +144,7 @@ def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
     gpus_per_node = dict(zip(problem.gpu_types, problem.cluster.gpus_per_node.tolist()))
     subproblems = [problem.subset(rows, Cluster(dict(zip(problem.gpu_types, share.tolist())), gpus_per_node))
                    for rows, share in zip(groups, shares)]
-    results = _run(subproblems, policy, solve_options, partitioning)
+    results = _run(subproblems, policy, {**solve_options, **policy_options}, partitioning)
 
     X = np.zeros_like(problem.throughputs)
     P = None if problem.pairs is None or results[0]["pair_matrix"] is None else np.zeros(
@@ -123,13 +153,16 @@ def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
         X[rows] = result["matrix"]
         if P is not None:
             P[problem.pairs_within(rows)] = result["pair_matrix"]
-    combine, sense = COMBINE[policy]
-    objectives = [r["objective"] for r in results]
-    objective = float(combine(objectives)) if all(o is not None for o in objectives) else None
-    extras: dict[str, Any] = {"num_partitions": k, "partition_objectives": objectives,
+    statuses = [r["status"] for r in results]
+    worst = next((status for status in statuses if status is not Status.OPTIMAL), Status.APPROXIMATE)
+    allocation = Allocation(problem=problem, matrix=X, policy=policy, backend=results[0]["backend"],
+                            status=worst, objective=None, message="", pair_matrix=P)
+    objective = evaluate(allocation, policy_options) if worst is Status.APPROXIMATE else None
+    extras: dict[str, Any] = {"num_partitions": k, "partition_objectives": [r["objective"] for r in results],
+                              "partition_statuses": [str(status) for status in statuses],
                               "partition_solve_s": [r["total_s"] for r in results]}
     if partitioning.compare_exact:
-        exact = solve(problem, policy, **solve_options).objective
+        exact = solve(problem, policy, **solve_options, **policy_options).objective
         extras["exact_objective"] = exact
         if objective is not None and exact:
             extras["objective_ratio"] = objective / exact if sense == "max" else exact / objective
@@ -137,11 +170,11 @@ def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
                       solver_build_s=sum(r["solver_build_s"] for r in results),
                       solve_s=sum(r["solve_s"] for r in results), total_s=time.perf_counter() - t0,
                       num_solves=sum(r["num_solves"] for r in results))
-    return Allocation(problem=problem, matrix=X, policy=policy, backend=results[0]["backend"],
-                      status=Status.APPROXIMATE, objective=objective,
-                      message=f"POP partitioning into {k}: each partition solved to optimality; the whole "
-                              "allocation is feasible but approximate.",
-                      timings=timings, pair_matrix=P, extras=extras)
+    message = (f"POP partitioning into {k}: each partition solved to optimality; the whole allocation is "
+               "feasible but approximate." if worst is Status.APPROXIMATE else
+               f"POP partitioning into {k}: partition {statuses.index(worst)} ended {worst} (best_effort): "
+               f"{results[statuses.index(worst)]['message']}")
+    return dataclasses.replace(allocation, objective=objective, message=message, timings=timings, extras=extras)
 
 
 def _solve_one(problem: Problem, policy: str, solve_options: dict[str, Any]) -> dict[str, Any]:
@@ -151,6 +184,7 @@ def _solve_one(problem: Problem, policy: str, solve_options: dict[str, Any]) -> 
     allocation = solve(problem, policy, **solve_options)
     timings = allocation.timings
     return {"matrix": allocation.matrix, "pair_matrix": allocation.pair_matrix, "objective": allocation.objective,
+            "status": allocation.status, "message": allocation.message,
             "backend": allocation.backend, "model_build_s": timings.model_build_s,
             "solver_build_s": timings.solver_build_s, "solve_s": timings.solve_s, "total_s": timings.total_s,
             "num_solves": timings.num_solves}

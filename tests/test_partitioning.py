@@ -60,13 +60,12 @@ def test_max_min_fairness_partitioned_is_feasible_and_close(parallel):
                          partitions=Partitioning(3, seed=1, parallel=parallel, compare_exact=True))
     assert pop.status is Status.APPROXIMATE and not pop.success
     assert_feasible(problem, pop)
-    assert pop.objective == pytest.approx(min(pop.extras["partition_objectives"]))
     assert pop.objective <= exact.objective * (1 + 1e-9)
     assert pop.extras["exact_objective"] == pytest.approx(exact.objective, rel=1e-9)
     assert 0.5 < pop.extras["objective_ratio"] <= 1 + 1e-9
     normalized = pop.effective_throughput * problem.scale_factors / (
         problem.priority_weights * problem.proportional_throughputs)
-    assert normalized.min() >= pop.objective * (1 - 1e-6)  # every job gets at least the combined objective
+    assert normalized.min() == pytest.approx(pop.objective, rel=1e-12)  # the whole problem's objective
     assert pop.extras["num_partitions"] == 3 and pop.timings.num_solves == 3
 
 
@@ -79,17 +78,28 @@ def test_same_seed_same_split_other_seed_other_split():
     assert not np.array_equal(a.matrix, c.matrix)
 
 
-@pytest.mark.parametrize("policy, better", [("max_throughput", "max"), ("min_makespan", "min"),
-                                            ("finish_time_fairness", "min")])
-def test_other_policies_combine_their_objectives(policy, better):
-    problem = make_problem(n=60)
+@pytest.mark.parametrize("policy, better", [("max_throughput", "max"), ("min_makespan", "min")])
+def test_other_policies_report_the_whole_problems_objective(policy, better):
+    problem = make_problem(n=60, capacity=(7, 11, 8))  # uneven shares: partitions' own objectives would mislead
     exact = allocopt.solve(problem, policy).objective
-    pop = allocopt.solve(problem, policy, partitions=Partitioning(2, parallel="none"))
+    pop = allocopt.solve(problem, policy, partitions=Partitioning(3, parallel="none", compare_exact=True))
     assert_feasible(problem, pop)
-    parts = pop.extras["partition_objectives"]
-    combined = {"max_throughput": sum, "min_makespan": max, "finish_time_fairness": max}[policy](parts)
-    assert pop.objective == pytest.approx(combined)
+    e = pop.effective_throughput
+    whole = e.sum() if policy == "max_throughput" else (problem.num_steps_remaining / e).max()
+    assert pop.objective == pytest.approx(whole, rel=1e-12)
     assert (pop.objective <= exact * (1 + 1e-7)) if better == "max" else (pop.objective >= exact * (1 - 1e-7))
+    assert 0 < pop.extras["objective_ratio"] <= 1 + 1e-9
+
+
+def test_a_partition_that_is_not_optimal_sets_the_status():
+    problem = make_problem(n=30)
+    impossible = allocopt.Problem(problem.throughputs, problem.cluster, scale_factors=problem.scale_factors,
+                                  num_steps_remaining=np.full(30, 1e9), slos=np.full(30, 1.0))
+    with pytest.raises(allocopt.errors.InfeasibleError):
+        allocopt.solve(impossible, "max_throughput", partitions=Partitioning(2, parallel="none"))
+    pop = allocopt.solve(impossible, "max_throughput", best_effort=True, partitions=Partitioning(2, parallel="none"))
+    assert pop.status is Status.INFEASIBLE and pop.objective is None
+    assert "partition 0 ended infeasible" in pop.message
 
 
 def test_space_sharing_keeps_pairs_inside_partitions():
@@ -129,7 +139,11 @@ def test_errors_name_what_to_change():
     with pytest.raises(InvalidOptionError, match="integer >= 2"):
         allocopt.solve(problem, partitions=0)
     with pytest.raises(InvalidOptionError, match="supports the policies"):
-        allocopt.solve(problem, "proportional", partitions=2)
+        allocopt.solve(problem, "finish_time_fairness", partitions=2)
+    with pytest.raises(InvalidOptionError, match="solve without partitions for"):
+        allocopt.solve(problem, "max_min_fairness", aggregate_job_types=True, partitions=2)
+    with pytest.raises(InvalidOptionError, match="at least as many jobs"):
+        allocopt.solve(problem.subset([0]), partitions=2)
     with pytest.raises(InvalidOptionError, match=r"job \d+ .*fewer partitions"):
         allocopt.solve(problem, partitions=3)  # 1 GPU of each type per partition; some job needs 2
     with pytest.raises(InvalidOptionError, match="exclude each other"):
