@@ -103,7 +103,15 @@ class Solution:
 
     @cached_property
     def basis(self) -> Basis | None:
+        """The final simplex basis, read from the solver on first use (None if it kept none)."""
         return self.basis_reader() if self.basis_reader is not None else None
+
+    def __getstate__(self) -> dict:
+        # the reader holds solver objects that cannot be pickled or copied: read the basis now
+        state = dict(self.__dict__)
+        if state.get("basis_reader") is not None:
+            state["basis"], state["basis_reader"] = self.basis, None
+        return state
 
     @property
     def success(self) -> bool:

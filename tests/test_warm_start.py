@@ -173,3 +173,16 @@ def test_engine_reallocates_from_its_previous_basis():
     assert final_solution(second).simplex_iterations < final_solution(first).simplex_iterations
     problem, _ = engine.problem()
     assert second.objective == pytest.approx(allocopt.solve(problem, "max_min_fairness").objective, rel=1e-9)
+
+
+@pytest.mark.parametrize("backend", WARM_BACKENDS)
+def test_allocations_with_bases_pickle_and_copy(backend):
+    import copy
+    import pickle
+
+    problem = make_problem([f"j{i}" for i in range(20)])
+    allocation = solve_or_skip(problem, "max_min_fairness", backend=backend)
+    for clone in (pickle.loads(pickle.dumps(allocation)), copy.deepcopy(allocation)):
+        assert clone.objective == allocation.objective
+        again = solve_or_skip(problem, "max_min_fairness", backend=backend, warm_start=clone)
+        assert final_solution(again).simplex_iterations == 0
