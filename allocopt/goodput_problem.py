@@ -292,6 +292,8 @@ class ConfigurationAllocation:
         The policy's objective value at this allocation.
     message : str
     timings : Timings
+    extras : dict
+        Policy-specific results (``sia``: how its MILP was solved).
     """
 
     problem: GoodputProblem
@@ -302,6 +304,7 @@ class ConfigurationAllocation:
     objective: float | None
     message: str
     timings: Timings = field(default_factory=Timings)
+    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def job_ids(self) -> tuple[Hashable, ...]:

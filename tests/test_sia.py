@@ -334,7 +334,9 @@ def contended_problem(seed: int, n: int = 150) -> GoodputProblem:
     speed = np.where(configs.gpu_type == 1, 2.5, 1.0)
     goodput = speed * configs.num_gpus ** rng.uniform(0.3, 0.95, (n, 1)) * rng.uniform(0.7, 1.3, (n, len(configs)))
     previous = np.where(rng.random(n) < 0.3, rng.integers(0, len(configs), n), -1)
-    return GoodputProblem(goodput, configs, cluster, previous=previous, restart_factor=rng.uniform(0.5, 1.0, n))
+    pinned = (previous >= 0) & (configs.num_gpus[previous] <= 2) & (rng.random(n) < 0.1)
+    return GoodputProblem(goodput, configs, cluster, previous=previous, restart_factor=rng.uniform(0.5, 1.0, n),
+                          pinned=pinned)
 
 
 def test_relaxation_first_has_the_milp_optimum():
@@ -346,5 +348,10 @@ def test_relaxation_first_has_the_milp_optimum():
         assert fast.objective == pytest.approx(whole.objective, rel=1e-9, abs=1e-9), (seed, options)
         assert np.all(fast.gpus_used <= problem.cluster.capacity)
         assert np.all(fast.configuration[fast.allocated] >= 0)
-        reduced_milps += fast.timings.num_solves > 1  # the LP was fractional: fixing, then a MILP
+        pinned = np.flatnonzero(problem.pinned)
+        assert (fast.configuration[pinned] == problem.previous[pinned]).all()
+        assert fast.extras["relaxation_integral"] is not None  # certified: no fallback to the whole MILP
+        if not fast.extras["relaxation_integral"]:  # fractional LP: fixing left a MILP over few binaries
+            reduced_milps += 1
+            assert fast.extras["milp_binaries"] < problem.valid.sum() / 2
     assert reduced_milps > 0

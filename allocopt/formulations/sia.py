@@ -145,7 +145,7 @@ class Sia(Policy):
         configuration.setflags(write=False)
         return ConfigurationAllocation(problem=problem, configuration=configuration, policy=self.name,
                                        backend=backend, status=result.status, objective=result.objective,
-                                       message=result.message, timings=timings)
+                                       message=result.message, timings=timings, extras=result.extras)
 
 
 def valid_entries(problem: GoodputProblem) -> tuple[np.ndarray, np.ndarray]:
@@ -223,30 +223,33 @@ def _solve_relaxation_first(model: CompiledModel, solver: ModelSolver
     relaxed = solver.record(solve_model(replace(model, integrality=np.zeros_like(model.integrality)),
                                         solver.backend, solver.options, SOLVER_DEFAULTS))
     sign = 1.0 if model.sense == "min" else -1.0
-    x_lp = relaxed.x
-    fractional = (x_lp > INTEGRALITY_TOL) & (x_lp < 1 - INTEGRALITY_TOL)
-    if relaxed.success and not fractional.any():
-        x = np.round(x_lp)
-        return x, float(model.c @ x + model.offset), {"relaxation_integral": True, "milp_binaries": 0}, relaxed
     d = None
-    if relaxed.success and relaxed.duals:
-        y = sign * np.concatenate([relaxed.duals[name].ravel() for name in model.constraints])
-        d = sign * model.c - model.A.T @ y
+    if relaxed.success:
+        x_lp = relaxed.x
+        fractional = (x_lp > INTEGRALITY_TOL) & (x_lp < 1 - INTEGRALITY_TOL)
+        if not fractional.any():
+            x = np.round(x_lp)
+            return x, float(model.c @ x + model.offset), {"relaxation_integral": True, "milp_binaries": 0}, relaxed
+        if relaxed.duals:
+            y = sign * np.concatenate([relaxed.duals[name].ravel() for name in model.constraints])
+            d = sign * model.c - model.A.T @ y
     if d is None or not _certifies(model, x_lp, y, d, fractional):
         # no duals, or duals the point does not satisfy the optimality conditions with: solve it whole
         solution = solver.check(solver.record(solve_model(model, solver.backend, solver.options, SOLVER_DEFAULTS)),
                                 "sia")
         return solution.values.get("x"), solution.objective, {"relaxation_integral": None}, solution
-    z_lp = sign * (model.c @ x_lp)
+    z_lp = sign * (model.c @ x_lp + model.offset)  # objectives below include the offset, as solutions' do
     incumbent = _round_down_and_repair(model, x_lp, sign * model.c)
     margin = FIXING_TOL * max(1.0, abs(z_lp))
-    known_gap = sign * (model.c @ incumbent) - z_lp  # a feasible point is this far above the bound
+    known_gap = sign * (model.c @ incumbent + model.offset) - z_lp  # a feasible point is this far above the bound
     guess = min(known_gap, FIXING_GUESS * max(1.0, abs(z_lp)))
     valid = guess == known_gap  # fixing with a gap some feasible point attains keeps every optimum
     at_zero, at_one = x_lp <= INTEGRALITY_TOL, x_lp >= 1 - INTEGRALITY_TOL
+    fixed = model.col_lb == model.col_ub  # pinned: fixed whatever their reduced cost
     solves = 0
     while True:
-        fix_zero, fix_one = at_zero & (d > guess + margin), at_one & (-d > guess + margin)
+        fix_zero = at_zero & ((d > guess + margin) | fixed)
+        fix_one = at_one & ((-d > guess + margin) | fixed)
         free = np.flatnonzero(~(fix_zero | fix_one))
         reduced = CompiledModel(
             c=model.c[free], offset=model.offset + float(model.c[fix_one].sum()), A=model.A[:, free].tocsr(),
@@ -266,7 +269,7 @@ def _solve_relaxation_first(model: CompiledModel, solver: ModelSolver
         if valid:  # a point within the gap satisfies the fixing; not finding it means round-off: solve it whole
             solution = solver.check(solver.record(solve_model(model, solver.backend, solver.options,
                                                               SOLVER_DEFAULTS)), "sia")
-            return solution.values["x"], solution.objective, {"relaxation_integral": False,
+            return solution.values["x"], solution.objective, {"relaxation_integral": False, "fallback": "round-off",
                                                               "milp_binaries": model.num_cols}, solution
         guess, valid = min(found_gap, known_gap), True
     x = fix_one.astype(np.float64)
@@ -284,8 +287,10 @@ def _certifies(model: CompiledModel, x: np.ndarray, y: np.ndarray, d: np.ndarray
     ``d = 0`` in between (tolerance relative to the largest cost)."""
     tol = DUAL_TOL * max(1.0, float(np.abs(model.c).max(initial=0.0)))
     slack = model.row_ub - model.A @ x
+    free = model.col_lb < model.col_ub  # a fixed binary (pinned) may have any reduced cost
     return bool(np.all(y <= tol) and np.all(np.abs(y) * np.maximum(slack, 0.0) <= tol)
-                and np.all(d[x <= INTEGRALITY_TOL] >= -tol) and np.all(d[x >= 1 - INTEGRALITY_TOL] <= tol)
+                and np.all(d[free & (x <= INTEGRALITY_TOL)] >= -tol)
+                and np.all(d[free & (x >= 1 - INTEGRALITY_TOL)] <= tol)
                 and np.all(np.abs(d[fractional]) <= tol))
 
 
