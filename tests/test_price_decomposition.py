@@ -109,3 +109,14 @@ def test_uncertified_runs_return_nothing_and_the_policy_falls_back():
         max_rounds=0)
     assert result is None and extras["certified"] is False
     assert extras["price_upper_bound"] >= allocopt.solve(problem).objective * (1 - 1e-9)
+
+
+def test_gpu_types_without_gpus_get_no_time():
+    rng = np.random.default_rng(3)
+    cluster = allocopt.Cluster({"v100": 6, "p100": 0, "k80": 9})
+    problem = allocopt.Problem(rng.uniform(0.5, 5.0, (40, 3)), cluster, scale_factors=rng.choice([1, 2], 40))
+    plain = allocopt.solve(problem, "max_min_fairness")
+    fast = allocopt.solve(problem, "max_min_fairness", price_decomposition=True)
+    assert fast.extras["certified"]
+    assert fast.objective == pytest.approx(plain.objective, rel=1e-6)
+    assert np.all(fast.matrix[:, 1] == 0)

@@ -359,6 +359,16 @@ def max_min_fairness_price_decomposition(coefficients: np.ndarray, scale: np.nda
     The certified result (status OPTIMAL) or None when ``max_rounds``
     restricted LPs did not certify, and the diagnostics (also the result's ``extras``).
     """
+    usable = np.asarray(capacity) > 0
+    if not usable.all():  # a type with no GPUs has no price to find: solve without it, then put it back
+        result, extras = max_min_fairness_price_decomposition(
+            coefficients[:, usable], scale, np.asarray(capacity)[usable], solver, rtol=rtol, price_rtol=price_rtol,
+            margin=margin, max_evaluations=max_evaluations, max_rounds=max_rounds)
+        if result is not None:
+            matrix = np.zeros(coefficients.shape)
+            matrix[:, usable] = result.matrix
+            result.matrix = matrix
+        return result, extras
     t0 = time.perf_counter()
     jobs = PricedJobs(coefficients, scale, capacity)
     p, upper, lower, cap, evaluations = minimize_prices(jobs, rtol=price_rtol, max_iterations=max_evaluations)
