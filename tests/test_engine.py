@@ -387,3 +387,8 @@ def test_rounds_between_recomputes_keep_the_cluster_busy():
     plan = engine.next_round()
     assert busy == [3] * 5
     assert sum(len(lease.gpu_ids) for lease in plan.leases) == 4
+    rounds = engine.to_json()["rounds"]
+    assert rounds["installed_version"] < engine.version  # installed at time 0: not again before 600 s
+    for _ in range(5):
+        engine.next_round()
+    assert engine.to_json()["rounds"]["installed_version"] == engine.version

@@ -58,6 +58,10 @@ class MechanismOptions:
         an allocation. Gavel's (False): such a job is walked at priority 0 and
         takes its GPUs in the greedy fill, but is not placed, so they stay idle
         for the round; True lets it run there.
+    time_zero_recomputes_free : bool, default True
+        Gavel's throttle tests ``last_reset_time == 0``, so recomputes at time 0
+        do not start it (the first one at a later time does); False throttles
+        from the first recompute whenever it happens.
     """
 
     round_seconds: float = 360.0
@@ -67,6 +71,7 @@ class MechanismOptions:
     seed: int = 0
     work_conserving: bool = True
     run_unallocated: bool = False
+    time_zero_recomputes_free: bool = True
 
     def __post_init__(self) -> None:
         if not self.round_seconds > 0:
@@ -310,13 +315,10 @@ class PriorityMechanism:
         self.pair_throughputs = self.pair_throughputs[keep]
 
     def recompute_due(self, now_s: float) -> bool:
-        """Whether a recompute may happen now: ``recompute_min_seconds`` since the last one.
-
-        As in Gavel, whose throttle tests ``last_reset_time == 0``, recomputes at
-        time 0 do not start the throttle: the first one at a later time does.
-        """
-        return (not self.last_reset_s  # None, or only recomputed at time 0
-                or now_s - self.last_reset_s >= self.options.recompute_min_seconds)
+        """Whether a recompute may happen now: ``recompute_min_seconds`` since the last one
+        (see ``MechanismOptions.time_zero_recomputes_free``)."""
+        never = self.last_reset_s is None or (self.options.time_zero_recomputes_free and self.last_reset_s == 0)
+        return never or now_s - self.last_reset_s >= self.options.recompute_min_seconds
 
     def reset(self, now_s: float, active: np.ndarray, allocation: np.ndarray, pairs: np.ndarray | None = None,
               pair_allocation: np.ndarray | None = None, pair_throughputs: np.ndarray | None = None) -> None:
