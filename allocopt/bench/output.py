@@ -82,10 +82,12 @@ def _finite(obj: Any) -> Any:
 
 
 def write_json(path: Path, document: Mapping[str, Any]) -> None:
+    """Write ``document`` as indented JSON (NaN and infinities as null, numpy values as numbers)."""
     path.write_text(json.dumps(_finite(document), indent=2, default=_json_default) + "\n")
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> None:
+    """Write ``rows`` as CSV with the columns ``fields`` (other keys left out)."""
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(fields), extrasaction="ignore")
         writer.writeheader()

@@ -130,6 +130,7 @@ def techniques_for(policy: str, names: tuple[str, ...] | None = None) -> list[Te
 
 
 def get_policy(name: str) -> BenchPolicy:
+    """The benchmarked policy called ``name``; InvalidOptionError naming the known ones otherwise."""
     try:
         return POLICIES[name]
     except KeyError:
