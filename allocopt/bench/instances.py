@@ -8,7 +8,6 @@ gives the same instance.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from importlib import resources
@@ -20,7 +19,9 @@ from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError
 from allocopt.goodput_problem import GoodputProblem, restart_factor
+from allocopt.mechanism.sia_workloads import read_sia_workload
 from allocopt.problem import Problem
+from allocopt.throughput.profiles import read_seed_profile
 from allocopt.throughput.table import ThroughputTable
 
 #: GPU types of Gavel's measured table, fastest last.
@@ -170,9 +171,8 @@ def sia_jobs(n_jobs: int, seed: int, data_dir: Path | None = None, workload: int
     path = (data_dir / "sia" / "workloads" / "scale" / f"scale_{scale}x" / f"workload-{workload}.csv"
             if data_dir is not None and rest == 0 else None)
     if path is not None and path.exists():
-        with open(path) as fh:
-            rows = list(csv.DictReader(fh))
-        return [r["application"] for r in rows], np.array([int(r["num_replicas"]) for r in rows]), str(path)
+        jobs = read_sia_workload(path)
+        return [job.application for job in jobs], np.array([job.num_replicas for job in jobs]), str(path)
     rng = np.random.default_rng(seed)
     apps = rng.choice(_SIA_APPS, size=n_jobs, p=_SIA_APP_PROBS)
     return list(apps), rng.choice([4, 6, 8, 10, 12, 16], size=apps.size), "synthetic (seeded application mix)"
@@ -190,11 +190,10 @@ def per_gpu_throughput(apps: set[str], data_dir: Path | None = None) -> dict[str
         if not source.is_file():
             out[app] = np.array(FALLBACK_TPUT[app])
             continue
-        best: dict[str, float] = {}
-        with source.open() as fh:
-            for r in csv.DictReader(fh):
-                best[r["gpu_type"]] = max(best.get(r["gpu_type"], 0.0), float(r["local_bsz"]) / float(r["step_time"]))
-        out[app] = np.array([best[SEED_PROFILE_TYPE[t]] for t in SATURN_NODES])
+        with resources.as_file(source) as local:
+            profile = read_seed_profile(local)
+        out[app] = np.array([(profile[SEED_PROFILE_TYPE[t]].local_bsz / profile[SEED_PROFILE_TYPE[t]].iter_time_s).max()
+                             for t in SATURN_NODES])
     return out
 
 
