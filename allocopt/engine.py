@@ -138,11 +138,12 @@ class Engine:
                 raise InvalidOptionError(f"{name} must hold JSON values (the engine saves them): {err}") from None
         if not (isinstance(throughput_smoothing, (int, float)) and 0 < throughput_smoothing <= 1):
             raise InvalidOptionError(f"throughput_smoothing must be in (0, 1], got {throughput_smoothing!r}")
-        # next_round's contract: jobs added between recomputes run on otherwise idle GPUs, and an
-        # allocation is installed at most once per recompute_min_seconds (time 0 included)
+        # next_round's contract: jobs added between recomputes run on otherwise idle GPUs, an
+        # allocation is installed at most once per recompute_min_seconds (time 0 included), and
+        # shares follow the allocation however often it is recomputed (time owed counts)
         self.mechanism_options = MechanismOptions(round_seconds=_seconds(round_seconds, "round_seconds"),
                                                   recompute_min_seconds=recompute_min_seconds, run_unallocated=True,
-                                                  time_zero_recomputes_free=False)
+                                                  time_zero_recomputes_free=False, deficit_in_priority=True)
         self.policy = policy
         self.backend = backend
         self.policy_options = policy_options

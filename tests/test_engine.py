@@ -392,3 +392,19 @@ def test_rounds_between_recomputes_keep_the_cluster_busy():
     for _ in range(5):
         engine.next_round()
     assert engine.to_json()["rounds"]["installed_version"] == engine.version
+
+
+def test_shares_follow_the_allocation_when_it_is_recomputed_every_round():
+    # identical jobs: the LP's vertex gives them unequal time fractions; recomputed every round (counters reset
+    # each time), the deficit carried over must still count, or the job with the smallest fraction never runs
+    engine = allocopt.Engine({"v100": 2, "k80": 1}, round_seconds=60.0, recompute_min_seconds=0.0)
+    speed = {"v100": 6.0, "k80": 2.0}
+    for k in range(5):
+        engine.add_job(k, speed)
+    progress = dict.fromkeys(range(5), 0.0)
+    for r in range(50):
+        for k in range(5):
+            engine.update_job(k, num_steps_remaining=1000 - r)  # a change: solved again every round
+        for lease in engine.next_round().leases:
+            progress[lease.job_id] += speed[lease.gpu_type]
+    assert min(progress.values()) >= 0.85 * max(progress.values())

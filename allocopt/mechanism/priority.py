@@ -62,6 +62,14 @@ class MechanismOptions:
         Gavel's throttle tests ``last_reset_time == 0``, so recomputes at time 0
         do not start it (the first one at a later time does); False throttles
         from the first recompute whenever it happens.
+    deficit_in_priority : bool, default False
+        Count the deficit carried over from earlier recomputes as time still
+        owed: priorities use ``received - deficit`` (an entry owed more than it
+        received ranks with the unserved). Gavel's (False) uses the deficit
+        only to break ties, so with a recompute every round (counters reset
+        each time) a job whose time fraction is a hair below an equal job's
+        never runs; True lets long-run shares follow the allocation however
+        often it is recomputed.
     """
 
     round_seconds: float = 360.0
@@ -72,6 +80,7 @@ class MechanismOptions:
     work_conserving: bool = True
     run_unallocated: bool = False
     time_zero_recomputes_free: bool = True
+    deficit_in_priority: bool = False
 
     def __post_init__(self) -> None:
         if not self.round_seconds > 0:
@@ -373,10 +382,16 @@ class PriorityMechanism:
             return np.array(order, dtype=np.int64)
         return self._order
 
+    def _owed(self, received_s: np.ndarray, deficit_s: np.ndarray) -> np.ndarray:
+        """The received time priorities use (see ``MechanismOptions.deficit_in_priority``)."""
+        if not self.options.deficit_in_priority:
+            return received_s
+        return np.maximum(received_s - deficit_s, 0.0)
+
     def select(self, active: np.ndarray) -> np.ndarray:
         """The type each of ``active`` (row indices) runs on this round (-1: none), shape (m,)."""
         X, T = self.allocation[active], self.throughputs[active]
-        prio = priorities(X, self.received_s[active], T)
+        prio = priorities(X, self._owed(self.received_s[active], self.deficit_s[active]), T)
         chosen = select_jobs(prio, self.deficit_s[active], X, T, self.scale_factors[active], self.capacity,
                              self.type_order(), work_conserving=self.options.work_conserving)
         if not self.options.run_unallocated:
@@ -406,8 +421,8 @@ class PriorityMechanism:
         last = np.concatenate([active, self.pairs[:, 1]])
         first = np.concatenate([np.full(m, -1), self.pairs[:, 0]])
         order = np.lexsort((first, last))
-        prio = priorities(X, received, runnable.astype(np.float64))
         deficit = np.concatenate([self.deficit_s[active], self.pair_deficit_s])
+        prio = priorities(X, self._owed(received, deficit), runnable.astype(np.float64))
         sizes = np.concatenate([self.scale_factors[active], self.scale_factors[self.pairs[:, 0]]])
         chosen = np.full(order.size, -1, dtype=np.int64)
         chosen[order] = select_entries(prio[order], deficit[order], X[order], runnable[order], sizes[order],
