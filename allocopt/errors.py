@@ -81,7 +81,16 @@ class LicenseLimitError(LicenseError):
 
 
 class SolverError(AllocoptError, RuntimeError):
-    """The solver itself failed (crashed, rejected the model or an option)."""
+    """The solver itself failed (crashed, rejected the model or an option).
+
+    ``status`` and ``solution``, when given, are the :class:`allocopt.Status`
+    and the raw :class:`allocopt.Solution` of the failed solve.
+    """
+
+    def __init__(self, message: str, *, status: Any = None, solution: Any = None):
+        super().__init__(message)
+        self.status = status
+        self.solution = solution
 
 
 class NotOptimalError(AllocoptError, RuntimeError):

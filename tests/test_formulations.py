@@ -175,3 +175,16 @@ def test_no_jobs():
 def test_auto_backend_solves():
     alloc = allocopt.solve(CLASSIC, backend="auto")
     assert alloc.objective == pytest.approx(8 / 11) and alloc.backend in ("gurobi", "highs")
+
+
+def test_a_failed_solve_raises_solver_error_with_its_status():
+    from allocopt.backends import SolveOptions
+    from allocopt.errors import SolverError
+    from allocopt.formulations.base import ModelSolver
+    from allocopt.solution import Solution, Status
+
+    failed = Solution(status=Status.ERROR, message="HiGHS failed", objective=None, x=None, backend="highs",
+                      raw_status="kSolveError", build_seconds=0.0, solve_seconds=0.0)
+    with pytest.raises(SolverError, match="the model: HiGHS failed Try another backend") as info:
+        ModelSolver("highs", SolveOptions()).check(failed)
+    assert info.value.status is Status.ERROR and info.value.solution is failed
