@@ -110,6 +110,7 @@ CREATE TABLE IF NOT EXISTS jobs (name TEXT PRIMARY KEY, config TEXT NOT NULL, st
     finished REAL, placement TEXT, measured TEXT NOT NULL, restarts INTEGER NOT NULL, message TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS rounds (idx INTEGER PRIMARY KEY, start REAL NOT NULL, end REAL NOT NULL,
     leases TEXT NOT NULL, results TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS engine (id INTEGER PRIMARY KEY CHECK (id = 0), document TEXT NOT NULL);
 """
 
 
@@ -152,8 +153,14 @@ class StateStore:
     def next_round(self) -> int:
         return int(self.db.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM rounds").fetchone()[0])
 
-    def commit(self, jobs: Sequence[JobState], round_row: tuple[int, float, float, Any, Any] | None = None) -> None:
-        """Write jobs (and a round) atomically."""
+    def load_engine(self) -> dict[str, Any] | None:
+        """The engine state (:meth:`allocopt.Engine.to_json`) of the last committed round, if any."""
+        row = self.db.execute("SELECT document FROM engine WHERE id = 0").fetchone()
+        return json.loads(row[0]) if row else None
+
+    def commit(self, jobs: Sequence[JobState], round_row: tuple[int, float, float, Any, Any] | None = None,
+               engine: Mapping[str, Any] | None = None) -> None:
+        """Write jobs (and a round, and the engine's state) atomically."""
         with self.db:
             self.db.execute("BEGIN")
             self.db.executemany(
@@ -165,6 +172,8 @@ class StateStore:
                 idx, start, end, leases, results = round_row
                 self.db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?)",
                                 (idx, start, end, json.dumps(leases), json.dumps(results)))
+            if engine is not None:
+                self.db.execute("INSERT OR REPLACE INTO engine VALUES (0, ?)", (json.dumps(engine),))
 
     def close(self) -> None:
         self.db.close()
@@ -202,8 +211,9 @@ class Scheduler:
         self.jobs = state.load()
         for config in jobs:
             self.jobs.setdefault(config.name, JobState(config))
-        self.engine = Engine(cluster, policy, round_seconds=self.round_seconds,
-                             recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds)
+        self.engine = self._restored_engine(state.load_engine(), cluster, policy) or Engine(
+            cluster, policy, round_seconds=self.round_seconds,
+            recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds)
         for name, s in self.jobs.items():
             executor.add_job(name, s.config.spec())
             if s.status == "pending":  # reconcile with checkpoints written after the last journaled round
@@ -211,16 +221,31 @@ class Scheduler:
                 if s.steps_done >= s.config.total_steps:
                     s.status, s.finished = "done", s.finished or time.time()
             s.placement = None  # a restarted scheduler holds no processes
-            if s.status == "pending":
+            if s.status == "pending" and name not in self.engine:
                 self.engine.add_job(name, self._throughputs(s.config), scale_factor=s.config.scale_factor,
                                     priority_weight=s.config.priority_weight)
                 for gpu_type, value in s.measured.items():
                     if gpu_type in cluster.gpu_types:
                         self.engine.observe_throughput(name, gpu_type, value)
-        self.state.commit(list(self.jobs.values()))
+            elif s.status != "pending" and name in self.engine:
+                self.engine.remove_job(name)
+        self.state.commit(list(self.jobs.values()), engine=self.engine.to_json())
         self.round_index = state.next_round()
         self.gpu_seconds_used = 0.0
         self.wall_start = time.time()
+
+    def _restored_engine(self, document: Mapping[str, Any] | None, cluster: Cluster, policy: str) -> Engine | None:
+        """The journaled engine (its round counters: fairness carries over a restart), when it ran
+        the same policy on the same cluster with the same rounds; its unrecorded leases are dropped
+        (their rounds were not journaled, so they are run again)."""
+        if document is None:
+            return None
+        engine = Engine.from_json(document)
+        if (engine.cluster != cluster or engine.policy != policy
+                or engine.mechanism_options.round_seconds != self.round_seconds):
+            return None
+        engine.record_round([])
+        return engine
 
     def _throughputs(self, config: JobConfig) -> dict[str, float]:
         """Steps/s the engine starts from: hints, else :data:`DEFAULT_STEPS_PER_S`, on the types the job
@@ -288,7 +313,7 @@ class Scheduler:
                           (self.round_index, t0, t1, [[l.job_id, l.gpu_type, list(l.gpu_ids), l.extended]
                                                       for l in plan.leases],
                            [[r.job_id, r.outcome.value, r.steps, r.run_seconds, r.measured_steps_per_s,
-                             r.restarted, r.message] for r in results]))
+                             r.restarted, r.message] for r in results]), self.engine.to_json())
         if self.out is not None:
             self._print_status(plan.leases, by_job, t1 - t0)
         self.round_index += 1

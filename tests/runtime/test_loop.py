@@ -114,3 +114,24 @@ def test_scheduler_rounds_come_from_the_engine(tmp_path: Path) -> None:
     with pytest.raises(InvalidProblemError, match="'big' can run on none"):
         Scheduler([JobConfig("big", ["true"], 1, scale_factor=3)], Cluster({"cpu": 2}),
                   LocalExecutor({}, cpu_devices(2), tmp_path / "rt2"), StateStore(tmp_path / "s2.db"), out=None)
+
+
+def test_restarted_scheduler_keeps_the_engines_round_state(tmp_path: Path) -> None:
+    from allocopt.runtime.devices import cpu_devices
+    from allocopt.runtime.local import LocalExecutor
+    from allocopt.runtime.loop import JobConfig, Scheduler, StateStore
+
+    jobs = [JobConfig(n, count_steps_command(tmp_path / f"{n}.txt"), 10_000, throughputs={"cpu": 100.0})
+            for n in ("a", "b", "c")]
+
+    def scheduler(policy: str = "max_min_fairness") -> Scheduler:
+        return Scheduler(jobs, Cluster({"cpu": 2}), LocalExecutor({}, cpu_devices(2), tmp_path / "rt"),
+                         StateStore(tmp_path / "state.db"), policy=policy, round_seconds=0.3, out=None)
+
+    first = scheduler()
+    first.run(max_rounds=3)
+    before = first.engine.to_json()["rounds"]
+    assert before["round_index"] == 3
+    again = scheduler().engine.to_json()["rounds"]
+    assert again["round_index"] == 3 and again["jobs"] == before["jobs"] and again["pending"] == []
+    assert scheduler("max_throughput").engine.to_json()["rounds"]["round_index"] == 0  # another policy: fresh
