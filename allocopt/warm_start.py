@@ -25,6 +25,9 @@ from allocopt.solution import Basis, BasisStatus, Solution
 
 Layout = dict[str, tuple[slice, tuple[int, ...]]]
 
+#: A warm start is used only when at least this fraction of the new problem's jobs were in the old one.
+MIN_KNOWN_FRACTION = 0.5
+
 
 @dataclass(frozen=True)
 class WarmStart:
@@ -42,16 +45,20 @@ class WarmStart:
 
     def basis_for(self, model: CompiledModel, job_ids: Sequence[Hashable]) -> Basis | None:
         """A start for ``model``, whose job axis holds ``job_ids``; None when no
-        model of that name was solved to an optimal basis."""
+        model of that name was solved to an optimal basis, or when fewer than
+        :data:`MIN_KNOWN_FRACTION` of the jobs were in it (a cold solve, which
+        may use an interior-point method, is then the better start)."""
         entry = self.solves.get(model_key(model))
         if entry is None:
+            return None
+        position = {job: i for i, job in enumerate(self.job_ids)}
+        old_index = np.fromiter((position.get(job, -1) for job in job_ids), dtype=np.int64, count=len(job_ids))
+        if np.count_nonzero(old_index >= 0) < MIN_KNOWN_FRACTION * len(job_ids):
             return None
         variables, constraints, solution = entry
         basis = solution.basis
         if basis is None:
             return None
-        position = {job: i for i, job in enumerate(self.job_ids)}
-        old_index = np.fromiter((position.get(job, -1) for job in job_ids), dtype=np.int64, count=len(job_ids))
         jobs = (len(self.job_ids), len(job_ids))
         return Basis(_map_blocks(basis.col_status, variables, model.variables, BasisStatus.LOWER, old_index, jobs),
                      _map_blocks(basis.row_status, constraints, model.constraints, BasisStatus.BASIC, old_index, jobs))

@@ -186,3 +186,12 @@ def test_allocations_with_bases_pickle_and_copy(backend):
         assert clone.objective == allocation.objective
         again = solve_or_skip(problem, "max_min_fairness", backend=backend, warm_start=clone)
         assert final_solution(again).simplex_iterations == 0
+
+
+def test_a_mostly_new_set_of_jobs_solves_cold():
+    before = allocopt.solve(make_problem([f"j{i}" for i in range(10)]), "max_min_fairness")
+    base = base_model(make_problem([f"j{i}" for i in range(4, 14)]), name="max_min_fairness")
+    base.model.maximize_minimum(base.throughput, name="normalized_throughput")
+    model = base.model.compile()
+    assert before.warm_start.basis_for(model, [f"j{i}" for i in range(4, 14)]) is not None  # 6 of 10 known
+    assert before.warm_start.basis_for(model, [f"j{i}" for i in range(6, 16)]) is None  # 4 of 10 known
