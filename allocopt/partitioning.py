@@ -114,8 +114,9 @@ def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
     Raises
     ------
     InvalidOptionError
-        For a policy whose objective does not combine across partitions, or
-        when some job fits no partition's share of any type it can run on.
+        For a policy or option partitioning does not support (:data:`OBJECTIVES`),
+        fewer jobs than partitions, or a job that fits no partition's share of
+        any type it can run on.
     """
     from allocopt.api import solve
 
@@ -140,7 +141,7 @@ def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
                                  f"the GPU types it runs on ({dict(zip(problem.gpu_types, shares.min(axis=0).tolist()))}"
                                  " GPUs each); use fewer partitions")
     groups = np.array_split(np.random.default_rng(partitioning.seed).permutation(problem.num_jobs), k)
-    groups = [np.sort(g) for g in groups if g.size]
+    groups = [np.sort(g) for g in groups]  # none is empty: there are at least k jobs
     gpus_per_node = dict(zip(problem.gpu_types, problem.cluster.gpus_per_node.tolist()))
     subproblems = [problem.subset(rows, Cluster(dict(zip(problem.gpu_types, share.tolist())), gpus_per_node))
                    for rows, share in zip(groups, shares)]
