@@ -31,6 +31,7 @@ class Timings:
     num_solves: int = 0
 
     def to_dict(self) -> dict[str, float]:
+        """The timings as a dict of seconds (and ``num_solves``)."""
         return {"model_build_s": self.model_build_s, "solver_build_s": self.solver_build_s,
                 "solve_s": self.solve_s, "total_s": self.total_s, "num_solves": self.num_solves}
 
@@ -78,14 +79,17 @@ class Allocation:
 
     @property
     def job_ids(self) -> tuple[Hashable, ...]:
+        """The problem's job ids, in order."""
         return self.problem.job_ids
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
+        """The problem's GPU type names, in order."""
         return self.problem.gpu_types
 
     @property
     def success(self) -> bool:
+        """Whether the status is ``OPTIMAL``."""
         return self.status is Status.OPTIMAL
 
     @property

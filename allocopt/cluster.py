@@ -71,6 +71,7 @@ class Cluster:
 
     @property
     def num_gpu_types(self) -> int:
+        """Number of GPU types."""
         return len(self.gpu_types)
 
     @property
@@ -88,11 +89,13 @@ class Cluster:
                 field="gpu_type") from None
 
     def to_dict(self) -> dict:
+        """``{"gpus": {type: count}, "gpus_per_node": {type: count}}`` (the problem document's ``cluster``)."""
         return {"gpus": dict(zip(self.gpu_types, self.capacity.tolist())),
                 "gpus_per_node": dict(zip(self.gpu_types, self.gpus_per_node.tolist()))}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> Cluster:
+        """A cluster from :meth:`to_dict`'s form (``gpus_per_node`` optional); InvalidProblemError naming the field otherwise."""
         if not isinstance(data, Mapping) or "gpus" not in data:
             raise InvalidProblemError("a cluster must be an object with a 'gpus' field mapping "
                                       "GPU type to count", field="cluster")

@@ -143,14 +143,17 @@ class GoodputProblem:
 
     @property
     def num_jobs(self) -> int:
+        """Number of jobs."""
         return self.goodput.shape[0]
 
     @property
     def num_configurations(self) -> int:
+        """Number of configurations."""
         return self.goodput.shape[1]
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
+        """The cluster's GPU type names, in order."""
         return self.cluster.gpu_types
 
     def __repr__(self) -> str:
@@ -308,10 +311,12 @@ class ConfigurationAllocation:
 
     @property
     def job_ids(self) -> tuple[Hashable, ...]:
+        """The problem's job ids, in order."""
         return self.problem.job_ids
 
     @property
     def success(self) -> bool:
+        """Whether the status is ``OPTIMAL``."""
         return self.status is Status.OPTIMAL
 
     @property

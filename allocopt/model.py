@@ -62,10 +62,12 @@ class LinExpr:
 
     @property
     def size(self) -> int:
+        """Number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def ndim(self) -> int:
+        """Number of dimensions."""
         return len(self.shape)
 
     def __repr__(self) -> str:
@@ -77,6 +79,7 @@ class LinExpr:
         return LinExpr(self.A[flat_index], self.const[flat_index], shape)
 
     def broadcast_to(self, shape: tuple[int, ...]) -> LinExpr:
+        """The expression broadcast to ``shape`` (numpy rules)."""
         shape = tuple(shape)
         if shape == self.shape:
             return self
@@ -84,11 +87,13 @@ class LinExpr:
         return self._take(index, shape)
 
     def reshape(self, *shape: int) -> LinExpr:
+        """The expression with a new shape (same elements, C order)."""
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
         new_shape = np.empty(self.shape, dtype=np.int8).reshape(shape).shape
         return LinExpr(self.A, self.const, new_shape)
 
     def ravel(self) -> LinExpr:
+        """The expression flattened to one dimension (C order)."""
         return LinExpr(self.A, self.const, (self.size,))
 
     def __getitem__(self, key) -> LinExpr:
@@ -98,6 +103,7 @@ class LinExpr:
 
     @property
     def T(self) -> LinExpr:
+        """The transpose of a 2-D expression."""
         index = np.arange(self.size).reshape(self.shape).T
         return self._take(index, index.shape)
 
@@ -248,14 +254,17 @@ class CompiledModel:
 
     @property
     def num_cols(self) -> int:
+        """Number of columns (variables)."""
         return self.c.size
 
     @property
     def num_rows(self) -> int:
+        """Number of rows (constraints)."""
         return self.A.shape[0]
 
     @property
     def is_mip(self) -> bool:
+        """Whether any column is integer."""
         return bool(self.integrality.any())
 
     def row_groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -308,9 +317,11 @@ class Model:
         self.constraints[name] = constraint
 
     def maximize(self, expr: LinExpr) -> None:
+        """Set the objective: maximize ``expr`` (a scalar expression)."""
         self._set_objective(expr, "max")
 
     def minimize(self, expr: LinExpr) -> None:
+        """Set the objective: minimize ``expr`` (a scalar expression)."""
         self._set_objective(expr, "min")
 
     def _set_objective(self, expr: LinExpr, sense: Literal["min", "max"]) -> None:

@@ -311,14 +311,17 @@ class Problem:
     # ----- accessors ---------------------------------------------------------------
     @property
     def num_jobs(self) -> int:
+        """Number of jobs."""
         return self.throughputs.shape[0]
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
+        """The cluster's GPU type names, in order."""
         return self.cluster.gpu_types
 
     @property
     def capacity(self) -> np.ndarray:
+        """GPUs of each type, shape (n_gpu_types,)."""
         return self.cluster.capacity
 
     def job_index(self, job_id: Hashable) -> int:

@@ -142,17 +142,20 @@ class AllocoptServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
+        """``http://host:port`` of the listening socket."""
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
     # ----- endpoints (each takes the decoded body and the path parameters) ------------------
     def health(self, body: Any) -> tuple[int, Any]:
+        """GET /health: liveness, version and the engine's size."""
         engine = self.engine
         return 200, {"status": "ok", "allocopt_version": __version__, "engine": engine is not None,
                      "engine_version": None if engine is None else engine.version,
                      "num_jobs": None if engine is None else len(engine)}
 
     def solve(self, body: Any) -> tuple[int, Any]:
+        """POST /solve: a problem document (plus ``policy``, ``backend``, ``options``) to an allocation document."""
         document = _object(body, "body")
         policy = _typed(document.get("policy", "max_min_fairness"), str, "policy", "a string")
         backend = _typed(document.get("backend", "highs"), str, "backend", "a string")
@@ -165,11 +168,13 @@ class AllocoptServer(ThreadingHTTPServer):
         return 200, solve(problem, policy, backend=backend, **options).to_json()
 
     def schema(self, body: Any, name: str) -> tuple[int, Any]:
+        """GET /schemas/NAME: one of the JSON Schemas."""
         if name not in SCHEMAS:
             raise RequestError(404, f"unknown schema {name!r}; schemas: {', '.join(SCHEMAS)}", field="name")
         return 200, load_schema(name)
 
     def configure(self, body: Any) -> tuple[int, Any]:
+        """POST /engine: a new engine from ``{cluster, policy, ...}`` or from a saved state document."""
         document = _object(body, "body")
         if "format" in document:
             engine = Engine.from_json(document)
@@ -190,17 +195,21 @@ class AllocoptServer(ThreadingHTTPServer):
         return 201, engine.to_json()
 
     def state(self, body: Any) -> tuple[int, Any]:
+        """GET /engine: the engine's state document."""
         return 200, self._engine().to_json()
 
     def list_jobs(self, body: Any) -> tuple[int, Any]:
+        """GET /engine/jobs: every job with its fields."""
         state = self._engine().to_json()
         return 200, {"jobs": state["jobs"], "engine_version": state["version"]}
 
     def get_job(self, body: Any, job: str) -> tuple[int, Any]:
+        """GET /engine/jobs/ID: one job."""
         engine = self._engine()
         return 200, engine.get_job(_job_id(engine, job))
 
     def add_job(self, body: Any) -> tuple[int, Any]:
+        """POST /engine/jobs: add a job."""
         engine, document = self._engine(), _object(body, "body")
         _no_unknown(document, {"id", "throughputs", *JOB_FIELDS})
         for name in ("id", "throughputs"):
@@ -211,6 +220,7 @@ class AllocoptServer(ThreadingHTTPServer):
         return 201, engine.get_job(document["id"])
 
     def update_job(self, body: Any, job: str) -> tuple[int, Any]:
+        """PATCH /engine/jobs/ID: change a job's fields."""
         engine, document = self._engine(), _object(body, "body")
         _no_unknown(document, {"throughputs", *JOB_FIELDS})
         job_id = _job_id(engine, job)
@@ -219,6 +229,7 @@ class AllocoptServer(ThreadingHTTPServer):
         return 200, engine.get_job(job_id)
 
     def remove_job(self, body: Any, job: str) -> tuple[int, Any]:
+        """DELETE /engine/jobs/ID: remove a job."""
         engine = self._engine()
         job_id = _job_id(engine, job)
         engine.remove_job(job_id)
@@ -236,6 +247,7 @@ class AllocoptServer(ThreadingHTTPServer):
         return 200, {"steps_per_s": value, "engine_version": engine.version}
 
     def set_capacity(self, body: Any, gpu_type: str) -> tuple[int, Any]:
+        """PUT /engine/capacity/TYPE: GPUs of a type (nodes join or leave)."""
         engine, document = self._engine(), _object(body, "body")
         _no_unknown(document, {"count", "gpus_per_node"})
         if "count" not in document:
@@ -245,11 +257,13 @@ class AllocoptServer(ThreadingHTTPServer):
         return 200, {"cluster": engine.cluster.to_dict(), "engine_version": engine.version}
 
     def allocation(self, body: Any) -> tuple[int, Any]:
+        """GET /engine/allocation: the current allocation (solved again only if something changed)."""
         allocation = self._engine().allocate()
         return 200, {"engine_version": allocation.extras["engine_version"],
                      "waiting_jobs": allocation.extras["waiting_jobs"], "allocation": allocation.to_json()}
 
     def next_round(self, body: Any) -> tuple[int, Any]:
+        """POST /engine/rounds/next: the next round's leases."""
         engine = self._engine()
         document = {} if body is None else _object(body, "body")
         _no_unknown(document, {"round_seconds"})
@@ -264,6 +278,7 @@ class AllocoptServer(ThreadingHTTPServer):
         return 200, dataclasses.asdict(plan)
 
     def round_results(self, body: Any, index: str) -> tuple[int, Any]:
+        """POST /engine/rounds/N/results: credit round N's run times."""
         engine = self._engine()
         if not re.fullmatch(r"\d+", index):
             raise RequestError(400, f"round index must be a non-negative integer, got {index!r}", field="index")

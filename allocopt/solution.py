@@ -115,8 +115,10 @@ class Solution:
 
     @property
     def success(self) -> bool:
+        """Whether the status is ``OPTIMAL``."""
         return self.status is Status.OPTIMAL
 
     @property
     def has_values(self) -> bool:
+        """Whether the solver returned a point (``x`` is not None)."""
         return self.x is not None

@@ -57,6 +57,7 @@ class GavelPolicy:
 
     @property
     def name(self) -> str:
+        """Gavel's name of the policy."""
         return self._name
 
     def get_allocation(self, *args: Any, **kwargs: Any) -> dict[Hashable, dict[str, float]] | None:

@@ -158,6 +158,7 @@ class Backend(ABC):
 
     @classmethod
     def check_installed(cls) -> None:
+        """Raise BackendNotInstalledError (naming the extra to install) unless :meth:`is_installed`."""
         if not cls.is_installed():
             raise BackendNotInstalledError(
                 f"backend {cls.name!r} needs the Python package(s) {', '.join(cls.required_modules)}; "

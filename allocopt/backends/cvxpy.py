@@ -64,6 +64,7 @@ class _Handle:
 
 
 class CvxpyBackend(Backend):
+    """cvxpy and the solver it picks (see the module docstring)."""
     name = "cvxpy"
     required_modules = ("cvxpy",)
     install_hint = "pip install 'allocopt[cvxpy]'"

@@ -98,6 +98,7 @@ class _Handle:
 
 
 class GurobiBackend(Backend):
+    """Gurobi through gurobipy's matrix API (see the module docstring)."""
     name = "gurobi"
     required_modules = ("gurobipy",)
     install_hint = "pip install 'allocopt[gurobi]'"

@@ -35,6 +35,7 @@ IPM_MIN_COLUMNS = 5_000
 
 
 class HighsBackend(Backend):
+    """HiGHS through highspy (see the module docstring)."""
     name = "highs"
     required_modules = ("highspy",)
     install_hint = "pip install highspy"

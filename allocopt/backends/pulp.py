@@ -52,6 +52,7 @@ class _Handle:
 
 
 class PulpBackend(Backend):
+    """CBC through PuLP (see the module docstring)."""
     name = "pulp"
     required_modules = ("pulp",)
     install_hint = "pip install 'allocopt[pulp]'"

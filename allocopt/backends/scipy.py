@@ -53,6 +53,7 @@ class _MilpArgs:
 
 
 class ScipyBackend(Backend):
+    """``scipy.optimize.linprog`` / ``milp`` (see the module docstring)."""
     name = "scipy"
     required_modules = ("scipy",)
     install_hint = "pip install scipy"

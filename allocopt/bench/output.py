@@ -37,6 +37,7 @@ def seconds(value: float) -> str:
 
 
 def ratio(value: float) -> str:
+    """A ratio formatted for a table (e.g. ``12x``)."""
     return f"{value:.2g}x" if value < 10 else f"{value:.0f}x"
 
 

@@ -153,6 +153,7 @@ class Target:
     exclude: Mapping[str, str] = field(default_factory=dict)
 
     def techniques(self) -> list[Technique]:
+        """The techniques the target is measured with (all of its policy's but ``exclude``)."""
         return [t for t in techniques_for(self.policy) if t.name not in self.exclude]
 
 

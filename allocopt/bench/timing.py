@@ -42,6 +42,7 @@ class Measurement:
 
     @property
     def ok(self) -> bool:
+        """Whether the run finished (status ``ok``)."""
         return self.status == "ok"
 
     def summary(self) -> dict[str, Any]:

@@ -65,6 +65,7 @@ def _require_pairs(problem: Problem, policy: str) -> None:
 
 
 class Fifo(Policy):
+    """First in, first out over whole GPU types."""
     name = "fifo"
     options = {"heterogeneity_aware": False, "space_sharing": False, "seed": 0, "packing_threshold": 1.5}
 
@@ -115,6 +116,7 @@ class Fifo(Policy):
 
 
 class Gandiva(Policy):
+    """Gandiva's even time split with random packing."""
     name = "gandiva"
     options = {"seed": 0}
 
@@ -148,6 +150,7 @@ class Gandiva(Policy):
 
 
 class AlloX(Policy):
+    """AlloX's min-cost matching of single-GPU jobs to GPUs."""
     name = "allox"
     options = {"alpha": 0.3}
 

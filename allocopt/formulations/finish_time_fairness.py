@@ -59,6 +59,7 @@ DEFAULT_CONIC_SOLVER = "CLARABEL"
 
 
 class FinishTimeFairness(Policy):
+    """Themis's finish-time fairness (see the module docstring)."""
     name = "finish_time_fairness"
     options = {"method": "bisection", "heterogeneity_aware": True, "reference_gpu_type": None,
                "space_sharing": False}

@@ -130,6 +130,7 @@ def isolated_throughputs(problem: Problem, throughputs: np.ndarray | None) -> np
 
 
 class MinMakespan(Policy):
+    """Gavel's ``min_total_duration_perf``: minimize the time the last job finishes (module docstring)."""
     name = "min_makespan"
     options = {"heterogeneity_aware": True, "reference_gpu_type": None, "space_sharing": False}
 

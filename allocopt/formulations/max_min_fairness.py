@@ -56,6 +56,7 @@ def normalized_coefficients(problem: Problem, heterogeneity_aware: bool = True) 
 
 
 class MaxMinFairness(Policy):
+    """Weighted max-min fairness over normalized throughput (see the module docstring)."""
     name = "max_min_fairness"
     options = {"heterogeneity_aware": True, "space_sharing": False, "aggregate_job_types": False,
                "column_generation": False, "price_decomposition": False}

@@ -32,6 +32,7 @@ _SHORTFALL_TOL = 1e-7
 
 
 class MaxThroughput(Policy):
+    """Gavel's ``max_sum_throughput_perf`` (see the module docstring)."""
     name = "max_throughput"
     options = {"normalize_by_cost": False, "space_sharing": False, "aggregate_job_types": False}
 

@@ -34,6 +34,7 @@ def proportional_matrix(problem: Problem) -> np.ndarray:
 
 
 class Isolated(Policy):
+    """The cluster split evenly among jobs (closed form)."""
     name = "isolated"
 
     def allocate(self, problem: Problem, solver: ModelSolver) -> PolicyResult:
@@ -41,6 +42,7 @@ class Isolated(Policy):
 
 
 class Proportional(Policy):
+    """Each job's cluster-proportional share (closed form)."""
     name = "proportional"
 
     def allocate(self, problem: Problem, solver: ModelSolver) -> PolicyResult:

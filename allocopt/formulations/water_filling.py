@@ -202,6 +202,7 @@ def _feasible_point(problem: Problem, base: AllocationModel, solution: Solution)
 
 
 class WaterFilling(Policy):
+    """Hierarchical water-filling max-min fairness (see the module docstring)."""
     name = "water_filling"
     options = {"heterogeneity_aware": True, "space_sharing": False, "entity_policies": None}
     # A basis from the previous allocation's last LPs (most jobs frozen) is a poor start for

@@ -55,6 +55,7 @@ class GpuLayout:
 
     @property
     def num_gpus(self) -> int:
+        """GPUs in the cluster."""
         return int(self.gpu_type.size)
 
     def describe(self, gpu_id: int) -> str:

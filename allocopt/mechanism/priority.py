@@ -300,6 +300,7 @@ class PriorityMechanism:
 
     @property
     def initial_received_s(self) -> float:
+        """Seconds every received-time counter starts at."""
         return self.options.initial_received_rounds * self.options.round_seconds
 
     def add_jobs(self, jobs: np.ndarray) -> None:

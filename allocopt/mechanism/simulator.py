@@ -105,6 +105,7 @@ class SimulationState:
         self.changed = False
 
     def active_rows(self) -> np.ndarray:
+        """Rows of the jobs that have arrived and are not finished."""
         return np.flatnonzero(self.active)
 
     def problem(self, rows: np.ndarray, now_s: float, policy: str,
@@ -327,6 +328,7 @@ class SimulationResult:
                 "rounds": {k: plain(v) for k, v in self.rounds.items()}}
 
     def to_json(self, path: str | PathLike[str]) -> None:
+        """The metrics and per-job results as a JSON-ready dict."""
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(self.to_dict(), fh, indent=1)
             fh.write("\n")

@@ -61,6 +61,7 @@ class Workload:
 
     @property
     def num_jobs(self) -> int:
+        """Number of jobs."""
         return len(self.models)
 
     def jobs(self) -> list[tuple[str, int]]:

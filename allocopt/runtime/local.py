@@ -377,6 +377,7 @@ class LocalExecutor(Executor):
         return self.work_dir / "jobs" / _safe_name(job_id)
 
     def checkpoint_dir(self, job_id: Hashable) -> Path:
+        """The directory a job's checkpoints live in (under the job's work directory)."""
         return self.job_dir(job_id) / "checkpoints"
 
     def log_file(self, job_id: Hashable, rank: int) -> Path:

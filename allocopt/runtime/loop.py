@@ -56,6 +56,7 @@ class JobConfig:
     env: dict[str, str] = field(default_factory=dict)
 
     def spec(self) -> JobSpec:
+        """The executor's view of the job (name, command, total steps, environment)."""
         return JobSpec(self.name, self.command, self.total_steps, self.env)
 
 
@@ -141,6 +142,7 @@ class StateStore:
         self.db.executescript(_SCHEMA)
 
     def load(self) -> dict[str, JobState]:
+        """Every journaled job, in the order they were first written."""
         out = {}
         for row in self.db.execute("SELECT name, config, status, steps_done, received, submitted, finished, "
                                    "placement, measured, restarts, message FROM jobs ORDER BY rowid"):
@@ -151,6 +153,7 @@ class StateStore:
         return out
 
     def next_round(self) -> int:
+        """Index of the next round (one past the last journaled one)."""
         return int(self.db.execute("SELECT COALESCE(MAX(idx) + 1, 0) FROM rounds").fetchone()[0])
 
     def load_engine(self) -> dict[str, Any] | None:
@@ -262,6 +265,7 @@ class Scheduler:
         return out
 
     def pending(self) -> list[str]:
+        """Names of the jobs not yet done or failed."""
         return [n for n, s in self.jobs.items() if s.status == "pending"]
 
     def run(self, max_rounds: int | None = None) -> dict[str, Any]:

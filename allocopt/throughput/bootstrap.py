@@ -136,6 +136,7 @@ class BootstrappedJob:
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
+        """The GPU types the job has a model for."""
         return tuple(self._seed)
 
     def observe(self, gpu_type: str, observations: Observations) -> None:

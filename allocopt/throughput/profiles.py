@@ -97,6 +97,7 @@ class Observations:
 
     @staticmethod
     def concat(parts: list[Observations]) -> Observations:
+        """The rows of several observation sets, in order."""
         return Observations(*(np.concatenate([getattr(p, f) for p in parts]) for f in _OBS_FIELDS))
 
     def fit(self, *, initial: PerfParams | None = None, loss: str = DEFAULT_LOSS,
@@ -363,6 +364,7 @@ class ApplicationProfile:
 
     @property
     def min_local_bsz(self) -> int:
+        """Smallest micro-batch size (samples per GPU) in the placements data."""
         return int(self.placements.local_bsz.min())
 
     @property
