@@ -27,9 +27,11 @@ def _records(tmp_path: Path) -> list[dict]:
 
 
 def _wait_for(predicate, timeout_s: float = 10.0) -> None:
+    """Poll ``predicate``; a hang guard, not a speed check."""
     limit = time.time() + timeout_s
     while not predicate():
-        assert time.time() < limit, "timed out"
+        if time.time() >= limit:
+            pytest.fail(f"the condition did not hold within {timeout_s} s: the job side seems stuck")
         time.sleep(0.01)
 
 
