@@ -207,6 +207,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _write_json(document: Any, path: str | None) -> None:
+    """``document`` as indented JSON to ``path``, or to stdout for None or ``-``."""
+    text = json.dumps(document, indent=2) + "\n"
+    if path in (None, "-"):
+        sys.stdout.write(text)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise _UsageError(f"cannot write {path}: {err.strerror or err}") from None
+
+
 # ----- argument types ---------------------------------------------------------------
 def _key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
@@ -265,14 +277,7 @@ def _run_solve(args: argparse.Namespace) -> int:
     with _solver_output_to_stderr():
         allocation = solve(problem, args.policy, backend=args.backend, time_limit_s=args.time_limit_s,
                            best_effort=args.best_effort, **options)
-    text = json.dumps(allocation.to_json(), indent=2) + "\n"
-    if args.out is None:
-        sys.stdout.write(text)
-    else:
-        try:
-            Path(args.out).write_text(text, encoding="utf-8")
-        except OSError as err:
-            raise _UsageError(f"cannot write {args.out}: {err.strerror or err}") from None
+    _write_json(allocation.to_json(), args.out)
     if not allocation.success:
         print(f"allocopt: warning: {allocation.status.value}: {allocation.message}", file=sys.stderr)
     return 0
@@ -504,14 +509,7 @@ def _run_fit_profiles(args: argparse.Namespace) -> int:
     fitted = [r["median_abs_rel_error"] for r in results if r["median_abs_rel_error"] is not None]
     print(f"  {sum(e <= 0.10 for e in fitted)} of {len(fitted)} pairs with multi-GPU data within 10%", file=table)
     if args.json_out is not None:
-        text = json.dumps(results, indent=2) + "\n"
-        if args.json_out == "-":
-            sys.stdout.write(text)
-        else:
-            try:
-                Path(args.json_out).write_text(text, encoding="utf-8")
-            except OSError as err:
-                raise _UsageError(f"cannot write {args.json_out}: {err.strerror or err}") from None
+        _write_json(results, args.json_out)
     return 0
 
 
