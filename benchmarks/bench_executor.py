@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Benchmark: what the local executor adds to a job's start and stop, on CPU pseudo-devices.
+"""Benchmark: what the local (or, with ``--executor ray``, the Ray) executor adds to a job's start and stop,
+on CPU pseudo-devices.
 
 Runs the test job ``tests/jobs/count_steps.py`` for ``--rounds`` rounds on
 two ``cpu`` devices, moving it between devices every round so that it is
@@ -42,19 +43,28 @@ def client_import_s(repeat: int) -> float:
     return statistics.median(times)
 
 
-def run(rounds: int, round_s: float, grace_s: float, work: Path) -> dict[str, float]:
-    moving = LocalExecutor({"a": JobSpec("a", [sys.executable, COUNT_STEPS, str(work / "a.txt")], 10**9)},
-                           cpu_devices(2), work / "moving", grace_s=grace_s)
+def executor(kind: str, jobs: dict[str, JobSpec], devices: int, work: Path, grace_s: float) -> LocalExecutor:
+    """A local executor on ``devices`` cpu pseudo-devices, or a Ray executor on a local Ray instance."""
+    if kind == "ray":
+        from allocopt.runtime.ray_executor import RayExecutor
+
+        return RayExecutor(jobs, {"cpu": devices}, work, grace_s=grace_s)
+    return LocalExecutor(jobs, cpu_devices(devices), work, grace_s=grace_s)
+
+
+def run(rounds: int, round_s: float, grace_s: float, work: Path, kind: str = "local") -> dict[str, float]:
+    moving = executor(kind, {"a": JobSpec("a", [sys.executable, COUNT_STEPS, str(work / "a.txt")], 10**9)}, 2,
+                      work / "moving", grace_s)
     for k in range(rounds):  # a new device every round: stop, then relaunch
         moving.run_round(RoundPlan(k, k * round_s, round_s, (Lease("a", "cpu", (k % 2,), round_s),)))
     moving.close()
-    staying = LocalExecutor({"a": JobSpec("a", [sys.executable, COUNT_STEPS, str(work / "b.txt")], 10**9)},
-                            cpu_devices(1), work / "staying", grace_s=grace_s)
+    staying = executor(kind, {"a": JobSpec("a", [sys.executable, COUNT_STEPS, str(work / "b.txt")], 10**9)}, 1,
+                       work / "staying", grace_s)
     for k in range(rounds):
         staying.run_round(RoundPlan(k, k * round_s, round_s, (Lease("a", "cpu", (0,), round_s, extended=k > 0),)))
     staying.close()
-    stubborn = LocalExecutor({"x": JobSpec("x", [sys.executable, COUNT_STEPS, str(work / "x.txt"), "--ignore-stop"],
-                                           10)}, cpu_devices(1), work / "stubborn", grace_s=grace_s)
+    stubborn = executor(kind, {"x": JobSpec("x", [sys.executable, COUNT_STEPS, str(work / "x.txt"), "--ignore-stop"],
+                                            10)}, 1, work / "stubborn", grace_s)
     stubborn.run_round(RoundPlan(0, 0.0, round_s, (Lease("x", "cpu", (0,), round_s),)))
     stubborn.close()
     return {"launch_to_first_step_s": statistics.median(moving.stats.launch_to_first_step_s),
@@ -68,12 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--round-seconds", type=float, default=1.5)
     parser.add_argument("--grace-s", type=float, default=1.0)
+    parser.add_argument("--executor", choices=("local", "ray"), default="local")
     args = parser.parse_args(argv)
     baseline = client_import_s(5)
     with tempfile.TemporaryDirectory() as tmp:
-        result = run(args.rounds, args.round_seconds, args.grace_s, Path(tmp))
+        result = run(args.rounds, args.round_seconds, args.grace_s, Path(tmp), args.executor)
     machine = machine_info()
-    print(f"machine: {machine['cpu']}, {machine['cpus_usable']} usable CPUs, load {machine['load_average']}")
+    print(f"{args.executor} executor; machine: {machine['cpu']}, {machine['cpus_usable']} usable CPUs, "
+          f"load {machine['load_average']}")
     first = result["launch_to_first_step_s"]
     print(f"launch to first step      {first:7.3f} s   (bare client start-up {baseline:.3f} s; "
           f"executor adds {first - baseline:.3f} s, target < 1 s: {'met' if first - baseline < 1 else 'MISSED'})")
