@@ -235,9 +235,7 @@ def _solve_relaxation_first(model: CompiledModel, solver: ModelSolver
             d = sign * model.c - model.A.T @ y
     if d is None or not _certifies(model, x_lp, y, d, fractional):
         # no duals, or duals the point does not satisfy the optimality conditions with: solve it whole
-        solution = solver.check(solver.record(solve_model(model, solver.backend, solver.options, SOLVER_DEFAULTS)),
-                                "sia")
-        return solution.values.get("x"), solution.objective, {"relaxation_integral": None}, solution
+        return _whole_milp(model, solver, {"relaxation_integral": None})
     z_lp = sign * (model.c @ x_lp + model.offset)  # objectives below include the offset, as solutions' do
     incumbent = _round_down_and_repair(model, x_lp, sign * model.c)
     margin = FIXING_TOL * max(1.0, abs(z_lp))
@@ -267,10 +265,8 @@ def _solve_relaxation_first(model: CompiledModel, solver: ModelSolver
         if found_gap <= guess + margin:
             break  # the point found is within the gap the fixing assumed, so the fixing was valid for it
         if valid:  # a point within the gap satisfies the fixing; not finding it means round-off: solve it whole
-            solution = solver.check(solver.record(solve_model(model, solver.backend, solver.options,
-                                                              SOLVER_DEFAULTS)), "sia")
-            return solution.values["x"], solution.objective, {"relaxation_integral": False, "fallback": "round-off",
-                                                              "milp_binaries": model.num_cols}, solution
+            return _whole_milp(model, solver, {"relaxation_integral": False, "fallback": "round-off",
+                                               "milp_binaries": model.num_cols})
         guess, valid = min(found_gap, known_gap), True
     x = fix_one.astype(np.float64)
     if solution.has_values:
@@ -278,6 +274,14 @@ def _solve_relaxation_first(model: CompiledModel, solver: ModelSolver
     objective = solution.objective if solution.has_values else None
     return x, objective, {"relaxation_integral": False, "milp_binaries": int(free.size), "milp_solves": solves}, \
         solution
+
+
+def _whole_milp(model: CompiledModel, solver: ModelSolver, extras: dict[str, Any]
+                ) -> tuple[np.ndarray, float | None, dict[str, Any], Solution]:
+    """Solve ``model`` as it is (the relaxation-first path's fallback)."""
+    solution = solver.check(solver.record(solve_model(model, solver.backend, solver.options, SOLVER_DEFAULTS)),
+                            "sia")
+    return solution.values["x"], solution.objective, extras, solution
 
 
 def _certifies(model: CompiledModel, x: np.ndarray, y: np.ndarray, d: np.ndarray, fractional: np.ndarray) -> bool:
