@@ -15,6 +15,7 @@ written (``>= 0`` for inequalities), so ``d objective / d rhs`` is
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,10 +127,15 @@ class CvxpyBackend(Backend):
     def run(self, handle: _Handle, model: CompiledModel, options: SolveOptions) -> RawResult:
         import cvxpy as cp
 
+        guard = contextlib.nullcontext()
+        if handle.solver == "HIGHS":
+            from allocopt.backends.highs import highspy_guard
+            guard = highspy_guard(int(handle.solver_opts.get("threads", 0)), options.verbose)
         try:
-            solution = handle.chain.solve_via_data(handle.problem, handle.data, warm_start=False,
-                                                   verbose=options.verbose,
-                                                   solver_opts=dict(handle.solver_opts))
+            with guard:
+                solution = handle.chain.solve_via_data(handle.problem, handle.data, warm_start=False,
+                                                       verbose=options.verbose,
+                                                       solver_opts=dict(handle.solver_opts))
             handle.problem.unpack_results(solution, handle.chain, handle.inverse_data)
         except cp.error.SolverError as err:
             detail = str(err)

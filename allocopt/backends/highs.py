@@ -6,6 +6,9 @@ arrays (no copy per element). https://ergo-code.github.io/HiGHS/
 
 from __future__ import annotations
 
+import os
+import threading
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -34,6 +37,81 @@ _STATUS_NAMES = {
 IPM_MIN_COLUMNS = 5_000
 
 
+class _Scheduler:
+    """HiGHS's thread scheduler is process-wide and fixed by the first ``run``: a
+    later run that asks for another ``threads`` value fails ("Not Set"). Runs that
+    want the current size share it; a run that wants another size waits until no
+    run is active, then rebuilds the scheduler (``resetGlobalScheduler``)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._threads: int | None = None  # the size the scheduler was built with; None before the first run
+        self._active = 0
+
+    @contextmanager
+    def size(self, threads: int):
+        import highspy
+
+        with self._cond:
+            while self._threads not in (None, threads) and self._active:
+                self._cond.wait()
+            if self._threads not in (None, threads):
+                highspy.Highs.resetGlobalScheduler(True)
+            self._threads = threads
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+
+_SCHEDULER = _Scheduler()
+_BANNER_LOCK = threading.Lock()
+_banner_shown = False
+
+
+def new_highs(verbose: bool = False) -> Any:
+    """A ``highspy.Highs``; the first one of a process is made with file descriptor 1
+    pointed at /dev/null unless ``verbose``, because HiGHS >= 1.16 writes its
+    copyright banner to stdout from the constructor, before any option can be set."""
+    import highspy
+
+    global _banner_shown
+    with _BANNER_LOCK:
+        if _banner_shown or verbose:
+            _banner_shown = True
+            return highspy.Highs()
+        _banner_shown = True
+        saved = os.dup(1)
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, 1)
+                return highspy.Highs()
+            finally:
+                os.dup2(saved, 1)
+                os.close(devnull)
+        finally:
+            os.close(saved)
+
+
+def run_highs(h: Any, threads: int = 0) -> Any:
+    """``h.run()`` on a scheduler of ``threads`` threads (0: HiGHS's default); returns its status."""
+    with _SCHEDULER.size(threads):
+        return h.run()
+
+
+@contextmanager
+def highspy_guard(threads: int = 0, verbose: bool = False):
+    """For code that drives highspy itself (cvxpy's HIGHS interface): the banner
+    kept off stdout and the shared scheduler sized to ``threads`` while inside."""
+    new_highs(verbose)
+    with _SCHEDULER.size(threads):
+        yield
+
+
 class HighsBackend(Backend):
     """HiGHS through highspy (see the module docstring)."""
     name = "highs"
@@ -44,7 +122,7 @@ class HighsBackend(Backend):
     def build(self, model: CompiledModel, options: SolveOptions) -> Any:
         import highspy
 
-        h = highspy.Highs()
+        h = new_highs(options.verbose)
         h.setOptionValue("output_flag", bool(options.verbose))
         settings: dict[str, Any] = {}
         if options.time_limit_s is not None:
@@ -93,7 +171,8 @@ class HighsBackend(Backend):
         import highspy
 
         h = handle
-        if h.run() == highspy.HighsStatus.kError and h.getModelStatus() not in (
+        run_status = run_highs(h, int(options.solver_options.get("threads", options.threads or 0)))
+        if run_status == highspy.HighsStatus.kError and h.getModelStatus() not in (
                 highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnbounded):
             raise SolverError(f"HiGHS failed: {h.modelStatusToString(h.getModelStatus())}")
         model_status = h.getModelStatus()

@@ -200,12 +200,12 @@ def minimize_prices(jobs: PricedJobs, *, rtol: float, max_iterations: int
     (an upper bound on ``t*``), the lower bound (0 if none), the final cap ``T``
     and the number of evaluations of ``Phi``.
     """
-    import highspy
+    from allocopt.backends.highs import new_highs, run_highs
 
     k = jobs.k
     cap = jobs.upper_bound
     unit = cap / jobs.capacity  # p = pi * unit
-    h = highspy.Highs()
+    h = new_highs()
     h.setOptionValue("output_flag", False)
     h.addVars(k + 1, np.zeros(k + 1), np.r_[np.ones(k), np.inf])
     h.changeColBounds(k, -np.inf, np.inf)
@@ -228,7 +228,7 @@ def minimize_prices(jobs: PricedJobs, *, rtol: float, max_iterations: int
     while evaluations < max_iterations:
         lo, hi = np.maximum(center - delta, 0.0), center + delta
         h.changeColsBounds(k, idx[:k], lo, hi)
-        h.run()
+        run_highs(h)
         sol = np.asarray(h.getSolution().col_value)
         pi, model = sol[:k], sol[k]
         if np.all((pi < hi) & ((pi > lo) | (lo == 0.0))):
