@@ -11,9 +11,8 @@ FEAS_TOL = 1e-6
 
 
 def backend_param(name: str):
-    backend = get_backend(name)
-    reason = f"backend {name!r} is not installed ({backend.install_hint})"
-    return pytest.param(name, id=name, marks=pytest.mark.skipif(not backend.is_installed(), reason=reason))
+    reason = get_backend(name).unavailable_reason()
+    return pytest.param(name, id=name, marks=pytest.mark.skipif(reason is not None, reason=reason or ""))
 
 
 ALL_BACKENDS = [backend_param(name) for name in BACKENDS]

@@ -11,8 +11,9 @@ import pytest
 
 import allocopt
 from allocopt import cli
-from allocopt.backends import BACKENDS, get_backend
+from allocopt.backends import get_backend
 from allocopt.throughput import ThroughputTable
+from conftest import ALL_BACKENDS
 
 TOL = 1e-6
 
@@ -97,8 +98,7 @@ def test_solve_out_writes_file(tmp_path):
     assert output["objective"] == pytest.approx(8 / 11, rel=1e-6)
 
 
-@pytest.mark.parametrize("backend", [pytest.param(name, marks=pytest.mark.skipif(
-    not get_backend(name).is_installed(), reason=f"backend {name!r} is not installed")) for name in BACKENDS])
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_stdout_is_only_json_whatever_the_solver_prints(tmp_path, backend):
     # solver logs and license banners are printed by C code straight to file descriptor 1
     result = run_cli("solve", str(write(tmp_path, SMALL)), "--backend", backend, "--option", "verbose=true")
@@ -200,7 +200,8 @@ def test_demo_prints_summary():
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.skipif(not get_backend("gurobi").is_installed(), reason="gurobipy is not installed")
+@pytest.mark.skipif(get_backend("gurobi").unavailable_reason() is not None,
+                    reason=get_backend("gurobi").unavailable_reason() or "")
 def test_demo_skips_a_backend_whose_license_is_too_small():
     # 1000 jobs x 3 GPU types: 3001 variables, over the size-limited license's 2000 (fine with a full license)
     result = run_cli("demo", "--jobs", "1000", "--backends", "highs,gurobi")

@@ -11,7 +11,7 @@ from allocopt.formulations.base import base_model
 from allocopt.solution import Basis, BasisStatus
 from allocopt.warm_start import model_key
 
-WARM_BACKENDS = [b for b in ("highs", "gurobi") if get_backend(b).is_installed()]
+WARM_BACKENDS = [b for b in ("highs", "gurobi") if get_backend(b).unavailable_reason() is None]
 GPU_TYPES = ("v100", "p100", "k80")
 
 

@@ -157,6 +157,13 @@ class Backend(ABC):
         return all(importlib.util.find_spec(m) is not None for m in cls.required_modules)
 
     @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this backend cannot solve here (not installed, no usable license), or None when it can."""
+        if not cls.is_installed():
+            return f"backend {cls.name!r} needs {', '.join(cls.required_modules)} ({cls.install_hint})"
+        return None
+
+    @classmethod
     def check_installed(cls) -> None:
         """Raise BackendNotInstalledError (naming the extra to install) unless :meth:`is_installed`."""
         if not cls.is_installed():

@@ -79,8 +79,15 @@ class CvxpyBackend(Backend):
             raise InvalidOptionError(f"cvxpy solver {solver!r} is not installed; installed: "
                                      f"{', '.join(cp.installed_solvers())}")
         integer = np.flatnonzero(model.integrality)
-        x = cp.Variable(model.num_cols, bounds=[model.col_lb, model.col_ub],
-                        integer=(integer,) if integer.size else False)
+        bound_rows = []
+        try:
+            x = cp.Variable(model.num_cols, bounds=[model.col_lb, model.col_ub],
+                            integer=(integer,) if integer.size else False)
+        except ValueError:  # cvxpy < 1.7 takes no bounds on an integer variable: bound rows instead
+            x = cp.Variable(model.num_cols, integer=(integer,))
+            has_lb, has_ub = np.isfinite(model.col_lb), np.isfinite(model.col_ub)
+            bound_rows = ([x[has_lb] >= model.col_lb[has_lb]] if has_lb.any() else []) + \
+                ([x[has_ub] <= model.col_ub[has_ub]] if has_ub.any() else [])
         lb, ub = model.row_lb, model.row_ub
         eq_rows, ub_rows, lb_rows = model.row_groups()
         blocks = []
@@ -90,7 +97,7 @@ class CvxpyBackend(Backend):
             blocks.append((model.A[ub_rows] @ x <= ub[ub_rows], ub_rows, -1.0))
         if lb_rows.size:
             blocks.append((model.A[lb_rows] @ x >= lb[lb_rows], lb_rows, 1.0))
-        problem = cp.Problem(cp.Minimize(model.c @ x), [con for con, _, _ in blocks])
+        problem = cp.Problem(cp.Minimize(model.c @ x), [con for con, _, _ in blocks] + bound_rows)
         try:
             data, chain, inverse_data = problem.get_problem_data(solver=solver, solver_opts=dict(solver_opts))
         except cp.error.SolverError as err:

@@ -17,6 +17,7 @@ bound when its ``<=`` row is, and at its lower bound when its ``>=`` row is.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,22 @@ def license_error(err: Exception, num_vars: int, num_constrs: int) -> LicenseErr
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _license_problem() -> str | None:
+    """The message of the licensing error an empty environment raises, or None (cached per process)."""
+    import gurobipy as gp
+
+    try:
+        env = gp.Env(empty=True)
+        env.setParam("OutputFlag", 0)
+        env.start()
+        env.dispose()
+    except gp.GurobiError as err:
+        error = license_error(err, 0, 0)
+        return str(error) if error is not None else None
+    return None
+
+
 @dataclass
 class _Handle:
     env: Any  # gurobipy.Env
@@ -103,6 +120,12 @@ class GurobiBackend(Backend):
     required_modules = ("gurobipy",)
     install_hint = "pip install 'allocopt[gurobi]'"
     supports_warm_start = True
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """As the base class, and also a reason when Gurobi has no usable license (for
+        example the size-limited license bundled with an old gurobipy wheel has expired)."""
+        return super().unavailable_reason() or _license_problem()
 
     def build(self, model: CompiledModel, options: SolveOptions) -> _Handle:
         import gurobipy as gp

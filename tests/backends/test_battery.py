@@ -32,9 +32,9 @@ TOLERANCE = {"cvxpy": 1e-5, "pulp": 1e-6}
 
 def _backend(name: str) -> Backend:
     backend = get_backend(name)
-    if not backend.is_installed():
-        pytest.skip(f"backend {name!r} needs {', '.join(backend.required_modules)}, "
-                    f"which is not installed ({backend.install_hint})")
+    reason = backend.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
     return backend
 
 
@@ -389,6 +389,8 @@ def _cvxpy_solver(name: str) -> Backend:
 
     if name not in cvxpy.installed_solvers():
         pytest.skip(f"cvxpy solver {name} is not installed")
+    if name == "GUROBI" and get_backend("gurobi").unavailable_reason():
+        pytest.skip(get_backend("gurobi").unavailable_reason())
     return backend
 
 
