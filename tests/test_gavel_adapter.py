@@ -123,11 +123,14 @@ def test_packed_and_baseline_names():
     assert fifo["a"] == {"v100": 1.0, "k80": 0.0} and fifo["b"] == {"v100": 0.0, "k80": 1.0}
     gandiva = gavel.get_policy("gandiva").get_allocation(tput, ones, spec)
     assert gandiva[("a", "b")]["v100"] > 0
-    allox = gavel.get_policy("allox").get_allocation(
-        {k: v for k, v in tput.items() if k != ("a", "b")}, ones, {"a": 3.0, "b": 2.0, "c": 1.0},
-        {"a": 100.0, "b": 100.0, "c": 100.0}, {"v100": 1, "k80": 1})
-    # both oldest jobs are cheaper queued on the V100 than one of them on the 2.5x slower K80
-    assert allox["a"]["v100"] + allox["b"]["v100"] == 1.0 and allox["c"] == {"v100": 0.0, "k80": 0.0}
+    singles = {k: v for k, v in tput.items() if k != ("a", "b")}
+    args = (ones, {"a": 3.0, "b": 2.0, "c": 1.0}, {"a": 100.0, "b": 100.0, "c": 100.0}, {"v100": 1, "k80": 1})
+    # Gavel's AlloXPolicy (alpha 1.0) at c4fa400 on these inputs: b on the V100, c on the K80, a queued;
+    # with alpha 0.3 only the two oldest are matched and c waits
+    allox = gavel.get_policy("allox").get_allocation(singles, *args)
+    assert allox == {"a": {"v100": 0.0, "k80": 0.0}, "b": {"v100": 1.0, "k80": 0.0}, "c": {"v100": 0.0, "k80": 1.0}}
+    allox = gavel.get_policy("allox_alpha=0.3").get_allocation(singles, *args)
+    assert allox["b"] == {"v100": 1.0, "k80": 0.0} and allox["c"] == {"v100": 0.0, "k80": 0.0}
 
 
 def test_water_filling_names_reproduce_the_hierarchical_closed_form():
