@@ -50,10 +50,11 @@ DEFAULT_TRACES = ("artifact_evaluation",)
 SIMULATE = """
 import json, sys, time, types
 sys.argv = ['simulate']
-sys.path.insert(0, {drivers!r})
+sys.path[:0] = [{drivers!r}] + ([{shim!r}] if {shim!r} else [])  # the shim before Gavel's own policies
 import simulate_scheduler_with_trace as driver
 import scheduler
-results = {{}}
+import utils
+results = {{'policy_module': utils.max_min_fairness.__name__, 'policy_file': utils.max_min_fairness.__file__}}
 original = scheduler.Scheduler.get_average_jct
 def get_average_jct(self, *args, **kwargs):
     value = original(self, *args, **kwargs)
@@ -109,7 +110,7 @@ def run_simulation(scheduler_dir: Path, trace: str, policy: str, cluster: str, s
     code = SIMULATE.format(drivers=str(scheduler_dir / "scripts" / "drivers"),
                            trace=str(scheduler_dir / "traces" / "physical_cluster" / f"{trace}.trace"),
                            throughputs=str(scheduler_dir / "simulation_throughputs.json"),
-                           policy=policy, cluster=cluster, solver=solver)
+                           policy=policy, cluster=cluster, solver=solver, shim=str(shim) if shim else "")
     try:
         proc = subprocess.run([sys.executable, "-c", code], cwd=scheduler_dir, env=environment(shim),
                               capture_output=True, text=True, timeout=timeout_s)
@@ -119,7 +120,10 @@ def run_simulation(scheduler_dir: Path, trace: str, policy: str, cluster: str, s
     if proc.returncode != 0 or not match:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": last[:120]}
-    return json.loads(match.group(1))
+    result = json.loads(match.group(1))
+    if shim is not None and not result["policy_file"].startswith(str(shim)):
+        return {"error": f"Gavel's policies were imported ({result['policy_file']}), not the adapter"}
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
