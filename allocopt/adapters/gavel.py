@@ -20,7 +20,10 @@ per worker type; their time fractions come back under the same key.
 ``solver``: an allocopt backend name (``"highs"``, ``"gurobi"``, ...) or a cvxpy
 solver name as Gavel passes them (``"ECOS"``, ``"SCS"``, ...), which runs
 through the ``cvxpy`` backend with that solver; ``"GUROBI"`` uses the native
-Gurobi backend. None means HiGHS (Gavel's default is ECOS).
+Gurobi backend. None means HiGHS (Gavel's default is ECOS). With a cvxpy
+solver, finish-time fairness is one conic program (``method="conic"``), as
+Gavel solves it, so ECOS returns Gavel's point of a degenerate optimum; with
+an LP backend it is a bisection over LPs (an optimal vertex).
 
 State kept between calls, as Gavel's policies keep it
 ------------------------------------------------------
@@ -203,6 +206,8 @@ class GavelPolicy:
             raise TypeError(f"faithful_type_choice only applies to fifo, not {policy_name!r}")
         self._faithful_type_choice = faithful_type_choice
         self._backend, self._solver_options = _backend_for(solver)
+        if self._backend == "cvxpy" and self._policy == "finish_time_fairness":
+            self._options.setdefault("method", "conic")  # one conic program, as Gavel solves it
         self._rng = random.Random(0 if seed is None else seed)
         # state kept between calls (see the module docstring)
         self._cumulative_isolated_time: dict[Hashable, float] = {}
