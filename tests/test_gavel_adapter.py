@@ -355,3 +355,19 @@ def test_isolated_get_throughputs_and_gavels_isolated_test():
     T = np.array([[2.0, 1.0], [3.0, 2.0]])
     got = isolated.get_throughputs(T, ([0, 1], ["v100", "p100"]), {0: 1, 1: 2}, {"v100": 2, "p100": 2})
     np.testing.assert_allclose(got, [[1.5], [2.5]])  # shares [1, 1] / 2 (row sum 2) and [1, 1] / 2 (scale 2)
+
+
+def test_fifo_head_that_fits_nowhere_blocks_the_queue_and_packed_without_pairs():
+    """Found running Gavel's simulator on artifact_evaluation.trace: a 2-GPU job at the head of the
+    queue when one GPU per type is free waits (and so does everyone behind it); a packing policy
+    called with no pair left solves the plain policy."""
+    policy = gavel.get_policy("fifo", seed=0)
+    spec = {"v100": 2, "p100": 1, "k80": 1}
+    row = {"v100": 3.0, "p100": 2.0, "k80": 1.0}
+    first = policy.get_allocation({0: row, 1: row}, {0: 2, 1: 1}, spec)
+    assert sum(first[0].values()) == 1.0 and first[0]["v100"] == 1.0
+    second = policy.get_allocation({0: row, 1: row, 2: row, 3: row}, {0: 2, 1: 1, 2: 2, 3: 1}, spec)
+    assert second[0] == first[0] and second[1] == first[1]
+    assert sum(second[2].values()) == 0 and sum(second[3].values()) == 0  # job 3 would fit but may not jump ahead
+    alone = gavel.get_policy("max_min_fairness_packed").get_allocation({0: row}, {0: 1}, {0: 1}, spec)
+    assert sum(alone[0].values()) == pytest.approx(1.0)

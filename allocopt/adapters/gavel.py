@@ -266,6 +266,8 @@ class GavelPolicy:
             entities=_entities(values.get("entity_to_job_mapping"), throughputs),
             entity_weights=values.get("entity_weights"))
         options = dict(self._options)
+        if not pairs:
+            options.pop("space_sharing", None)  # no pair to pack: the plain policy
         if "instance_costs" in SIGNATURES[self._signature] and values.get("instance_costs") is None:
             options.pop("normalize_by_cost", None)
         allocation = self._solve(problem, best_effort=slos is not None, **options)
@@ -414,18 +416,24 @@ class GavelPolicy:
                 free[worker_type] -= scale[head]
         if self._faithful_type_choice:
             self._fifo_as_gavel(queue, throughputs, scale, free)
-        elif queue and any(n > 0 for n in free.values()):
-            problem = Problem.from_dicts({job: throughputs[job] for job in queue}, _cluster(free),
-                                         scale_factors=_current(scale, queue))
-            chosen = self._solve(problem, seed=self._rng.randrange(2 ** 32), **self._options)
-            for job, fractions in chosen.items():
-                for t, f in fractions.items():
-                    if f > 0:
-                        self._assignments[job] = t
+        else:
+            self._fifo_fill(queue, throughputs, scale, free)
         allocation: Allocation = {job: {t: 0.0 for t in spec} for job in throughputs}
         for job, worker_type in self._assignments.items():
             allocation[job][worker_type] = 1.0
         return allocation
+
+    def _fifo_fill(self, queue: list, throughputs: Mapping, scale: Mapping, free: dict) -> None:
+        """allocopt's ``fifo`` over the queue and the free GPUs, a type drawn at random among those with room."""
+        room = max(free.values(), default=0)  # FIFO stops at the first job that fits on no type
+        queue = queue[:next((k for k, job in enumerate(queue) if scale[job] > room), len(queue))]
+        if not queue:
+            return
+        problem = Problem.from_dicts({job: throughputs[job] for job in queue}, _cluster(free),
+                                     scale_factors=_current(scale, queue))
+        chosen = self._solve(problem, seed=self._rng.randrange(2 ** 32), **self._options)
+        for job, fractions in chosen.items():
+            self._assignments.update({job: t for t, f in fractions.items() if f > 0})
 
     def _fifo_as_gavel(self, queue: list, throughputs: Mapping, scale: Mapping, free: dict) -> None:
         """Gavel's base-mode type choice, bug included: the last available type in name order."""
