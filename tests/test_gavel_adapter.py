@@ -123,11 +123,14 @@ def test_packed_and_baseline_names():
     assert fifo["a"] == {"v100": 1.0, "k80": 0.0} and fifo["b"] == {"v100": 0.0, "k80": 1.0}
     gandiva = gavel.get_policy("gandiva").get_allocation(tput, ones, spec)
     assert gandiva[("a", "b")]["v100"] > 0
-    allox = gavel.get_policy("allox").get_allocation(
-        {k: v for k, v in tput.items() if k != ("a", "b")}, ones, {"a": 3.0, "b": 2.0, "c": 1.0},
-        {"a": 100.0, "b": 100.0, "c": 100.0}, {"v100": 1, "k80": 1})
-    # both oldest jobs are cheaper queued on the V100 than one of them on the 2.5x slower K80
-    assert allox["a"]["v100"] + allox["b"]["v100"] == 1.0 and allox["c"] == {"v100": 0.0, "k80": 0.0}
+    singles = {k: v for k, v in tput.items() if k != ("a", "b")}
+    args = (ones, {"a": 3.0, "b": 2.0, "c": 1.0}, {"a": 100.0, "b": 100.0, "c": 100.0}, {"v100": 1, "k80": 1})
+    # Gavel's AlloXPolicy (alpha 1.0) at c4fa400 on these inputs: b on the V100, c on the K80, a queued;
+    # with alpha 0.3 only the two oldest are matched and c waits
+    allox = gavel.get_policy("allox").get_allocation(singles, *args)
+    assert allox == {"a": {"v100": 0.0, "k80": 0.0}, "b": {"v100": 1.0, "k80": 0.0}, "c": {"v100": 0.0, "k80": 1.0}}
+    allox = gavel.get_policy("allox_alpha=0.3").get_allocation(singles, *args)
+    assert allox["b"] == {"v100": 1.0, "k80": 0.0} and allox["c"] == {"v100": 0.0, "k80": 0.0}
 
 
 def test_water_filling_names_reproduce_the_hierarchical_closed_form():
@@ -172,3 +175,199 @@ def test_every_gavel_name_returns_a_feasible_allocation(name):
     assert all(t <= 1 + 1e-6 for t in time.values()), time
     for t in spec:
         assert sum(fractions[t] for fractions in alloc.values()) <= spec[t] + 1e-6
+
+
+# --- Behaviours verified against Gavel's own policies (github.com/stanford-futuredata/gavel at c4fa400,
+# run with ECOS); the expected values below were measured from Gavel's code. ---
+
+GAVEL_TEST_TPUT = {0: {"v100": 2.0, "p100": 1.0, "k80": 0.5}, 1: {"v100": 3.0, "p100": 2.0, "k80": 1.0}}
+
+
+def test_gavel_class_names_signature_and_constructors():
+    assert gavel.get_policy("max_min_fairness_perf", solver="ECOS", seed=0).name == "MaxMinFairness_Perf"
+    expected = {"max_min_fairness": "MaxMinFairness", "finish_time_fairness_perf": "FinishTimeFairness_Perf",
+                "min_total_duration_perf": "MinTotalDuration_Perf", "gandiva": "Gandiva_Packing",
+                "max_sum_throughput_normalized_by_cost_perf_SLOs": "ThroughputNormalizedByCostSum_PerfSLOs",
+                "max_sum_throughput_perf": "ThroughputSumWithPerf", "allox": "AlloX_Perf", "fifo_packed": "FIFO_Packing",
+                "max_min_fairness_water_filling_packed": "MaxMinFairnessWaterFilling_Packing"}
+    for key, name in expected.items():
+        assert gavel.get_policy(key, None, 1, None).name == name
+    assert set(gavel.GAVEL_CLASS_NAMES) == set(gavel.POLICY_NAMES)
+    assert gavel.MaxMinFairnessPolicyWithPacking("ECOS").name == "MaxMinFairness_Packing"
+    assert gavel.FIFOPolicy(mode="perf").policy_name == "fifo_perf"
+    assert gavel.AlloXPolicy(alpha=0.5).name == "AlloX_Perf"
+    assert gavel.IsolatedPolicy().name == "Isolated"
+    with pytest.raises(UnknownPolicyError, match="allox_alpha= needs a number"):
+        gavel.get_policy("allox_alpha=x")
+
+
+def test_finish_time_fairness_accumulates_isolated_time_like_gavel():
+    """Gavel's test_finish_time_fairness_with_perf call sequence: on the second call each job's
+    cumulative isolated time is (300 - 200) / (11/12) and (500 - 300) / (5/3) s, max rho 0.40278."""
+    policy = gavel.FinishTimeFairnessPolicyWithPerf(solver=None)
+    ones, zeros = {0: 1, 1: 1}, {0: 0, 1: 0}
+    spec = {"v100": 1, "p100": 2, "k80": 3}
+    first = policy.get_allocation(GAVEL_TEST_TPUT, ones, ones, zeros, {0: 300, 1: 500}, spec)
+    assert first[0] == pytest.approx({"v100": 0.41935, "p100": 0.58065, "k80": 0.0}, abs=1e-4)
+    second = policy.get_allocation(GAVEL_TEST_TPUT, ones, ones, zeros, {0: 200, 1: 300}, spec)
+    assert policy._cumulative_isolated_time == pytest.approx({0: 1200 / 11, 1: 120.0})
+    assert second[0] == pytest.approx({"v100": 0.51724, "p100": 0.48276, "k80": 0.0}, abs=1e-4)
+    assert second[1] == pytest.approx({"v100": 0.48276, "p100": 0.51724, "k80": 0.0}, abs=1e-4)
+    isolated = {0: 11 / 12, 1: 5 / 3}
+    steps = {0: 200, 1: 300}
+    rho = max((steps[j] / sum(GAVEL_TEST_TPUT[j][t] * second[j][t] for t in spec))
+              / (policy._cumulative_isolated_time[j] + steps[j] / isolated[j]) for j in steps)
+    assert rho == pytest.approx(0.402778, abs=1e-5)
+    # an empty call forgets the previous call, not the cumulative times (as Gavel does)
+    assert policy.get_allocation({}, {}, {}, {}, {}, spec) is None
+    policy.get_allocation(GAVEL_TEST_TPUT, ones, ones, zeros, {0: 100, 1: 100}, spec)
+    assert policy._cumulative_isolated_time == pytest.approx({0: 1200 / 11, 1: 120.0})
+
+
+def test_agnostic_finish_time_fairness_accumulates_at_v100_speed():
+    policy = gavel.get_policy("finish_time_fairness", solver="highs")
+    ones, zeros = {0: 1, 1: 1}, {0: 0, 1: 0}
+    spec = {"v100": 1, "p100": 2, "k80": 3}
+    policy.get_allocation(GAVEL_TEST_TPUT, ones, ones, zeros, {0: 300, 1: 500}, spec)
+    alloc = policy.get_allocation(GAVEL_TEST_TPUT, ones, ones, zeros, {0: 200, 1: 300}, spec)
+    assert policy._cumulative_isolated_time == pytest.approx({0: 50.0, 1: 200 / 3})
+    # rho at V100 speed on every type: Gavel's optimum 2/3
+    rho = max((s / (GAVEL_TEST_TPUT[j]["v100"] * sum(alloc[j].values())))
+              / (policy._cumulative_isolated_time[j] + s / (GAVEL_TEST_TPUT[j]["v100"]))
+              for j, s in {0: 200, 1: 300}.items())
+    assert rho == pytest.approx(2 / 3, abs=1e-6)
+
+
+def test_allox_keeps_running_jobs_gpus_like_gavel():
+    """Gavel's test_allox call sequence; the allocations are Gavel's, call for call."""
+    policy = gavel.get_policy("allox")
+    spec = {"v100": 2, "p100": 1, "k80": 3}
+    tput = {0: {"v100": 2.0, "p100": 1.0, "k80": 0.5}, 1: {"v100": 3.0, "p100": 2.0, "k80": 1.0},
+            2: {"v100": 4.0, "p100": 3.0, "k80": 2.0}, 3: {"v100": 1.0, "p100": 1.0, "k80": 1.0}}
+    first = policy.get_allocation(tput, dict.fromkeys(tput, 1), dict.fromkeys(tput, 0),
+                                  {0: 300, 1: 500, 2: 1000, 3: 500}, spec)
+    v100, p100, k80 = ({"v100": 1.0, "p100": 0.0, "k80": 0.0}, {"v100": 0.0, "p100": 1.0, "k80": 0.0},
+                       {"v100": 0.0, "p100": 0.0, "k80": 1.0})
+    assert first == {0: v100, 1: v100, 2: p100, 3: k80}
+    tput = {j: tput[j] for j in (1, 2, 3)} | {4: {"v100": 4.0, "p100": 2.0, "k80": 1.0}}
+    second = policy.get_allocation(tput, dict.fromkeys(tput, 1), {1: 200, 2: 200, 3: 200, 4: 0},
+                                   {1: 100, 2: 800, 3: 400, 4: 100}, spec)
+    # job 2 keeps its P100 and job 3 its K80 although a fresh matching would move them
+    assert second == {1: v100, 2: p100, 3: k80, 4: v100}
+    fresh = gavel.get_policy("allox").get_allocation(tput, dict.fromkeys(tput, 1), {1: 200, 2: 200, 3: 200, 4: 0},
+                                                     {1: 100, 2: 800, 3: 400, 4: 100}, spec)
+    assert fresh != second
+
+
+def test_gandiva_pairs_with_gavels_seeded_rng():
+    """Five jobs on one V100 and one K80: Gavel's GandivaPolicy(seed) forms these pairs (measured at
+    c4fa400); a pair with a departed member is dissolved and its partner re-paired."""
+    def tputs(jobs):
+        tput = {i: {"v100": 1.0 + i, "k80": 0.5 + i} for i in jobs}
+        for i in jobs:
+            for j in jobs:
+                if i < j:
+                    tput[(i, j)] = {"v100": [0.8 + i, 0.7 + j],
+                                    "k80": [0.4 + i, 0.3 + j] if (i + j) % 3 else [0.1, 0.1]}
+        return tput
+
+    spec = {"v100": 1, "k80": 1}
+    for seed, pairs in ((0, {(0, 1), (2, 4)}), (7, {(0, 4), (1, 2)})):
+        policy = gavel.get_policy("gandiva", seed=seed)
+        for jobs in ((0, 1, 2, 3, 4), (0, 1, 2, 3, 4), (0, 1, 2, 4)):
+            alloc = policy.get_allocation(tputs(jobs), dict.fromkeys(jobs, 1), spec)
+        running = {key for key, fractions in alloc.items() if sum(fractions.values()) > 0}
+        assert {key for key in running if isinstance(key, tuple)} == pairs
+        # the two pairs share the two GPUs evenly
+        for key in running:
+            assert alloc[key] == pytest.approx({"v100": 1 / 2, "k80": 1 / 2})
+
+
+def test_gandiva_re_pairs_when_a_pair_stops_gaining():
+    """Gavel's test_gandiva: on the third call the pair's normalized throughput (1/2 + 1/3) drops below
+    1, the pair is dissolved and -- with only two jobs -- formed again: the pair keeps the V100."""
+    policy = gavel.GandivaPolicy()
+    ones = {0: 1, 1: 1}
+    alloc = policy.get_allocation({0: {"v100": 2.0, "p100": 1.0, "k80": 0.5}, 1: {"v100": 3.0, "p100": 2.0, "k80": 1.0},
+                                   (0, 1): {"v100": (2.0, 3.0), "p100": (1.0, 2.0), "k80": (0.5, 1.0)}},
+                                  ones, {"v100": 1, "p100": 1, "k80": 1})
+    assert alloc[0] == pytest.approx(dict.fromkeys(("v100", "p100", "k80"), 1 / 3)) and sum(alloc[(0, 1)].values()) == 0
+    alloc = policy.get_allocation({0: {"v100": 2.0}, 1: {"v100": 3.0}, (0, 1): {"v100": (2.0, 3.0)}}, ones, {"v100": 1})
+    assert alloc == {0: {"v100": 0.0}, 1: {"v100": 0.0}, (0, 1): {"v100": 1.0}}
+    alloc = policy.get_allocation({0: {"v100": 2.0}, 1: {"v100": 3.0}, (0, 1): {"v100": (1.0, 1.0)}}, ones, {"v100": 1})
+    assert alloc == {0: {"v100": 0.0}, 1: {"v100": 0.0}, (0, 1): {"v100": 1.0}}
+
+
+def test_fifo_keeps_assignments_and_gavels_type_choice_on_request():
+    spec = {"v100": 2, "p100": 2, "k80": 2}
+    row = {"v100": 3.0, "p100": 2.0, "k80": 1.0}
+
+    def run(policy):
+        jobs, seen = list(range(8)), []
+        for call in range(3):
+            alloc = policy.get_allocation({j: row for j in jobs}, dict.fromkeys(jobs, 1), spec)
+            seen.append({j: next((t for t, f in alloc[j].items() if f), None) for j in jobs})
+            jobs = [j for j in jobs if j not in (call, call + 3)]
+        return seen
+
+    seen = run(gavel.FIFOPolicy(seed=3))
+    for before, after in zip(seen, seen[1:]):  # a running job keeps its type until it completes
+        assert all(after[j] == before[j] for j in after if before[j] is not None)
+    assert all(t is not None for t in seen[1].values())  # completed jobs' GPUs went to the queue
+    # Gavel's FIFOPolicy(seed=3) at c4fa400, call for call (its type choice ignores its random draw)
+    assert run(gavel.FIFOPolicy(seed=3, faithful_type_choice=True)) == [
+        {0: "v100", 1: "v100", 2: "p100", 3: "p100", 4: "k80", 5: "k80", 6: None, 7: None},
+        {1: "v100", 2: "p100", 4: "k80", 5: "k80", 6: "v100", 7: "p100"},
+        {2: "p100", 5: "k80", 6: "v100", 7: "p100"}]
+
+
+def test_job_type_throughputs_method_matches_gavel():
+    """Gavel's test_max_min_fairness_with_packing_using_job_type_throughputs: Gavel (ECOS) gives both jobs
+    half the V100 and half the P100, no packing (normalized levels 1.5 and 7.5 steps/s)."""
+    tput = {("A", 1): {"v100": {None: 2.0, ("A", 1): 0.0, ("B", 1): 1.0}, "p100": {None: 1.0, ("A", 1): 0.0, ("B", 1): 0.5},
+                       "k80": {None: 0.5, ("A", 1): 0.0, ("B", 1): 0.25}},
+            ("B", 1): {"v100": {None: 10.0, ("A", 1): 5.0, ("B", 1): 0.0}, "p100": {None: 5.0, ("A", 1): 2.5, ("B", 1): 0.0},
+                       "k80": {None: 2.5, ("A", 1): 1.25, ("B", 1): 0.0}}}
+    policy = gavel.MaxMinFairnessPolicyWithPacking("highs")
+    alloc = policy.get_allocation_using_job_type_throughputs(
+        tput, {0: ("A", 1), 1: ("B", 1)}, {0: 1, 1: 1}, {0: 1, 1: 1}, {"v100": 1, "p100": 1, "k80": 1})
+    assert set(alloc) == {0, 1, (0, 1)}
+    level = {j: sum(tput[k][t][None] * alloc[j][t] for t in alloc[j]) for j, k in ((0, ("A", 1)), (1, ("B", 1)))}
+    level[0] += sum(tput[("A", 1)][t][("B", 1)] * alloc[(0, 1)][t] for t in alloc[(0, 1)])
+    level[1] += sum(tput[("B", 1)][t][("A", 1)] * alloc[(0, 1)][t] for t in alloc[(0, 1)])
+    # Gavel's levels; normalized by the proportional throughputs (7/6 and 35/6) both are 9/7
+    assert level == pytest.approx({0: 1.5, 1: 7.5}, abs=1e-6)
+    with pytest.raises(TypeError, match="no get_allocation_using_job_type_throughputs"):
+        gavel.get_policy("max_min_fairness_perf").get_allocation_using_job_type_throughputs(
+            tput, {0: ("A", 1)}, {0: 1}, {0: 1}, {"v100": 1})
+
+
+def test_isolated_get_throughputs_and_gavels_isolated_test():
+    """Gavel's test_isolated: the smallest time-equivalent share of max-min fairness equals the
+    isolated policy's, over Gavel's scale factors and clusters."""
+    isolated, mmf = gavel.IsolatedPolicy(), gavel.MaxMinFairnessPolicy("highs")
+    for scale in ({0: 1, 1: 1}, {0: 2, 1: 1}, {0: 2, 1: 2}, {0: 4, 1: 1}):
+        for spec in ({"v100": 4, "p100": 4, "k80": 4}, {"v100": 4, "p100": 8, "k80": 6}):
+            a = isolated.get_allocation(GAVEL_TEST_TPUT, scale, spec)
+            b = mmf.get_allocation(GAVEL_TEST_TPUT, scale, {0: 1, 1: 1}, spec)
+            share = [[sum(x[j].values()) * scale[j] for j in (0, 1)] for x in (a, b)]
+            assert min(share[0]) == pytest.approx(min(share[1]), abs=1e-6)
+    T = np.array([[2.0, 1.0], [3.0, 2.0]])
+    got = isolated.get_throughputs(T, ([0, 1], ["v100", "p100"]), {0: 1, 1: 2}, {"v100": 2, "p100": 2})
+    np.testing.assert_allclose(got, [[1.5], [2.5]])  # shares [1, 1] / 2 (row sum 2) and [1, 1] / 2 (scale 2)
+
+
+def test_fifo_head_that_fits_nowhere_blocks_the_queue_and_packed_without_pairs():
+    """Found running Gavel's simulator on artifact_evaluation.trace: a 2-GPU job at the head of the
+    queue when one GPU per type is free waits (and so does everyone behind it); a packing policy
+    called with no pair left solves the plain policy."""
+    policy = gavel.get_policy("fifo", seed=0)
+    spec = {"v100": 2, "p100": 1, "k80": 1}
+    row = {"v100": 3.0, "p100": 2.0, "k80": 1.0}
+    first = policy.get_allocation({0: row, 1: row}, {0: 2, 1: 1}, spec)
+    assert sum(first[0].values()) == 1.0 and first[0]["v100"] == 1.0
+    second = policy.get_allocation({0: row, 1: row, 2: row, 3: row}, {0: 2, 1: 1, 2: 2, 3: 1}, spec)
+    assert second[0] == first[0] and second[1] == first[1]
+    assert sum(second[2].values()) == 0 and sum(second[3].values()) == 0  # job 3 would fit but may not jump ahead
+    alone = gavel.get_policy("max_min_fairness_packed").get_allocation({0: row}, {0: 1}, {0: 1}, spec)
+    assert sum(alone[0].values()) == pytest.approx(1.0)

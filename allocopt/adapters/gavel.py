@@ -1,33 +1,71 @@
-"""Drop-in replacement for Gavel's policy objects.
+"""Drop-in replacement for Gavel's policy objects, for Gavel's unmodified scheduler.
 
-``get_policy(name, solver=None)`` returns an object whose ``get_allocation``
-takes the argument lists of the Gavel policy of that name (nested dicts keyed
-by job id and worker type) and returns ``{job_id: {worker_type: fraction}}``,
-computed by allocopt. Job ids may be any hashable. Packing (``*_packed``)
-policies and ``gandiva`` read pairs from the same throughputs dict: a key
-that is a 2-tuple of job ids (or a Gavel ``JobIdPair``) whose values are
-``[tput_a, tput_b]`` per worker type; their time fractions come back under
-the same key. Every name of :data:`POLICY_NAMES` is implemented.
+``get_policy(name, solver=None, seed=None, priority_reweighting_policies=None)``
+has the signature of Gavel's ``utils.get_policy`` and returns an object whose
+``name`` is the name of Gavel's policy class (``MaxMinFairness_Perf``,
+``FinishTimeFairness_Packing``, ``AlloX_Perf``, ...: Gavel's ``scheduler.py``
+picks the argument list, packing and worker-type shuffling from it) and whose
+``get_allocation`` takes that class's argument list (nested dicts keyed by job
+id and worker type) and returns ``{job_id: {worker_type: fraction}}``,
+computed by :func:`allocopt.solve`. The module also exports Gavel's class
+names with their constructors (``MaxMinFairnessPolicyWithPerf(solver)``,
+``GandivaPolicy(seed=None)``, ``AlloXPolicy(alpha=1.0)``, ...), so a shim
+``policies`` package can stand in for Gavel's (``benchmarks/conformance_gavel.py``).
 
-``solver`` accepts an allocopt backend name (``"highs"``, ``"gurobi"``, ...)
-or a cvxpy solver name as Gavel passes them (``"ECOS"``, ``"SCS"``, ...), which
-runs through the ``cvxpy`` backend with that solver; ``"GUROBI"`` uses the
-native Gurobi backend. None means HiGHS.
+Job ids may be any hashable (Gavel's ``JobIdPair`` included). Packing policies
+and ``gandiva`` read pairs from the same throughputs dict: a key that is a
+2-tuple of job ids or a Gavel ``JobIdPair`` whose values are ``[tput_a, tput_b]``
+per worker type; their time fractions come back under the same key.
 
-Differences from Gavel, by design: ``isolated`` caps each job's share at 1
-instead of rescaling every row by the largest row sum (see
-:mod:`allocopt.formulations.shares`); when SLOs cannot all be met the
-``*_SLOs`` policy minimizes the total deadline shortfall (with a warning)
-instead of silently dropping every SLO; ``min_total_duration*`` is one exact
-LP instead of a bisection that stops within 5%; water-filling detects
-bottlenecks exactly instead of with a MILP and a 1.0001 slack; the baselines
-(``fifo``, ``gandiva``, ``allox``) keep no state between calls. As in Gavel's
-``FinishTimeFairnessPolicyWithPerf``, ``times_since_start`` also stands for
-the time a job would have needed so far under its isolated share.
+``solver``: an allocopt backend name (``"highs"``, ``"gurobi"``, ...) or a cvxpy
+solver name as Gavel passes them (``"ECOS"``, ``"SCS"``, ...), which runs
+through the ``cvxpy`` backend with that solver; ``"GUROBI"`` uses the native
+Gurobi backend. None means HiGHS (Gavel's default is ECOS). With a cvxpy
+solver, finish-time fairness is one conic program (``method="conic"``), as
+Gavel solves it, so ECOS returns Gavel's point of a degenerate optimum; with
+an LP backend it is a bisection over LPs (an optimal vertex).
+
+State kept between calls, as Gavel's policies keep it
+------------------------------------------------------
+* ``finish_time_fairness*``: each job's cumulative isolated time
+  (``_cumulative_isolated_time``) grows by the steps it made since the previous
+  call divided by its isolated throughput at that call; it is the job's
+  ``Problem.time_isolated``. An empty call forgets the previous call (not the
+  cumulative times), as Gavel does.
+* ``allox``: a job that held a whole GPU keeps it until it leaves; only the
+  other jobs are matched, to the GPUs left (Gavel's ``_prev_allocation``).
+* ``fifo`` (Gavel's base mode): a job keeps its worker type until it
+  completes; a completed job's GPUs go first to the head of the queue.
+  ``fifo_perf`` and ``fifo_packed`` recompute every call, as Gavel does.
+* ``gandiva``: pairs, once formed, stay until a member leaves or the pair's
+  normalized throughput (summed over worker types) falls below 1; jobs left
+  unpaired are paired at random with Python's ``random.Random(seed)``, drawn
+  exactly as Gavel draws them, so a seed reproduces Gavel's pairing.
+
+Differences from Gavel, by design (allocopt's documented semantics)
+-------------------------------------------------------------------
+* Jobs never get time on a GPU type where their throughput is 0 (Gavel's
+  isolated and Gandiva shares and its agnostic policies may give it).
+* ``fifo``: Gavel's base mode draws a random worker type but then uses the
+  last available type in name order (a bug: the variable it draws is never
+  read); the adapter assigns a type drawn at random among those with room,
+  seeded from ``seed``. Pass ``FIFOPolicy(faithful_type_choice=True)`` for
+  Gavel's behaviour.
+* ``*_SLOs``: when SLOs cannot all be met the policy minimizes the total
+  deadline shortfall (with a warning) instead of silently dropping every SLO.
+* ``min_total_duration*`` is one exact LP instead of a bisection that stops
+  within 5%; water-filling detects bottlenecks exactly instead of with a MILP
+  and a 1.0001 slack.
+* ``seed=None`` means seed 0 for ``gandiva`` and ``fifo`` (Gavel draws an
+  unseeded generator): the adapter is deterministic.
+* Gavel's ``FinishTimeFairnessPolicyWithPerf`` returns the isolated
+  allocation when its solver fails; the adapter warns and returns the
+  solver's answer (:class:`~allocopt.errors.AllocoptWarning`).
 """
 
 from __future__ import annotations
 
+import random
 import warnings
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -38,136 +76,13 @@ from allocopt.api import solve
 from allocopt.backends import BACKENDS
 from allocopt.cluster import Cluster
 from allocopt.errors import AllocoptWarning, InvalidProblemError, UnknownPolicyError
+from allocopt.formulations.makespan import isolated_throughputs, policy_throughputs
+from allocopt.formulations.shares import isolated_matrix
 from allocopt.problem import Problem
 from allocopt.solution import Status
 
 NestedDict = Mapping[Hashable, Mapping[str, float]]
-
-
-class GavelPolicy:
-    """A Gavel-compatible policy object; see :func:`get_policy`."""
-
-    def __init__(self, name: str, policy: str, signature: str, solver: str | None,
-                 options: dict[str, Any] | None = None):
-        self._name = name
-        self._policy = policy
-        self._signature = signature
-        self._options = {k: v for k, v in (options or {}).items() if v is not None}
-        self._backend, self._solver_options = _backend_for(solver)
-
-    @property
-    def name(self) -> str:
-        """Gavel's name of the policy."""
-        return self._name
-
-    def get_allocation(self, *args: Any, **kwargs: Any) -> dict[Hashable, dict[str, float]] | None:
-        """Gavel's ``get_allocation``; the accepted arguments depend on the policy name
-        (see :data:`SIGNATURES`)."""
-        params = SIGNATURES[self._signature]
-        if len(args) > len(params):
-            raise TypeError(f"{self._name}.get_allocation takes at most {len(params)} positional "
-                            f"arguments ({', '.join(params)}), got {len(args)}")
-        values = dict(zip(params, args))
-        for key, value in kwargs.items():
-            if key not in params:
-                raise TypeError(f"{self._name}.get_allocation got an unexpected argument {key!r}; "
-                                f"it takes {', '.join(params)}")
-            if key in values:
-                raise TypeError(f"{self._name}.get_allocation got multiple values for {key!r}")
-            values[key] = value
-        throughputs, pairs, pair_keys = _split_pairs(values["unflattened_throughputs"])
-        if not throughputs:
-            return None
-        if values.get("return_effective_throughputs"):
-            raise TypeError(f"{self._name}: return_effective_throughputs=True is not supported; "
-                            "allocopt.solve(...).extras['levels'] holds each job's normalized level")
-        try:  # Gavel orders jobs by id (fifo inside entities takes the lowest id first)
-            throughputs = dict(sorted(throughputs.items()))
-        except TypeError:
-            pass
-        cluster_spec = values["cluster_spec"]
-        cluster = Cluster({t: cluster_spec[t] for t in sorted(cluster_spec)})
-        slos = values.get("SLOs") or None
-        steps = _current(values.get("num_steps_remaining"), throughputs)
-        if "SLOs" in params:  # Gavel's SLO policy needs the steps of the jobs with a deadline only
-            steps = _deadline_steps(slos, steps, throughputs)
-        started = _current(values.get("times_since_start"), throughputs)
-        problem = Problem.from_dicts(
-            throughputs, cluster,
-            scale_factors=values.get("scale_factors"),
-            priority_weights=values.get("unflattened_priority_weights"),
-            costs=values.get("instance_costs"),
-            num_steps_remaining=steps,
-            time_since_start=started, time_isolated=started,
-            slos=slos, pair_throughputs=pairs or None,
-            entities=_entities(values.get("entity_to_job_mapping"), throughputs),
-            entity_weights=values.get("entity_weights"))
-        options = dict(self._options)
-        if "instance_costs" in params and values.get("instance_costs") is None:
-            options.pop("normalize_by_cost", None)
-        allocation = solve(problem, self._policy, backend=self._backend, solver_options=self._solver_options,
-                           best_effort=slos is not None, **options)
-        if allocation.status is not Status.OPTIMAL:
-            warnings.warn(f"{self._name}: {allocation.message}", AllocoptWarning, stacklevel=2)
-        return {pair_keys.get(key, key): fractions for key, fractions in allocation.to_dict().items()}
-
-
-def _split_pairs(throughputs: Mapping) -> tuple[dict, dict, dict]:
-    """Gavel's throughputs dict holds single jobs (a number per worker type) and, for
-    packing policies, pairs (``[tput_a, tput_b]`` per worker type) keyed by a 2-tuple or
-    a Gavel ``JobIdPair``. Returns the singles, the pairs keyed ``(a, b)``, and the
-    original key of each pair."""
-    singles, pairs, keys = {}, {}, {}
-    for key, row in throughputs.items():
-        if not any(isinstance(v, (list, tuple, np.ndarray)) for v in row.values()):
-            singles[key] = row
-            continue
-        members = tuple(key.singletons()) if hasattr(key, "singletons") else tuple(key)
-        pairs[members] = row
-        keys[members] = key
-    return singles, pairs, keys
-
-
-def _current(values: Mapping | None, jobs: Mapping) -> dict | None:
-    """Gavel passes per-job dicts that may still hold jobs that have left; keep the current ones
-    (a current job missing from ``values`` is reported by Problem.from_dicts)."""
-    if values is None:
-        return None
-    return {job: value for job, value in values.items() if job in jobs}
-
-
-def _entities(mapping: Mapping | None, jobs: Mapping) -> dict | None:
-    """``{entity: [job ids]}`` to ``{job: entity}`` over the current jobs."""
-    if mapping is None:
-        return None
-    entities = {job: entity for entity, members in mapping.items() for job in members if job in jobs}
-    missing = [job for job in jobs if job not in entities]
-    if missing:
-        raise InvalidProblemError(f"entity_to_job_mapping has no entity for job(s) {missing[:5]}",
-                                  field="entity_to_job_mapping", job=missing[0])
-    return entities
-
-
-def _deadline_steps(slos: Mapping | None, steps: dict | None, jobs: Mapping) -> dict | None:
-    """Steps of the jobs with a deadline; the others' are irrelevant to the policy and set to 0."""
-    if not slos:
-        return None
-    missing = [job for job in slos if job not in (steps or {})]
-    if missing:
-        raise InvalidProblemError(f"job(s) {missing[:5]} have an SLO but no num_steps_remaining",
-                                  field="num_steps_remaining", job=missing[0])
-    return {job: steps.get(job, 0.0) for job in jobs}
-
-
-def _backend_for(solver: str | None) -> tuple[str, dict[str, Any]]:
-    if solver is None:
-        return "highs", {}
-    if solver in BACKENDS or solver == "auto":
-        return solver, {}
-    if solver.upper() == "GUROBI":
-        return "gurobi", {}
-    return "cvxpy", {"solver": solver.upper()}
-
+Allocation = dict[Hashable, dict[str, float]]
 
 SIGNATURES: dict[str, tuple[str, ...]] = {
     "weighted": ("unflattened_throughputs", "scale_factors", "unflattened_priority_weights", "cluster_spec"),
@@ -209,25 +124,541 @@ POLICY_NAMES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "fifo_perf": ("fifo", "unweighted", {"heterogeneity_aware": True}),
     "fifo_packed": ("fifo", "unweighted", {"heterogeneity_aware": True, **_PACKED}),
     "gandiva": ("gandiva", "unweighted", {}),
-    "allox": ("allox", "allox", {}),
+    "allox": ("allox", "allox", {"alpha": 1.0}),
     "max_min_fairness_water_filling": ("water_filling", "water_filling", {"heterogeneity_aware": False}),
     "max_min_fairness_water_filling_perf": ("water_filling", "water_filling", {}),
     "max_min_fairness_water_filling_packed": ("water_filling", "water_filling", _PACKED),
 }
 
+# Gavel policy name -> the ``name`` of Gavel's policy class (what Gavel's scheduler branches on)
+GAVEL_CLASS_NAMES: dict[str, str] = {
+    "max_min_fairness": "MaxMinFairness",
+    "max_min_fairness_perf": "MaxMinFairness_Perf",
+    "max_min_fairness_packed": "MaxMinFairness_Packing",
+    "max_min_fairness_water_filling": "MaxMinFairnessWaterFilling",
+    "max_min_fairness_water_filling_perf": "MaxMinFairnessWaterFilling_Perf",
+    "max_min_fairness_water_filling_packed": "MaxMinFairnessWaterFilling_Packing",
+    "max_sum_throughput_perf": "ThroughputSumWithPerf",
+    "max_sum_throughput_normalized_by_cost_perf": "ThroughputNormalizedByCostSum_Perf",
+    "max_sum_throughput_normalized_by_cost_perf_SLOs": "ThroughputNormalizedByCostSum_PerfSLOs",
+    "max_sum_throughput_normalized_by_cost_packed_SLOs": "ThroughputNormalizedByCostSum_PackingSLOs",
+    "isolated": "Isolated",
+    "min_total_duration": "MinTotalDuration",
+    "min_total_duration_perf": "MinTotalDuration_Perf",
+    "min_total_duration_packed": "MinTotalDuration_Packing",
+    "finish_time_fairness": "FinishTimeFairness",
+    "finish_time_fairness_perf": "FinishTimeFairness_Perf",
+    "finish_time_fairness_packed": "FinishTimeFairness_Packing",
+    "fifo": "FIFO",
+    "fifo_perf": "FIFO_Perf",
+    "fifo_packed": "FIFO_Packing",
+    "gandiva": "Gandiva_Packing",
+    "allox": "AlloX_Perf",
+}
 
-def get_policy(name: str, solver: str | None = None,
+
+class GavelPolicy:
+    """A Gavel-compatible policy object; see :func:`get_policy` and the module docstring.
+
+    Parameters
+    ----------
+    policy_name : str
+        Gavel's policy name (a key of :data:`POLICY_NAMES`).
+    solver : str, optional
+        allocopt backend or cvxpy solver name (module docstring); None: HiGHS.
+    seed : int, optional
+        Seed of ``fifo``'s and ``gandiva``'s random choices (None: 0).
+    priority_reweighting_policies : mapping, optional
+        ``{entity: "fairness" | "fifo"}`` of the water-filling policies.
+    alpha : float, optional
+        AlloX's share of the queue considered (Gavel's default 1.0).
+    packing_threshold : float, optional
+        ``fifo_packed``'s normalized-throughput threshold (Gavel's default 1.5).
+    faithful_type_choice : bool, default False
+        ``fifo`` only: reproduce Gavel's worker-type choice (module docstring).
+    """
+
+    def __init__(self, policy_name: str, solver: str | None = None, seed: int | None = None,
+                 priority_reweighting_policies: Mapping[Hashable, str] | None = None, *,
+                 alpha: float | None = None, packing_threshold: float | None = None,
+                 faithful_type_choice: bool = False):
+        if policy_name not in POLICY_NAMES:
+            raise UnknownPolicyError(f"unknown Gavel policy {policy_name!r}; allocopt implements "
+                                     f"{', '.join(sorted(POLICY_NAMES))}")
+        self._key = policy_name
+        self._name = GAVEL_CLASS_NAMES[policy_name]
+        self._policy, self._signature, options = POLICY_NAMES[policy_name]
+        self._options = {k: v for k, v in options.items() if v is not None}
+        if priority_reweighting_policies is not None:
+            if self._policy != "water_filling":
+                raise TypeError("priority_reweighting_policies only applies to the water-filling policies, "
+                                f"not {policy_name!r}")
+            self._options["entity_policies"] = dict(priority_reweighting_policies)
+        if alpha is not None:
+            if self._policy != "allox":
+                raise TypeError(f"alpha only applies to allox, not {policy_name!r}")
+            self._options["alpha"] = float(alpha)
+        if packing_threshold is not None:
+            if policy_name != "fifo_packed":
+                raise TypeError(f"packing_threshold only applies to fifo_packed, not {policy_name!r}")
+            self._options["packing_threshold"] = float(packing_threshold)
+        if faithful_type_choice and policy_name != "fifo":
+            raise TypeError(f"faithful_type_choice only applies to fifo, not {policy_name!r}")
+        self._faithful_type_choice = faithful_type_choice
+        self._backend, self._solver_options = _backend_for(solver)
+        if self._backend == "cvxpy" and self._policy == "finish_time_fairness":
+            self._options.setdefault("method", "conic")  # one conic program, as Gavel solves it
+        self._rng = random.Random(0 if seed is None else seed)
+        # state kept between calls (see the module docstring)
+        self._cumulative_isolated_time: dict[Hashable, float] = {}
+        self._isolated_throughputs_prev_iteration: dict[Hashable, float] = {}
+        self._num_steps_remaining_prev_iteration: dict[Hashable, float] = {}
+        self._prev_allocation: Allocation = {}
+        self._assignments: dict[Hashable, str] = {}
+        self._assigned_combinations: dict[Hashable, tuple[Hashable, Hashable | None]] = {}
+
+    @property
+    def name(self) -> str:
+        """The name of Gavel's policy class (``MaxMinFairness_Perf``, ...)."""
+        return self._name
+
+    @property
+    def policy_name(self) -> str:
+        """Gavel's policy name as ``utils.get_policy`` takes it (``max_min_fairness_perf``, ...)."""
+        return self._key
+
+    def get_allocation(self, *args: Any, **kwargs: Any) -> Allocation | None:
+        """Gavel's ``get_allocation``; the accepted arguments depend on the policy
+        (:data:`SIGNATURES`). Returns None when there are no jobs, as Gavel does."""
+        values = self._bind(args, kwargs)
+        throughputs, pairs, pair_keys = _split_pairs(values["unflattened_throughputs"])
+        if not throughputs:
+            self._isolated_throughputs_prev_iteration = {}
+            self._num_steps_remaining_prev_iteration = {}
+            return None
+        if values.get("return_effective_throughputs"):
+            raise TypeError(f"{self._name}: return_effective_throughputs=True is not supported; "
+                            "allocopt.solve(...).extras['levels'] holds each job's normalized level")
+        if self._policy == "allox":
+            return self._allox(throughputs, values)
+        if self._key == "fifo":
+            return self._fifo(_sorted(throughputs), values)
+        if self._policy == "gandiva":
+            return self._gandiva(_sorted(throughputs), pairs, pair_keys, values)
+        throughputs = _sorted(throughputs)  # Gavel orders jobs by id (fifo inside entities takes the lowest first)
+        cluster = _cluster(values["cluster_spec"])
+        slos = values.get("SLOs") or None
+        steps = _current(values.get("num_steps_remaining"), throughputs)
+        if "SLOs" in SIGNATURES[self._signature]:  # the SLO policy needs the steps of jobs with a deadline only
+            steps = _deadline_steps(slos, steps, throughputs)
+        isolated_time = None
+        if self._policy == "finish_time_fairness":
+            isolated_time = self._update_isolated_time(steps, throughputs)
+        problem = Problem.from_dicts(
+            throughputs, cluster,
+            scale_factors=values.get("scale_factors"),
+            priority_weights=values.get("unflattened_priority_weights"),
+            costs=values.get("instance_costs"),
+            num_steps_remaining=steps,
+            time_since_start=_current(values.get("times_since_start"), throughputs),
+            time_isolated=isolated_time,
+            slos=slos, pair_throughputs=pairs or None,
+            entities=_entities(values.get("entity_to_job_mapping"), throughputs),
+            entity_weights=values.get("entity_weights"))
+        options = dict(self._options)
+        if not pairs:
+            options.pop("space_sharing", None)  # no pair to pack: the plain policy
+        if "instance_costs" in SIGNATURES[self._signature] and values.get("instance_costs") is None:
+            options.pop("normalize_by_cost", None)
+        allocation = self._solve(problem, best_effort=slos is not None, **options)
+        if self._policy == "finish_time_fairness":
+            self._remember_isolated_throughputs(problem, steps)
+        return {pair_keys.get(key, key): fractions for key, fractions in allocation.items()}
+
+    def get_allocation_using_job_type_throughputs(
+            self, unflattened_throughputs: Mapping[Hashable, Mapping[str, Mapping[Hashable, float]]],
+            job_id_to_job_type_key: Mapping[Hashable, Hashable], scale_factors: Mapping[Hashable, int],
+            unflattened_priority_weights: Mapping[Hashable, float],
+            cluster_spec: Mapping[str, int]) -> Allocation | None:
+        """Gavel's ``MaxMinFairnessPolicyWithPacking.get_allocation_using_job_type_throughputs``.
+
+        ``unflattened_throughputs[job_type][worker_type][other]`` is a job type's
+        throughput alone (``other`` None) or next to a job of type ``other``; job
+        types are ``(model, scale_factor)`` keys and only types of equal scale
+        factor pair. The pairs are expanded to jobs and solved as the packed
+        max-min fairness LP; the answer holds each job and each pair of jobs (keyed
+        like Gavel: a ``JobIdPair`` when the ids are, else a tuple).
+        """
+        if self._key != "max_min_fairness_packed":
+            raise TypeError(f"{self._name} has no get_allocation_using_job_type_throughputs "
+                            "(Gavel's MaxMinFairness_Packing has)")
+        jobs = sorted(job_id_to_job_type_key)
+        if not jobs:
+            return None
+        types = sorted(cluster_spec)
+        kind = {job: job_id_to_job_type_key[job] for job in jobs}
+        missing = [job for job in jobs if kind[job] not in unflattened_throughputs]
+        if missing:
+            raise InvalidProblemError(f"job(s) {missing[:5]} have a job type with no throughputs",
+                                      field="unflattened_throughputs", job=missing[0])
+        singles = {job: {t: float(unflattened_throughputs[kind[job]][t][None]) for t in types} for job in jobs}
+        pairs, keys = {}, {}
+        for i, a in enumerate(jobs):
+            for b in jobs[i + 1:]:
+                if scale_factors[a] != scale_factors[b] or _scale(kind[a]) != _scale(kind[b]):
+                    continue
+                pairs[(a, b)] = {t: [float(unflattened_throughputs[kind[a]][t].get(kind[b], 0.0)),
+                                     float(unflattened_throughputs[kind[b]][t].get(kind[a], 0.0))]
+                                 for t in types}
+                keys[(a, b)] = _pair_key(a, b)
+        problem = Problem.from_dicts(singles, _cluster(cluster_spec), scale_factors=scale_factors,
+                                     priority_weights=unflattened_priority_weights, pair_throughputs=pairs or None)
+        allocation = self._solve(problem, **self._options)
+        return {keys.get(key, key): fractions for key, fractions in allocation.items()}
+
+    def get_throughputs(self, throughputs: np.ndarray, index: tuple, scale_factors: Mapping[Hashable, int],
+                        cluster_spec: Mapping[str, int]) -> np.ndarray:
+        """Gavel's ``IsolatedPolicy.get_throughputs``: each job's throughput under the
+        isolated share, shape (n_jobs, 1); ``index`` is ``(job_ids, worker_types)``."""
+        job_ids, worker_types = index
+        T = np.asarray(throughputs, dtype=np.float64)
+        problem = Problem(T, Cluster({t: cluster_spec[t] for t in worker_types}),
+                          scale_factors=[scale_factors[job] for job in job_ids])
+        return (T * isolated_matrix(problem)).sum(axis=1).reshape(-1, 1)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        params = SIGNATURES[self._signature]
+        if len(args) > len(params):
+            raise TypeError(f"{self._name}.get_allocation takes at most {len(params)} positional "
+                            f"arguments ({', '.join(params)}), got {len(args)}")
+        values = dict(zip(params, args))
+        for key, value in kwargs.items():
+            if key not in params:
+                raise TypeError(f"{self._name}.get_allocation got an unexpected argument {key!r}; "
+                                f"it takes {', '.join(params)}")
+            if key in values:
+                raise TypeError(f"{self._name}.get_allocation got multiple values for {key!r}")
+            values[key] = value
+        missing = [p for p in ("unflattened_throughputs", "cluster_spec") if p not in values]
+        if missing:
+            raise TypeError(f"{self._name}.get_allocation is missing {', '.join(missing)}")
+        return values
+
+    def _solve(self, problem: Problem, **options: Any) -> Allocation:
+        allocation = solve(problem, self._policy, backend=self._backend, solver_options=self._solver_options,
+                           **options)
+        if allocation.status is not Status.OPTIMAL:
+            warnings.warn(f"{self._name}: {allocation.message}", AllocoptWarning, stacklevel=3)
+        return allocation.to_dict()
+
+    def _update_isolated_time(self, steps: dict | None, jobs: Mapping) -> dict:
+        """Gavel's ``_cumulative_isolated_time`` update: steps made since the last call
+        over the isolated throughput at that call, in seconds."""
+        steps = steps or {}
+        for job in jobs:
+            total = self._cumulative_isolated_time.setdefault(job, 0.0)
+            if (job in steps and job in self._num_steps_remaining_prev_iteration
+                    and job in self._isolated_throughputs_prev_iteration):
+                made = self._num_steps_remaining_prev_iteration[job] - steps[job]
+                self._cumulative_isolated_time[job] = total + made / self._isolated_throughputs_prev_iteration[job]
+        return {job: self._cumulative_isolated_time[job] for job in jobs}
+
+    def _remember_isolated_throughputs(self, problem: Problem, steps: dict | None) -> None:
+        options = {k: self._options.get(k, d) for k, d in
+                   (("heterogeneity_aware", True), ("reference_gpu_type", None), ("space_sharing", False))}
+        active = problem.num_steps_remaining > 0
+        planned = policy_throughputs(problem, active, **options)
+        isolated = isolated_throughputs(problem, planned)
+        self._isolated_throughputs_prev_iteration = dict(zip(problem.job_ids, isolated.tolist()))
+        self._num_steps_remaining_prev_iteration = dict(steps or {})
+
+    def _allox(self, throughputs: Mapping, values: dict) -> Allocation:
+        """AlloX with Gavel's stickiness: jobs that held a whole GPU keep it."""
+        spec = values["cluster_spec"]
+        types = sorted(spec)
+        allocation: Allocation = {job: {t: 0.0 for t in spec} for job in throughputs}
+        free = {t: int(spec[t]) for t in types}
+        waiting = []
+        for job in throughputs:
+            prev = self._prev_allocation.get(job)
+            if prev is not None and sum(prev.get(t, 0.0) for t in types) == 1.0:
+                allocation[job] = dict(prev)
+                for t in types:
+                    free[t] -= int(prev.get(t, 0.0) == 1.0)
+            else:
+                waiting.append(job)
+        if waiting and sum(free.values()) > 0:
+            problem = Problem.from_dicts(
+                {job: throughputs[job] for job in waiting}, Cluster(free),
+                scale_factors=_current(values.get("scale_factors"), waiting),
+                num_steps_remaining=_current(values.get("num_steps_remaining"), waiting),
+                time_since_start=_current(values.get("times_since_start"), waiting))
+            for job, fractions in self._solve(problem, **self._options).items():
+                allocation[job].update({t: f for t, f in fractions.items() if f > 0})
+        self._prev_allocation = {job: dict(fractions) for job, fractions in allocation.items()}
+        return allocation
+
+    def _fifo(self, throughputs: Mapping, values: dict) -> Allocation:
+        """Gavel's base-mode FIFO: jobs keep their worker type until they complete."""
+        spec, scale = values["cluster_spec"], values["scale_factors"]
+        free = {t: int(spec[t]) for t in spec}
+        queue = [job for job in throughputs if job not in self._assignments]
+        for job in _sorted(self._assignments):
+            worker_type = self._assignments.pop(job)
+            if job in throughputs:
+                self._assignments[job] = worker_type
+                free[worker_type] -= scale[job]
+            elif queue and scale[queue[0]] <= free[worker_type] and throughputs[queue[0]][worker_type] > 0:
+                head = queue.pop(0)  # the completed job's GPUs go to the head of the queue
+                self._assignments[head] = worker_type
+                free[worker_type] -= scale[head]
+        if self._faithful_type_choice:
+            self._fifo_as_gavel(queue, throughputs, scale, free)
+        else:
+            self._fifo_fill(queue, throughputs, scale, free)
+        allocation: Allocation = {job: {t: 0.0 for t in spec} for job in throughputs}
+        for job, worker_type in self._assignments.items():
+            allocation[job][worker_type] = 1.0
+        return allocation
+
+    def _fifo_fill(self, queue: list, throughputs: Mapping, scale: Mapping, free: dict) -> None:
+        """allocopt's ``fifo`` over the queue and the free GPUs, a type drawn at random among those with room."""
+        room = max(free.values(), default=0)  # FIFO stops at the first job that fits on no type
+        queue = queue[:next((k for k, job in enumerate(queue) if scale[job] > room), len(queue))]
+        if not queue:
+            return
+        problem = Problem.from_dicts({job: throughputs[job] for job in queue}, _cluster(free),
+                                     scale_factors=_current(scale, queue))
+        chosen = self._solve(problem, seed=self._rng.randrange(2 ** 32), **self._options)
+        for job, fractions in chosen.items():
+            self._assignments.update({job: t for t, f in fractions.items() if f > 0})
+
+    def _fifo_as_gavel(self, queue: list, throughputs: Mapping, scale: Mapping, free: dict) -> None:
+        """Gavel's base-mode type choice, bug included: the last available type in name order."""
+        available = sorted(t for t in free if free[t] > 0)
+        while queue and available:
+            job = queue.pop(0)
+            fitting = [i for i, t in enumerate(available) if free[t] >= scale[job]]
+            if not fitting:
+                break
+            drawn = self._rng.randrange(len(fitting))
+            worker_type = available[-1]
+            if throughputs[job][worker_type] > 0.0:
+                self._assignments[job] = worker_type
+                free[worker_type] -= scale[job]
+                if free[worker_type] == 0:
+                    available.pop(fitting[drawn])
+
+    def _gandiva(self, throughputs: Mapping, pairs: Mapping, pair_keys: Mapping, values: dict) -> Allocation:
+        """Gandiva: an even time split over combinations; random pairs kept while they gain."""
+        spec, scale = values["cluster_spec"], values["scale_factors"]
+        types = sorted(spec)
+        singles = list(throughputs)
+        by_members = {frozenset(members): members for members in pairs}
+
+        def gain(members: tuple) -> float:
+            total = 0.0
+            for t in types:
+                packed = pairs[members][t]
+                for k, job in enumerate(members):
+                    if packed[k] <= 0.0:
+                        return 0.0
+                    total += packed[k] / throughputs[job][t]
+            return total
+
+        for job, (combination, other) in list(self._assigned_combinations.items()):
+            if (job not in throughputs or (other is not None and other not in throughputs)
+                    or other is None or gain(combination) < 1.0):
+                self._assigned_combinations.pop(job, None)
+                self._assigned_combinations.pop(other, None)
+        combinations: list[tuple] = [(job,) for job in singles]
+        if sum(scale[job] for job in singles) > sum(spec.values()):
+            unassigned = [job for job in singles if job not in self._assigned_combinations]
+            for _ in range(len(unassigned)):
+                if len(unassigned) < 2:
+                    break
+                a, b = self._rng.sample(unassigned, 2)
+                members = by_members.get(frozenset((a, b)))
+                if scale[a] != scale[b] or members is None:  # Gavel fails on a pair it has no throughputs of
+                    continue
+                unassigned.remove(a)
+                unassigned.remove(b)
+                self._assigned_combinations[a] = (members, b)
+                self._assigned_combinations[b] = (members, a)
+            for job in unassigned:
+                self._assigned_combinations[job] = ((job,), None)
+            combinations = list(dict.fromkeys(c for c, _ in self._assigned_combinations.values()))
+        capacity = np.array([spec[t] for t in types], dtype=np.float64)
+        allocation: Allocation = {job: {t: 0.0 for t in types} for job in singles}
+        allocation.update({pair_keys[members]: {t: 0.0 for t in types} for members in pairs})
+        for combination in combinations:
+            runs = np.array([all(_tput(throughputs, pairs, combination, t)) for t in types])
+            share = np.where(runs, capacity / (len(combinations) * scale[combination[0]]), 0.0)
+            share /= max(share.sum(), 1.0)
+            key = combination[0] if len(combination) == 1 else pair_keys[combination]
+            allocation[key] = dict(zip(types, share.tolist()))
+        return allocation
+
+
+def _tput(singles: Mapping, pairs: Mapping, combination: tuple, worker_type: str) -> list[bool]:
+    """Whether every member of ``combination`` runs (throughput > 0) on ``worker_type``."""
+    if len(combination) == 1:
+        return [singles[combination[0]][worker_type] > 0]
+    return [v > 0 for v in pairs[combination][worker_type]]
+
+
+def _sorted(values: Mapping) -> dict:
+    """``values`` in job-id order, as Gavel orders jobs (insertion order where ids do not compare)."""
+    try:
+        return dict(sorted(values.items(), key=lambda item: item[0]))
+    except TypeError:
+        return dict(values)
+
+
+def _cluster(spec: Mapping[str, int]) -> Cluster:
+    return Cluster({t: int(spec[t]) for t in sorted(spec)})
+
+
+def _scale(job_type: Hashable) -> Any:
+    """The scale factor in a Gavel job-type key ``(model, scale_factor)``."""
+    return job_type[1] if isinstance(job_type, tuple) and len(job_type) == 2 else None
+
+
+def _pair_key(a: Hashable, b: Hashable) -> Hashable:
+    """Gavel's ``JobIdPair(a[0], b[0])`` when the ids are Gavel ``JobIdPair`` singletons, else ``(a, b)``."""
+    if hasattr(a, "singletons") and hasattr(a, "is_pair"):
+        return type(a)(a[0], b[0])
+    return (a, b)
+
+
+def _split_pairs(throughputs: Mapping) -> tuple[dict, dict, dict]:
+    """Gavel's throughputs dict holds single jobs (a number per worker type) and, for
+    packing policies, pairs (``[tput_a, tput_b]`` per worker type) keyed by a 2-tuple or
+    a Gavel ``JobIdPair``. Returns the singles, the pairs keyed ``(a, b)``, and the
+    original key of each pair."""
+    singles, pairs, keys = {}, {}, {}
+    for key, row in throughputs.items():
+        if not any(isinstance(v, (list, tuple, np.ndarray)) for v in row.values()):
+            singles[key] = row
+            continue
+        members = tuple(key.singletons()) if hasattr(key, "singletons") else tuple(key)
+        pairs[members] = row
+        keys[members] = key
+    return singles, pairs, keys
+
+
+def _current(values: Mapping | None, jobs: Any) -> dict | None:
+    """Gavel passes per-job dicts that may still hold jobs that have left; keep the current ones
+    (a current job missing from ``values`` is reported by Problem.from_dicts)."""
+    if values is None:
+        return None
+    jobs = set(jobs)
+    return {job: value for job, value in values.items() if job in jobs}
+
+
+def _entities(mapping: Mapping | None, jobs: Mapping) -> dict | None:
+    """``{entity: [job ids]}`` to ``{job: entity}`` over the current jobs."""
+    if mapping is None:
+        return None
+    entities = {job: entity for entity, members in mapping.items() for job in members if job in jobs}
+    missing = [job for job in jobs if job not in entities]
+    if missing:
+        raise InvalidProblemError(f"entity_to_job_mapping has no entity for job(s) {missing[:5]}",
+                                  field="entity_to_job_mapping", job=missing[0])
+    return entities
+
+
+def _deadline_steps(slos: Mapping | None, steps: dict | None, jobs: Mapping) -> dict | None:
+    """Steps of the jobs with a deadline; the others' are irrelevant to the policy and set to 0."""
+    if not slos:
+        return None
+    missing = [job for job in slos if job not in (steps or {})]
+    if missing:
+        raise InvalidProblemError(f"job(s) {missing[:5]} have an SLO but no num_steps_remaining",
+                                  field="num_steps_remaining", job=missing[0])
+    return {job: steps.get(job, 0.0) for job in jobs}
+
+
+def _backend_for(solver: str | None) -> tuple[str, dict[str, Any]]:
+    if solver is None:
+        return "highs", {}
+    if solver in BACKENDS or solver == "auto":
+        return solver, {}
+    if solver.upper() == "GUROBI":
+        return "gurobi", {}
+    return "cvxpy", {"solver": solver.upper()}
+
+
+def get_policy(policy_name: str, solver: str | None = None, seed: int | None = None,
                priority_reweighting_policies: Mapping[Hashable, str] | None = None) -> GavelPolicy:
-    """The allocopt implementation of Gavel's policy ``name``.
-
-    ``priority_reweighting_policies`` (``{entity: "fairness" | "fifo"}``) is the
-    water-filling policies' constructor argument."""
-    if name not in POLICY_NAMES:
-        raise UnknownPolicyError(f"unknown Gavel policy {name!r}; allocopt implements "
+    """The allocopt implementation of Gavel's policy ``policy_name``, with the signature
+    of Gavel's ``utils.get_policy``; ``allox_alpha=A`` sets AlloX's alpha as Gavel's does."""
+    alpha = None
+    if policy_name.startswith("allox_alpha="):
+        try:
+            alpha = float(policy_name.split("allox_alpha=", 1)[1])
+        except ValueError:
+            raise UnknownPolicyError(f"unknown Gavel policy {policy_name!r}: allox_alpha= needs a number") from None
+        policy_name = "allox"
+    if policy_name not in POLICY_NAMES:
+        raise UnknownPolicyError(f"unknown Gavel policy {policy_name!r}; allocopt implements "
                                  f"{', '.join(sorted(POLICY_NAMES))}")
-    policy, signature, options = POLICY_NAMES[name]
-    if priority_reweighting_policies is not None:
-        if policy != "water_filling":
-            raise TypeError(f"priority_reweighting_policies only applies to the water-filling policies, not {name!r}")
-        options = {**options, "entity_policies": dict(priority_reweighting_policies)}
-    return GavelPolicy(name, policy, signature, solver, options)
+    return GavelPolicy(policy_name, solver, seed, priority_reweighting_policies, alpha=alpha)
+
+
+def _gavel_class(class_name: str, policy_name: str, params: str) -> type:
+    """A subclass of :class:`GavelPolicy` with Gavel's class name and constructor."""
+    constructors = {
+        "solver": lambda self, solver=None: GavelPolicy.__init__(self, policy_name, solver),
+        "none": lambda self: GavelPolicy.__init__(self, policy_name),
+        "seed": lambda self, seed=None: GavelPolicy.__init__(self, policy_name, seed=seed),
+        "allox": lambda self, alpha=1.0: GavelPolicy.__init__(self, policy_name, alpha=alpha),
+        "fifo": lambda self, mode="base", seed=None, packing_threshold=1.5, faithful_type_choice=False: (
+            GavelPolicy.__init__(self, {"base": "fifo", "perf": "fifo_perf", "packing": "fifo_packed"}[mode],
+                                 seed=seed, faithful_type_choice=faithful_type_choice,
+                                 packing_threshold=packing_threshold if mode == "packing" else None)),
+        "fifo_perf": lambda self, packing=False: GavelPolicy.__init__(self, policy_name),
+        "fifo_packing": lambda self, packing_threshold=1.5: GavelPolicy.__init__(
+            self, policy_name, packing_threshold=packing_threshold),
+        "water_filling": lambda self, priority_reweighting_policies=None: GavelPolicy.__init__(
+            self, policy_name, priority_reweighting_policies=priority_reweighting_policies),
+    }
+    doc = f"Gavel's ``{class_name}`` (policy ``{policy_name}``), computed by allocopt."
+    return type(class_name, (GavelPolicy,), {"__init__": constructors[params], "__doc__": doc,
+                                             "__module__": __name__})
+
+
+# Gavel's class names and constructors (``policies/*.py``), for shims standing in for Gavel's package
+GAVEL_CLASSES: dict[str, tuple[str, str, str]] = {  # class -> (Gavel module, policy name, constructor)
+    "AlloXPolicy": ("allox", "allox", "allox"),
+    "FIFOPolicy": ("fifo", "fifo", "fifo"),
+    "FIFOPolicyWithPerf": ("fifo", "fifo_perf", "fifo_perf"),
+    "FIFOPolicyWithPacking": ("fifo", "fifo_packed", "fifo_packing"),
+    "FinishTimeFairnessPolicy": ("finish_time_fairness", "finish_time_fairness", "solver"),
+    "FinishTimeFairnessPolicyWithPerf": ("finish_time_fairness", "finish_time_fairness_perf", "solver"),
+    "FinishTimeFairnessPolicyWithPacking": ("finish_time_fairness", "finish_time_fairness_packed", "solver"),
+    "GandivaPolicy": ("gandiva", "gandiva", "seed"),
+    "IsolatedPolicy": ("isolated", "isolated", "none"),
+    "MaxMinFairnessPolicy": ("max_min_fairness", "max_min_fairness", "solver"),
+    "MaxMinFairnessPolicyWithPerf": ("max_min_fairness", "max_min_fairness_perf", "solver"),
+    "MaxMinFairnessPolicyWithPacking": ("max_min_fairness", "max_min_fairness_packed", "solver"),
+    "MaxMinFairnessWaterFillingPolicy": ("max_min_fairness_water_filling", "max_min_fairness_water_filling",
+                                         "water_filling"),
+    "MaxMinFairnessWaterFillingPolicyWithPerf": ("max_min_fairness_water_filling",
+                                                 "max_min_fairness_water_filling_perf", "water_filling"),
+    "MaxMinFairnessWaterFillingPolicyWithPacking": ("max_min_fairness_water_filling",
+                                                    "max_min_fairness_water_filling_packed", "water_filling"),
+    "ThroughputSumWithPerf": ("max_sum_throughput", "max_sum_throughput_perf", "solver"),
+    "ThroughputNormalizedByCostSumWithPerf": ("max_sum_throughput", "max_sum_throughput_normalized_by_cost_perf",
+                                              "solver"),
+    "ThroughputNormalizedByCostSumWithPerfSLOs": ("max_sum_throughput",
+                                                  "max_sum_throughput_normalized_by_cost_perf_SLOs", "solver"),
+    "ThroughputNormalizedByCostSumWithPackingSLOs": ("max_sum_throughput",
+                                                     "max_sum_throughput_normalized_by_cost_packed_SLOs", "solver"),
+    "MinTotalDurationPolicy": ("min_total_duration", "min_total_duration", "solver"),
+    "MinTotalDurationPolicyWithPerf": ("min_total_duration", "min_total_duration_perf", "solver"),
+    "MinTotalDurationPolicyWithPacking": ("min_total_duration", "min_total_duration_packed", "solver"),
+}
+globals().update({name: _gavel_class(name, policy, params) for name, (_, policy, params) in GAVEL_CLASSES.items()})

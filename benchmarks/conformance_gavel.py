@@ -1,0 +1,185 @@
+"""Conformance of :mod:`allocopt.adapters.gavel` with Gavel's own code.
+
+Gavel (github.com/stanford-futuredata/gavel, tested at commit c4fa400) stays
+outside this repository: point ``--gavel-dir`` at a checkout and run this script
+with a Python that has Gavel's simulator dependencies (numpy < 2.3, cvxpy with
+ECOS and cvxopt (GLPK_MI, or Gavel's water-filling silently stops after one
+level), scipy, grpcio + generated stubs (``make rpc_stubs`` in ``scheduler/``),
+psutil, matrix_completion) and allocopt's (highspy)::
+
+    python benchmarks/conformance_gavel.py --gavel-dir /tmp/gavel [--traces artifact_evaluation ...]
+
+The adapter is swapped in without touching Gavel: a shim ``policies`` package
+whose modules export the adapter's classes under Gavel's class names is put
+first on ``PYTHONPATH``, so Gavel's ``utils.get_policy``, its scheduler and its
+tests import allocopt where they imported Gavel's policies.
+
+1. Gavel's ``scheduler/tests/policies_tests.py``, with Gavel's policies and with
+   the adapter (pass/total).
+2. Gavel's simulator (``scripts/drivers/simulate_scheduler_with_trace.py``'s
+   ``main``) on physical-cluster traces: each policy with Gavel's own code
+   (ECOS), the adapter with ECOS (through allocopt's cvxpy backend) and the
+   adapter with HiGHS (allocopt's default). Prints average JCT and makespan
+   and their ratio to Gavel's.
+
+Each run is a subprocess with a time limit; the table says which ran out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from allocopt.adapters.gavel import GAVEL_CLASSES  # noqa: E402
+
+DEFAULT_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
+                    "finish_time_fairness", "finish_time_fairness_perf", "min_total_duration_perf",
+                    "max_sum_throughput_perf", "fifo", "fifo_perf", "gandiva", "allox", "isolated")
+DEFAULT_TRACES = ("artifact_evaluation",)
+
+SIMULATE = """
+import json, sys, time, types
+sys.argv = ['simulate']
+sys.path[:0] = [{drivers!r}] + ([{shim!r}] if {shim!r} else [])  # the shim before Gavel's own policies
+import simulate_scheduler_with_trace as driver
+import scheduler
+import utils
+results = {{'policy_module': utils.max_min_fairness.__name__, 'policy_file': utils.max_min_fairness.__file__}}
+original = scheduler.Scheduler.get_average_jct
+def get_average_jct(self, *args, **kwargs):
+    value = original(self, *args, **kwargs)
+    results['average_jct_s'] = value
+    results['makespan_s'] = self.get_current_timestamp()
+    return value
+scheduler.Scheduler.get_average_jct = get_average_jct
+args = types.SimpleNamespace(trace_file={trace!r}, policy={policy!r}, throughputs_file={throughputs!r},
+                             cluster_spec={cluster!r}, num_gpus_per_server='1:1:1', seed=0, solver={solver!r},
+                             debug=False, checkpoint_threshold=None, checkpoint_file=None,
+                             time_per_iteration=360, window_start=None, window_end=None)
+t0 = time.perf_counter()
+driver.main(args)
+results['wall_s'] = time.perf_counter() - t0
+print('CONFORMANCE ' + json.dumps(results))
+"""
+
+
+def write_shim(directory: Path) -> Path:
+    """A ``policies`` package whose Gavel modules export the adapter's classes."""
+    package = directory / "policies"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text('"""allocopt standing in for Gavel\'s policies."""\n')
+    modules: dict[str, list[str]] = {}
+    for class_name, (module, _, _) in GAVEL_CLASSES.items():
+        modules.setdefault(module, []).append(class_name)
+    for module, classes in modules.items():
+        (package / f"{module}.py").write_text(
+            f"from allocopt.adapters.gavel import {', '.join(sorted(classes))}  # noqa: F401\n")
+    return directory
+
+
+def environment(shim: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = ([str(shim)] if shim else []) + [str(ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def run_policy_tests(scheduler_dir: Path, shim: Path | None, timeout_s: float) -> tuple[int, int, str]:
+    """Gavel's policies_tests.py: (passed, total, failing test names)."""
+    proc = subprocess.run([sys.executable, "policies_tests.py"], cwd=scheduler_dir / "tests",
+                          env=environment(shim), capture_output=True, text=True, timeout=timeout_s)
+    failed = re.findall(r"^(?:FAIL|ERROR): (test_\w+)", proc.stderr, flags=re.M)
+    total = re.search(r"^Ran (\d+) tests?", proc.stderr, flags=re.M)
+    if total is None:
+        return 0, 0, (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return int(total.group(1)) - len(failed), int(total.group(1)), ", ".join(failed)
+
+
+def run_simulation(scheduler_dir: Path, trace: str, policy: str, cluster: str, solver: str,
+                   shim: Path | None, timeout_s: float) -> dict:
+    code = SIMULATE.format(drivers=str(scheduler_dir / "scripts" / "drivers"),
+                           trace=str(scheduler_dir / "traces" / "physical_cluster" / f"{trace}.trace"),
+                           throughputs=str(scheduler_dir / "simulation_throughputs.json"),
+                           policy=policy, cluster=cluster, solver=solver, shim=str(shim) if shim else "")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=scheduler_dir, env=environment(shim),
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {timeout_s:.0f} s"}
+    match = re.search(r"^CONFORMANCE (.*)$", proc.stdout, flags=re.M)
+    if proc.returncode != 0 or not match:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": last[:120]}
+    result = json.loads(match.group(1))
+    if shim is not None and not result["policy_file"].startswith(str(shim)):
+        return {"error": f"Gavel's policies were imported ({result['policy_file']}), not the adapter"}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gavel-dir", required=True, type=Path, help="a checkout of Gavel (holds scheduler/)")
+    parser.add_argument("--traces", nargs="*", default=list(DEFAULT_TRACES),
+                        help="physical-cluster traces (names without .trace)")
+    parser.add_argument("--policies", nargs="*", default=list(DEFAULT_POLICIES))
+    parser.add_argument("--clusters", nargs="*", default=["2:2:2"], help="v100:p100:k80 GPU counts")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    parser.add_argument("--skip-tests", action="store_true")
+    parser.add_argument("--skip-simulations", action="store_true")
+    args = parser.parse_args(argv)
+    scheduler_dir = args.gavel_dir.resolve() / "scheduler"
+    if not (scheduler_dir / "scheduler.py").is_file():
+        parser.error(f"{args.gavel_dir} is not a Gavel checkout (no scheduler/scheduler.py)")
+    with tempfile.TemporaryDirectory(prefix="allocopt-gavel-shim-") as tmp:
+        shim = write_shim(Path(tmp))
+        if not args.skip_tests:
+            print("Gavel's scheduler/tests/policies_tests.py")
+            for label, path in (("Gavel's policies", None), ("allocopt adapter", shim)):
+                passed, total, failed = run_policy_tests(scheduler_dir, path, args.timeout)
+                print(f"  {label:<18} {passed}/{total} passed" + (f"  (failing: {failed})" if failed else ""))
+        if args.skip_simulations:
+            return 0
+        print("\nGavel's simulator (seed 0, 360 s rounds, 1 GPU per server); ratio = adapter / Gavel")
+        header = (f"{'trace':<20} {'policy':<26} {'cluster':<7} {'Gavel ECOS JCT s':>16} {'makespan s':>11} "
+                  f"{'adapter ECOS':>13} {'ratio':>7} {'adapter HiGHS':>14} {'ratio':>7}")
+        print(header)
+        print("-" * len(header))
+        for trace in args.traces:
+            for cluster in args.clusters:
+                for policy in args.policies:
+                    t0 = time.perf_counter()
+                    base = run_simulation(scheduler_dir, trace, policy, cluster, "ECOS", None, args.timeout)
+                    ecos = run_simulation(scheduler_dir, trace, policy, cluster, "ECOS", shim, args.timeout)
+                    highs = run_simulation(scheduler_dir, trace, policy, cluster, "highs", shim, args.timeout)
+                    print(f"{trace:<20} {policy:<26} {cluster:<7} {_cell(base, 'average_jct_s', 16)} "
+                          f"{_cell(base, 'makespan_s', 11)} {_cell(ecos, 'average_jct_s', 13)} "
+                          f"{_ratio(ecos, base)} {_cell(highs, 'average_jct_s', 14)} {_ratio(highs, base)}"
+                          f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+                    for label, result in (("Gavel", base), ("adapter ECOS", ecos), ("adapter HiGHS", highs)):
+                        if "error" in result:
+                            print(f"    {label}: {result['error']}")
+    return 0
+
+
+def _cell(result: dict, key: str, width: int) -> str:
+    return f"{result[key]:>{width}.3f}" if key in result else f"{'error':>{width}}"
+
+
+def _ratio(result: dict, base: dict) -> str:
+    if "average_jct_s" not in result or "average_jct_s" not in base:
+        return f"{'-':>7}"
+    return f"{result['average_jct_s'] / base['average_jct_s']:>7.4f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Conformance of :class:`allocopt.adapters.sia_simulator.SiaSimulatorPolicy` with Sia's own policy.
+
+Sia's simulator (github.com/siasosp23/artifacts, ``sia-simulator/``) stays outside
+this repository: point ``--sia-dir`` at a checkout and run this script with a
+Python that has Sia's dependencies (pandas < 2, numpy < 1.24, scipy, cvxpy with
+CBC (``cylp``), rich) and allocopt's (highspy)::
+
+    python benchmarks/conformance_sia.py --sia-dir /tmp/sia --workloads workload-1 --max-jobs 40
+
+Each workload runs Sia's simulator (``multi_simulator.multi_simulate``, the
+settings of Sia's ``run_experiment.sh``: p = -0.5, lambda_n = 1.1, 60 s rounds,
+projected throughputs) three times: with Sia's ``SiaPolicy``, with the allocopt
+stand-in at Sia's MIP gap (1e-4) and with it exact (``mip_gap=0``). The
+stand-in is swapped in by a shim ``sia`` module first on ``sys.path`` that binds
+it as ``sia.SiaPolicy``, so Sia's ``Cluster`` treats it as its own; nothing of
+Sia's is modified. ``--max-jobs`` keeps the first jobs of a workload (by
+submission) so runs stay short. Prints average JCT and makespan and the ratio
+of the stand-in's average JCT to Sia's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SHIM = '''"""allocopt's stand-in bound as Sia's ``sia.SiaPolicy``."""
+import os
+from allocopt.adapters.sia_simulator import SiaSimulatorPolicy, restart_penalty_s as get_restart_penalty  # noqa
+
+
+class SiaPolicy(SiaSimulatorPolicy):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, mip_gap=float(os.environ.get("ALLOCOPT_SIA_MIP_GAP", "1e-4")), **kwargs)
+'''
+
+RUN = """
+import contextlib, io, json, os, sys, time, types
+sys.path[:0] = ([{shim!r}] if {shim!r} else []) + [{simulator!r}]
+os.chdir({simulator!r})
+import multi_simulator
+args = types.SimpleNamespace(workload={workload!r}, policy='sia', policy_p_val=-0.5, mip_lambda_n=1.1,
+                             mip_lambda_a=0.01, cluster_scale=None, project_throughputs=True,
+                             disable_bsz_tuning=False, share_max_replicas=True, oracle_num_nodes=0,
+                             oracle_num_replicas=0, interval=60, output=None, debug=False)
+t0 = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    logs, jcts = multi_simulator.multi_simulate(args)
+import sia
+makespan = max(j['completion_time'] for j in logs[-1]['submitted_jobs'])
+print('CONFORMANCE ' + json.dumps({{'average_jct_s': sum(jcts.values()) / len(jcts), 'makespan_s': makespan,
+                                    'jobs': len(jcts), 'rounds': len(logs), 'wall_s': time.perf_counter() - t0,
+                                    'policy_file': sia.__file__}}))
+"""
+
+
+def run(simulator: Path, workload: Path, shim: Path | None, mip_gap: float, timeout_s: float) -> dict:
+    code = RUN.format(shim=str(shim) if shim else "", simulator=str(simulator), workload=str(workload))
+    env = dict(os.environ, ALLOCOPT_SIA_MIP_GAP=repr(mip_gap))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {timeout_s:.0f} s"}
+    match = re.search(r"^CONFORMANCE (.*)$", proc.stdout, flags=re.M)
+    if proc.returncode != 0 or not match:
+        return {"error": ((proc.stderr.strip().splitlines() or ["no output"])[-1])[:160]}
+    result = json.loads(match.group(1))
+    if shim is not None and not result["policy_file"].startswith(str(shim)):
+        return {"error": f"Sia's own policy was imported ({result['policy_file']}), not the stand-in"}
+    return result
+
+
+def truncated(workload: Path, max_jobs: int | None, directory: Path) -> Path:
+    """The workload's first ``max_jobs`` jobs by submission time, as a CSV in ``directory``."""
+    if not max_jobs:
+        return workload
+    lines = workload.read_text().splitlines()
+    header, rows = lines[0], lines[1:]
+    column = header.split(",").index("time")
+    rows = sorted(rows, key=lambda row: float(row.split(",")[column]))[:max_jobs]
+    path = directory / f"{workload.stem}-first{max_jobs}.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sia-dir", required=True, type=Path,
+                        help="a checkout of siasosp23/artifacts (or its sia-simulator/ folder)")
+    parser.add_argument("--suite", default="saturn", help="workloads/<suite>/ of the simulator")
+    parser.add_argument("--workloads", nargs="*", default=["workload-1"], help="workload names (no .csv)")
+    parser.add_argument("--max-jobs", type=int, default=40, help="first jobs of each workload (0: all)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per simulation")
+    parser.add_argument("--skip-exact", action="store_true", help="leave out the mip_gap=0 run")
+    args = parser.parse_args(argv)
+    simulator = args.sia_dir.resolve()
+    if (simulator / "sia-simulator").is_dir():
+        simulator = simulator / "sia-simulator"
+    if not (simulator / "multi_simulator.py").is_file():
+        parser.error(f"{args.sia_dir} holds no sia-simulator/multi_simulator.py")
+    with tempfile.TemporaryDirectory(prefix="allocopt-sia-shim-") as tmp:
+        shim = Path(tmp) / "shim"
+        shim.mkdir()
+        (shim / "sia.py").write_text(SHIM)
+        print(f"Sia's simulator, {args.suite} workloads (first {args.max_jobs or 'all'} jobs), p=-0.5, "
+              "lambda_n=1.1, 60 s rounds; ratio = stand-in / Sia average JCT")
+        header = (f"{'workload':<12} {'jobs':>4} {'Sia JCT s':>10} {'makespan s':>11} {'stand-in':>10} {'ratio':>7} "
+                  f"{'exact':>10} {'ratio':>7}")
+        print(header)
+        print("-" * len(header))
+        for name in args.workloads:
+            workload = truncated(simulator / "workloads" / args.suite / f"{name}.csv", args.max_jobs, Path(tmp))
+            t0 = time.perf_counter()
+            base = run(simulator, workload, None, 1e-4, args.timeout)
+            ours = run(simulator, workload, shim, 1e-4, args.timeout)
+            exact = {} if args.skip_exact else run(simulator, workload, shim, 0.0, args.timeout)
+            print(f"{name:<12} {base.get('jobs', ours.get('jobs', 0)):>4} {_cell(base, 'average_jct_s', 10)} "
+                  f"{_cell(base, 'makespan_s', 11)} {_cell(ours, 'average_jct_s', 10)} {_ratio(ours, base)} "
+                  f"{_cell(exact, 'average_jct_s', 10)} {_ratio(exact, base)}   "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            for label, result in (("Sia", base), ("stand-in", ours), ("exact", exact)):
+                if "error" in result:
+                    print(f"    {label}: {result['error']}")
+    return 0
+
+
+def _cell(result: dict, key: str, width: int) -> str:
+    return f"{result[key]:>{width}.1f}" if key in result else f"{'-':>{width}}"
+
+
+def _ratio(result: dict, base: dict) -> str:
+    if "average_jct_s" not in result or "average_jct_s" not in base:
+        return f"{'-':>7}"
+    return f"{result['average_jct_s'] / base['average_jct_s']:>7.4f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
