@@ -245,6 +245,7 @@ class Journal:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(_SCHEMA)
+        self._written: dict[str, str] = {}  # job id -> the record as last written (only changes are written)
 
     def jobs(self) -> dict[str, JobRecord]:
         return {row[0]: JobRecord(**json.loads(row[1]))
@@ -270,13 +271,15 @@ class Journal:
         """Write jobs, the engine's state and a round in one transaction."""
         with self.db:
             self.db.execute("BEGIN")
+            rows = [(r.job_id, json.dumps(vars(r))) for r in jobs]
             self.db.executemany("INSERT OR REPLACE INTO jobs VALUES (?, ?)",
-                                [(r.job_id, json.dumps(asdict(r))) for r in jobs])
+                                [row for row in rows if self._written.get(row[0]) != row[1]])
             self.db.execute("INSERT OR REPLACE INTO engine VALUES (0, ?)", (json.dumps(engine),))
             if round_row is not None:
                 idx, start, seconds, *docs = round_row
                 self.db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                 (idx, start, seconds, *(json.dumps(d) for d in docs)))
+        self._written.update(rows)
 
     def close(self) -> None:
         self.db.close()
@@ -424,14 +427,16 @@ class SlurmController:
         for sj in jobs:
             rec = self.records.get(sj.job_id)
             if rec is None:
+                if sj.state in FINAL_STATES:
+                    continue  # finished before the controller saw it
                 try:
                     attrs = parse_comment(sj.comment, self.marker)
                 except InvalidProblemError as err:
                     attrs, problem = {}, str(err)
                 else:
                     problem = ""
-                if attrs is None or sj.state in FINAL_STATES:
-                    continue  # not opted in (never touched), or finished before we saw it
+                if attrs is None:
+                    continue  # not opted in: never touched
                 try:
                     rec = new_record(sj, attrs, types) if not problem else None
                 except InvalidProblemError as err:
@@ -457,7 +462,7 @@ class SlurmController:
                 rec.message = "left Slurm's records (MinJobAge) before the controller saw it finish"
                 if job_id in engine:
                     engine.remove_job(job_id)
-            if rec.status in ("active", "rejected"):
+            if rec.status == "active" and (job_id in self.leases or rec.lease_type is not None):
                 rec.steps_done = max(rec.steps_done, self._progress_of(job_id).steps_done())
 
         # 3. plan
@@ -506,20 +511,15 @@ class SlurmController:
                              [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
                              {"observe_s": t1 - t0, "solve_s": t2 - t1}))
         t3 = time.time()
-        failed = {}
-        if hold:
-            failed |= self.slurm.hold(hold)
-        if preempt:
-            failed |= self.slurm.requeue_hold(preempt)
         later = [j for j in settling if j in release]
-        if len(release) > len(later):
-            failed |= self.slurm.release({j: x for j, x in release.items() if j not in later})
+        failed = self.slurm.enact(hold, preempt, {j: x for j, x in release.items() if j not in later})
+        t4 = time.time()
         if later:  # the rest are released by a later round (they are held and leased)
             stopped = self.slurm.wait_requeued(later, timeout_s=min(self.round_seconds / 2, 60.0))
             failed |= self.slurm.release({j: release[j] for j in stopped})
-        t4 = time.time()
+        t5 = time.time()
         timings = {"observe_s": t1 - t0, "solve_s": t2 - t1, "journal_s": t3 - t2, "enact_s": t4 - t3,
-                   "round_s": t4 - t0}
+                   "round_s": t4 - t0, "requeued_release_s": t5 - t4}
         self.journal.db.execute("UPDATE rounds SET timings = ? WHERE idx = ?", (json.dumps(timings), self.round_index))
         record = {"idx": self.round_index, "start": now, "leases": self.leases, "actions": actions,
                   "failed": failed, "timings": timings}

@@ -19,7 +19,9 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 
 from allocopt.errors import AllocoptError
 
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 _SQUEUE_FORMAT = "%i|%T|%r|%b|%N|%S|%e|%x|%P|%j|%k"
 _SINFO_FORMAT = "%N|%G|%t"
 #: node states whose GPUs count as capacity
+#: a list of job ids goes to scontrol in up to this many concurrent calls of at least _MIN_CHUNK ids
+_PARALLEL, _MIN_CHUNK = 4, 25
 _UP_STATES = ("idle", "mix", "alloc", "comp")
 #: job states after which a job never runs again
 FINAL_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
@@ -106,7 +110,7 @@ def _time(text: str) -> float | None:
     if not text or text in ("N/A", "Unknown", "None"):
         return None
     try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+        return datetime.fromisoformat(text).timestamp()  # Slurm prints local time
     except ValueError:
         return None
 
@@ -150,6 +154,7 @@ class Slurm:
         self.partitions = tuple(partitions)
         self.timeout_s = float(timeout_s)
         self.commands_run = 0  # for benchmarks
+        self._pool = ThreadPoolExecutor(_PARALLEL * 3, thread_name_prefix="allocopt-scontrol")
         for command in ("squeue", "sinfo", "scontrol"):
             if shutil.which(command) is None:
                 raise SlurmError(f"{command} not found on PATH; run allocopt slurm on a host with the Slurm client "
@@ -157,8 +162,10 @@ class Slurm:
 
     def _run(self, args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
         self.commands_run += 1
+        t0 = time.perf_counter()
         try:
             proc = subprocess.run(list(args), capture_output=True, text=True, timeout=self.timeout_s)
+            log.debug("%s %s: %.3f s", args[0], args[1] if len(args) > 1 else "", time.perf_counter() - t0)
         except subprocess.TimeoutExpired:
             raise SlurmError(f"{args[0]} did not answer within {self.timeout_s:g} s; is slurmctld up?") from None
         if check and proc.returncode != 0:
@@ -204,19 +211,30 @@ class Slurm:
 
     # ----- batched changes: one scontrol call per list of jobs ------------------------
     def _each(self, verb: Sequence[str], job_ids: Iterable[str], *extra: str) -> dict[str, str]:
-        """``scontrol VERB ID,ID,... EXTRA``; the ids Slurm refused, with its message."""
+        """``scontrol VERB ID,ID,... EXTRA``; the ids Slurm refused, with its message.
+
+        Long lists go as a few concurrent calls (slurmctld handles each id of a list as one request,
+        so concurrent clients overlap their round trips).
+        """
         ids = list(dict.fromkeys(job_ids))
-        failed: dict[str, str] = {}
-        for start in range(0, len(ids), 2000):  # keeps the command line short
-            chunk = ids[start:start + 2000]
+        size = min(max(_MIN_CHUNK, -(-len(ids) // _PARALLEL)), 2000)  # 2000: keeps the command line short
+        chunks = [ids[start:start + size] for start in range(0, len(ids), size)]
+
+        def run(chunk: list[str]) -> dict[str, str]:
             target = [f"jobid={','.join(chunk)}"] if verb[0] == "update" else [",".join(chunk)]
             proc = self._run(["scontrol", *verb, *target, *extra], check=False)
+            failed: dict[str, str] = {}
             if proc.returncode != 0:
                 for line in proc.stderr.splitlines():
                     match = re.search(r"job(?:id)?[ =]?(\d+(?:_\d+)?)\b", line, re.IGNORECASE)
                     failed[match[1] if match else ",".join(chunk)] = line.strip()
                 if not failed:
                     failed[",".join(chunk)] = proc.stderr.strip() or f"exit {proc.returncode}"
+            return failed
+
+        failed: dict[str, str] = {}
+        for part in (map(run, chunks) if len(chunks) < 2 else self._pool.map(run, chunks)):
+            failed |= part
         for jid, message in failed.items():
             log.warning("scontrol %s %s: %s", " ".join(verb), jid, message)
         return failed
@@ -239,9 +257,21 @@ class Slurm:
         for jid, excluded in placements.items():
             groups.setdefault(excluded, []).append(jid)
         failed: dict[str, str] = {}
-        for excluded, ids in groups.items():
-            failed |= self._each(["update"], ids, f"ExcNodeList={excluded}", "StartTime=now")
+        updates = [self._pool.submit(self._each, ["update"], ids, f"ExcNodeList={excluded}", "StartTime=now")
+                   for excluded, ids in groups.items()]
+        for update in updates:
+            failed |= update.result()
         failed |= self._each(["release"], [jid for jid in placements if jid not in failed])
+        return failed
+
+    def enact(self, hold: Sequence[str], requeue_hold: Sequence[str], release: Mapping[str, str]) -> dict[str, str]:
+        """:meth:`hold`, :meth:`requeue_hold` and :meth:`release` of disjoint job sets, concurrently;
+        the ids Slurm refused."""
+        tasks = [self._pool.submit(f, arg) for f, arg in ((self.hold, hold), (self.requeue_hold, requeue_hold),
+                                                           (self.release, release)) if arg]
+        failed: dict[str, str] = {}
+        for task in tasks:
+            failed |= task.result()
         return failed
 
     def wait_requeued(self, job_ids: Sequence[str], timeout_s: float) -> list[str]:
