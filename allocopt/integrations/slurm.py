@@ -382,6 +382,9 @@ class SlurmController:
         """Observe Slurm, credit the last round, plan this one, journal it and enact it; returns its record."""
         t0 = time.time()
         jobs, nodes = self.slurm.jobs(), self.slurm.nodes()
+        live = {j.job_id for j in jobs}
+        jobs += self.slurm.jobs([j for j, r in self.records.items()  # how the tracked jobs that left ended
+                                 if r.status in ("active", "rejected") and j not in live])
         now = time.time()
         by_id = {j.job_id: j for j in jobs}
         capacity, per_node, node_type = self._cluster(nodes, jobs)

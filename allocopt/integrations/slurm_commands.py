@@ -176,10 +176,13 @@ class Slurm:
         return ["--partition", ",".join(self.partitions)] if self.partitions else []
 
     def jobs(self, job_ids: Sequence[str] | None = None) -> list[SlurmJob]:
-        """Every job of the managed partitions (or the jobs ``job_ids``), finished ones included (as long
-        as Slurm keeps them)."""
-        select = [f"--jobs={','.join(job_ids)}"] if job_ids else self._partition_args()
-        out = self._run(["squeue", "--noheader", "--states=all", *select, f"--format={_SQUEUE_FORMAT}"]).stdout
+        """The pending and running jobs of the managed partitions; or the jobs ``job_ids`` in any state
+        (finished ones as long as Slurm keeps them: ``MinJobAge``)."""
+        if job_ids is not None and not job_ids:
+            return []
+        select = ["--states=all", f"--jobs={','.join(job_ids)}"] if job_ids else self._partition_args()
+        # (squeue fails for a list with an id Slurm forgot, yet lists the others)
+        out = self._run(["squeue", "--noheader", *select, f"--format={_SQUEUE_FORMAT}"], check=not job_ids).stdout
         jobs = []
         for line in out.splitlines():
             fields = line.split("|", 10)
