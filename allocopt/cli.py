@@ -204,6 +204,8 @@ def _parser() -> argparse.ArgumentParser:
     v.set_defaults(run=_run_serve)
 
     add_bench_parser(commands)
+    from allocopt.integrations.slurm import add_parser as add_slurm_parser
+    add_slurm_parser(commands)
     return parser
 
 

@@ -1,0 +1,632 @@
+"""``allocopt slurm``: allocopt's rounds enacted on a Slurm cluster through Slurm's own commands.
+
+A controller runs beside ``slurmctld`` (no change to Slurm). Users opt in per
+job with a comment marker::
+
+    sbatch --hold --gres=gpu:1 --comment="allocopt:model=resnet50,steps=5000" train.sh
+
+and run their program under ``allocopt slurm exec`` (which gives it the
+:mod:`allocopt.runtime.client` environment: checkpoint directory, progress
+file, GPU type, total steps). Every round (``--round-seconds``) the controller
+
+1. reads the managed partitions' jobs and nodes (one ``squeue``, one ``sinfo``);
+   GPU types and counts come from the nodes' typed GRES, less the GPUs that
+   running jobs which did not opt in hold;
+2. credits each lease of the last round with the seconds its job really ran
+   (Slurm's start/end times) and the throughput the job measured (its progress
+   file), through :meth:`allocopt.Engine.record_round`;
+3. asks :meth:`allocopt.Engine.next_round` for the round's leases, journals them
+   (SQLite), and enacts them with batched ``scontrol`` calls: jobs that keep
+   their lease keep running; jobs that lose it are requeued held
+   (``scontrol requeuehold``: SIGTERM, ``KillWait`` seconds to checkpoint, back
+   to pending held, same job id); jobs that get one are pinned to the lease's GPU
+   type (``ExcNodeList``: the nodes of the other types) and released.
+
+Opted-in jobs are kept held while they have no lease. Jobs without the marker
+are never touched. When the controller stops, Slurm keeps running what runs and
+held jobs stay held; a restarted controller (same ``--state``) continues from
+its journal and credits the time jobs ran while it was down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from allocopt.cluster import Cluster
+from allocopt.engine import Engine
+from allocopt.errors import InvalidOptionError, InvalidProblemError
+from allocopt.integrations.slurm_commands import FINAL_STATES, Slurm, SlurmJob, SlurmNode
+from allocopt.runtime.executor import JobRoundResult, RoundOutcome
+from allocopt.throughput.table import ThroughputTable
+
+log = logging.getLogger(__name__)
+
+#: Comment prefix that opts a job in.
+DEFAULT_MARKER = "allocopt"
+#: Steps/s assumed on a GPU type the job may use, until a table entry or a measurement gives one.
+DEFAULT_STEPS_PER_S = 1.0
+#: The allocation is solved again at most once per this many rounds (as ``allocopt run``).
+RECOMPUTE_ROUNDS = 5
+#: Keys a job may set after the marker: ``allocopt:model=NAME,steps=N,weight=W,types=a100+v100``.
+JOB_KEYS = ("model", "steps", "weight", "types")
+_RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
+
+
+# ----- per-job attributes -------------------------------------------------------------------
+@dataclass
+class JobRecord:
+    """What the controller knows of an opted-in Slurm job; times in epoch seconds, durations in seconds.
+
+    ``status``: ``active`` (in the engine), ``done``, ``failed``, ``cancelled``, ``gone`` (left
+    Slurm's records unseen) or ``rejected`` (bad opt-in attributes: held, ``message`` says why).
+    ``lease_type``: the GPU type the job is released on (None: kept held).
+    """
+
+    job_id: str
+    name: str
+    model: str
+    scale_factor: int
+    total_steps: int | None = None
+    weight: float = 1.0
+    gpu_types: list[str] | None = None
+    user_excluded: str = ""
+    status: str = "active"
+    lease_type: str | None = None
+    received: dict[str, float] = field(default_factory=dict)
+    measured: dict[str, float] = field(default_factory=dict)
+    releases: int = 0
+    preemptions: int = 0
+    steps_done: int = 0
+    first_seen: float = field(default_factory=time.time)
+    finished: float | None = None
+    message: str = ""
+
+
+def parse_comment(comment: str, marker: str = DEFAULT_MARKER) -> dict[str, str] | None:
+    """The attributes of an opt-in comment (``allocopt`` or ``allocopt:k=v,k=v``); None without the marker.
+
+    Raises
+    ------
+    InvalidProblemError
+        For an unknown key or a malformed pair; ``field`` names it.
+    """
+    text = comment.strip()
+    if text != marker and not text.startswith(marker + ":"):
+        return None
+    attrs: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in text[len(marker) + 1:].split(","))):
+        key, sep, value = pair.partition("=")
+        if not sep or key.strip() not in JOB_KEYS or not value.strip():
+            raise InvalidProblemError(f"comment {comment!r}: {pair!r} is not KEY=VALUE with KEY one of "
+                                      f"{', '.join(JOB_KEYS)}", field=key.strip() or "comment")
+        attrs[key.strip()] = value.strip()
+    return attrs
+
+
+def new_record(job: SlurmJob, attrs: Mapping[str, str], gpu_types: Sequence[str]) -> JobRecord:
+    """A :class:`JobRecord` of a newly seen job (its GPU count from its GRES, 1 when none).
+
+    Raises
+    ------
+    InvalidProblemError
+        For a malformed ``steps``/``weight``/``types`` or a GPU type the cluster does not have.
+    """
+    requested_type, count = job.gpus
+    try:
+        steps = int(attrs["steps"]) if "steps" in attrs else None
+        weight = float(attrs.get("weight", 1.0))
+    except ValueError as err:
+        raise InvalidProblemError(f"job {job.job_id}: {err}; steps must be an integer, weight a number",
+                                  field="steps", job=job.job_id) from None
+    if (steps is not None and steps < 1) or not (math.isfinite(weight) and weight > 0):
+        raise InvalidProblemError(f"job {job.job_id}: steps must be >= 1 and weight > 0", field="steps",
+                                  job=job.job_id)
+    types = attrs["types"].split("+") if "types" in attrs else ([requested_type] if requested_type else None)
+    unknown = sorted(set(types or ()) - set(gpu_types))
+    if unknown:
+        raise InvalidProblemError(f"job {job.job_id}: GPU type(s) {unknown} are not in the managed partitions "
+                                  f"(types: {', '.join(gpu_types)})", field="types", job=job.job_id)
+    return JobRecord(job.job_id, job.name, attrs.get("model", job.name), max(count, 1), steps, weight, types,
+                     job.excluded)
+
+
+def load_throughputs(path: str | os.PathLike | None) -> dict[tuple[str, int], dict[str, float]]:
+    """``(model, scale_factor) -> {gpu_type: steps/s}`` from a :class:`ThroughputTable` CSV or JSON file."""
+    if path is None:
+        return {}
+    table = ThroughputTable.from_csv(path) if str(path).endswith(".csv") else ThroughputTable.from_json(path)
+    return {entry: dict(zip(table.gpu_types, row.tolist()))
+            for entry, row in zip(table.entries, table.throughputs_steps_per_s)}
+
+
+# ----- job side ---------------------------------------------------------------------------
+def job_dir(spool: str | os.PathLike, job_id: str) -> Path:
+    """The directory of a job's lease, progress and checkpoint files (shared with the compute nodes)."""
+    return Path(spool) / "jobs" / str(job_id)
+
+
+def exec_job(spool: str | os.PathLike, command: Sequence[str]) -> None:
+    """Replace this process by ``command`` with the job client's environment (``allocopt slurm exec``).
+
+    Reads ``SLURM_JOB_ID`` and the lease file the controller wrote before releasing the job.
+    """
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        raise InvalidOptionError("allocopt slurm exec runs inside a Slurm job (SLURM_JOB_ID is not set)")
+    if not command:
+        raise InvalidOptionError("allocopt slurm exec needs a command: allocopt slurm exec -- python train.py")
+    jdir = job_dir(spool, job_id)
+    try:
+        lease = json.loads((jdir / "lease.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        lease = {}
+    env = dict(os.environ)
+    env.update({"ALLOCOPT_JOB_ID": job_id, "ALLOCOPT_PROGRESS_FILE": str(jdir / "progress.jsonl"),
+                "PYTHONUNBUFFERED": "1"})
+    env.setdefault("ALLOCOPT_CHECKPOINT_DIR", str(jdir / "checkpoints"))
+    if lease.get("gpu_type"):
+        env["ALLOCOPT_GPU_TYPE"] = str(lease["gpu_type"])
+    if lease.get("total_steps") and "ALLOCOPT_TOTAL_STEPS" not in env:
+        env["ALLOCOPT_TOTAL_STEPS"] = str(lease["total_steps"])
+    jdir.mkdir(parents=True, exist_ok=True)
+    os.execvpe(command[0], list(command), env)
+
+
+class _Progress:
+    """Incremental reader of a job's progress file (JSON lines of :mod:`allocopt.runtime.client`)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.records = path, 0, []
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return self.records
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        for line in data[:end].splitlines():
+            try:
+                self.records.append(json.loads(line))
+            except ValueError:
+                continue
+        del self.records[:-5000]
+        return self.records
+
+    def rate(self, start_s: float, end_s: float) -> float | None:
+        """Steps/s over ``[start_s, end_s]`` from the step records of each run (a ``start`` record begins
+        a run); None without two records of one run in the window."""
+        steps = seconds = 0.0
+        last: tuple[float, int] | None = None
+        for r in self.read():
+            t, event = r.get("t"), r.get("event")
+            if t is None or event not in ("start", "step", "exit") or not start_s <= t <= end_s:
+                continue
+            if last is not None and event != "start":
+                steps += r["step"] - last[1]
+                seconds += t - last[0]
+            last = (t, r["step"])
+        return steps / seconds if seconds > 0 and steps > 0 else None
+
+    def steps_done(self) -> int:
+        records = self.read()
+        return int(records[-1].get("ckpt") or records[-1].get("step", 0)) if records else 0
+
+
+# ----- journal -----------------------------------------------------------------------------
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rounds (idx INTEGER PRIMARY KEY, start REAL NOT NULL, seconds REAL NOT NULL,
+    leases TEXT NOT NULL, allocation TEXT NOT NULL, results TEXT NOT NULL, actions TEXT NOT NULL,
+    timings TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS engine (id INTEGER PRIMARY KEY CHECK (id = 0), document TEXT NOT NULL);
+"""
+
+
+class Journal:
+    """The controller's state in SQLite (WAL, synchronous commits): jobs, rounds, the engine."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.db = sqlite3.connect(str(self.path), isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(_SCHEMA)
+        self._written: dict[str, str] = {}  # job id -> the record as last written (only changes are written)
+
+    def jobs(self) -> dict[str, JobRecord]:
+        return {row[0]: JobRecord(**json.loads(row[1]))
+                for row in self.db.execute("SELECT job_id, record FROM jobs ORDER BY rowid")}
+
+    def engine(self) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT document FROM engine WHERE id = 0").fetchone()
+        return json.loads(row[0]) if row else None
+
+    def last_round(self) -> tuple[int, float, dict[str, str]] | None:
+        """Index, start (epoch s) and leases ``{job: gpu_type}`` of the last journaled round."""
+        row = self.db.execute("SELECT idx, start, leases FROM rounds ORDER BY idx DESC LIMIT 1").fetchone()
+        return None if row is None else (row[0], row[1], json.loads(row[2]))
+
+    def rounds(self) -> list[dict[str, Any]]:
+        """Every journaled round as a dict (for reports and tests)."""
+        keys = ("idx", "start", "seconds", "leases", "allocation", "results", "actions", "timings")
+        return [dict(zip(keys, row[:3] + tuple(json.loads(x) for x in row[3:])))
+                for row in self.db.execute(f"SELECT {', '.join(keys)} FROM rounds ORDER BY idx")]
+
+    def commit(self, jobs: Sequence[JobRecord], engine: Mapping[str, Any],
+               round_row: tuple[int, float, float, Any, Any, Any, Any, Any] | None = None) -> None:
+        """Write jobs, the engine's state and a round in one transaction."""
+        with self.db:
+            self.db.execute("BEGIN")
+            rows = [(r.job_id, json.dumps(vars(r))) for r in jobs]
+            self.db.executemany("INSERT OR REPLACE INTO jobs VALUES (?, ?)",
+                                [row for row in rows if self._written.get(row[0]) != row[1]])
+            self.db.execute("INSERT OR REPLACE INTO engine VALUES (0, ?)", (json.dumps(engine),))
+            if round_row is not None:
+                idx, start, seconds, *docs = round_row
+                self.db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                (idx, start, seconds, *(json.dumps(d) for d in docs)))
+        self._written.update(rows)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# ----- the controller ------------------------------------------------------------------------
+class SlurmController:
+    """Enacts an :class:`allocopt.Engine`'s rounds on the opted-in jobs of Slurm partitions.
+
+    Parameters
+    ----------
+    slurm : Slurm
+        The commands, scoped to the managed partitions.
+    journal : Journal
+    spool : path
+        Directory shared with the compute nodes: per job, the lease file, progress and checkpoints.
+    policy : str
+    round_seconds : float
+        Length of a round, seconds.
+    throughputs : mapping, optional
+        ``(model, scale_factor) -> {gpu_type: steps/s}`` (see :func:`load_throughputs`).
+    marker : str
+        Comment prefix that opts a job in.
+    out : text stream or None
+        Where a line per round goes.
+    """
+
+    def __init__(self, slurm: Slurm, journal: Journal, spool: str | os.PathLike, *,
+                 policy: str = "max_min_fairness", round_seconds: float = 60.0,
+                 throughputs: Mapping[tuple[str, int], Mapping[str, float]] | None = None,
+                 marker: str = DEFAULT_MARKER, out: TextIO | None = sys.stdout):
+        if not (isinstance(round_seconds, (int, float)) and 0 < round_seconds < math.inf):
+            raise InvalidOptionError(f"round_seconds must be a positive number of seconds, got {round_seconds!r}")
+        self.slurm, self.journal, self.spool = slurm, journal, Path(spool)
+        self.policy, self.round_seconds, self.marker, self.out = policy, float(round_seconds), marker, out
+        self.throughputs = dict(throughputs or {})
+        self.records = journal.jobs()
+        self.engine: Engine | None = None
+        document = journal.engine()
+        if document is not None:
+            self.engine = Engine.from_json(document)
+            if self.engine.policy != policy or self.engine.mechanism_options.round_seconds != self.round_seconds:
+                raise InvalidOptionError(f"the journal {journal.path} was written with policy "
+                                         f"{self.engine.policy!r} and {self.engine.mechanism_options.round_seconds:g}-s "
+                                         "rounds; restart with those, or give a new --state file")
+        last = journal.last_round()
+        self.round_index = 0 if last is None else last[0] + 1
+        self.round_start = None if last is None else last[1]
+        self.leases: dict[str, str] = {} if last is None else last[2]
+        self._progress: dict[str, _Progress] = {}
+        self._warned_models: set[tuple[str, int]] = set()
+        (self.spool / "jobs").mkdir(parents=True, exist_ok=True)
+
+    # ----- state ------------------------------------------------------------------------
+    def active(self) -> list[str]:
+        """Ids of the opted-in jobs still to run."""
+        return [j for j, r in self.records.items() if r.status == "active"]
+
+    def _progress_of(self, job_id: str) -> _Progress:
+        if job_id not in self._progress:
+            self._progress[job_id] = _Progress(job_dir(self.spool, job_id) / "progress.jsonl")
+        return self._progress[job_id]
+
+    def _cluster(self, nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> tuple[dict[str, int], dict[str, int],
+                                                                                      dict[str, str]]:
+        """GPUs per type free for allocopt (up, single-type nodes, less the GPUs of running jobs that did not
+        opt in), GPUs per node per type, and each node's type."""
+        node_type = {n.name: n.gpu_type for n in nodes if n.gpu_type is not None}
+        total: dict[str, int] = {}
+        per_node: dict[str, int] = {}
+        for n in nodes:
+            if n.mixed:
+                log.warning("node %s has several GPU types; allocopt leaves it out (one GPU type per node)", n.name)
+            if n.gpu_type is not None and n.up:
+                total[n.gpu_type] = total.get(n.gpu_type, 0) + n.gpus
+                per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.gpus)
+        for j in jobs:
+            if j.state in _RUNNING and j.job_id not in self.records:
+                count = j.gpus[1]
+                for node in j.nodes:
+                    if node_type.get(node) in total:
+                        total[node_type[node]] = max(0, total[node_type[node]] - count)
+        return total, per_node, node_type
+
+    def _engine_throughputs(self, rec: JobRecord, types: Sequence[str]) -> dict[str, float]:
+        key = (rec.model, rec.scale_factor)
+        table = self.throughputs.get(key)
+        if table is None and self.throughputs and key not in self._warned_models:
+            self._warned_models.add(key)
+            log.warning("job %s: model %r at %d GPU(s) is not in the throughput table; assuming %g steps/s on "
+                        "every type until measured", rec.job_id, rec.model, rec.scale_factor, DEFAULT_STEPS_PER_S)
+        out = {t: float((table or {}).get(t, 0.0 if table else DEFAULT_STEPS_PER_S)) for t in types}
+        out.update({t: v for t, v in rec.measured.items() if t in out})
+        if rec.gpu_types is not None:
+            out = {t: (v if t in rec.gpu_types else 0.0) for t, v in out.items()}
+        return out
+
+    # ----- one round ----------------------------------------------------------------------
+    def run_round(self) -> dict[str, Any]:
+        """Observe Slurm, credit the last round, plan this one, journal it and enact it; returns its record."""
+        t0 = time.time()
+        jobs, nodes = self.slurm.jobs(), self.slurm.nodes()
+        live = {j.job_id for j in jobs}
+        jobs += self.slurm.jobs([j for j, r in self.records.items()  # how the tracked jobs that left ended
+                                 if r.status in ("active", "rejected") and j not in live])
+        now = time.time()
+        by_id = {j.job_id: j for j in jobs}
+        capacity, per_node, node_type = self._cluster(nodes, jobs)
+        if self.engine is None:
+            if not capacity:
+                raise InvalidProblemError(f"no typed GPU GRES (gpu:TYPE:N) on the up nodes of partition(s) "
+                                          f"{', '.join(self.slurm.partitions) or '(all)'}; configure gres.conf "
+                                          "with Type= on each node", field="partition")
+            self.engine = Engine(Cluster(capacity, per_node), self.policy, round_seconds=self.round_seconds,
+                                 recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds)
+        engine = self.engine
+        current = dict(zip(engine.cluster.gpu_types, engine.cluster.capacity.tolist()))
+        for gpu_type in sorted(set(current) | set(capacity)):
+            if current.get(gpu_type) != capacity.get(gpu_type, 0):
+                engine.set_capacity(gpu_type, capacity.get(gpu_type, 0), gpus_per_node=per_node.get(gpu_type))
+        types = list(engine.cluster.gpu_types)
+
+        # 1. credit the last round's leases with the time their jobs ran, and their measured throughput
+        results = []
+        if self.round_start is not None:
+            for job_id, gpu_type in self.leases.items():
+                rec, sj = self.records.get(job_id), by_id.get(job_id)
+                ran = 0.0
+                if sj is not None and sj.start_s is not None:
+                    begin = max(sj.start_s, self.round_start)
+                    if sj.state in _RUNNING and sj.nodes and node_type.get(sj.nodes[0]) == gpu_type:
+                        ran = max(0.0, now - begin)
+                    elif sj.state in FINAL_STATES and sj.end_s is not None:
+                        ran = max(0.0, min(sj.end_s, now) - begin)
+                rate = self._progress_of(job_id).rate(self.round_start, now) if ran > 0 else None
+                if rec is not None:
+                    rec.received[gpu_type] = rec.received.get(gpu_type, 0.0) + ran
+                if job_id in engine:
+                    results.append(JobRoundResult(job_id, RoundOutcome.PREEMPTED, 0, ran, rate))
+            engine.record_round(results)  # the journaled leases are the engine's unrecorded ones
+            for r in results:
+                if r.measured_steps_per_s is not None:
+                    self.records[r.job_id].measured[self.leases[r.job_id]] = \
+                        engine.get_job(r.job_id)["throughputs"][self.leases[r.job_id]]
+
+        # 2. new, finished and vanished jobs
+        hold, preempt = [], []
+        for sj in jobs:
+            rec = self.records.get(sj.job_id)
+            if rec is None:
+                if sj.state in FINAL_STATES:
+                    continue  # finished before the controller saw it
+                try:
+                    attrs = parse_comment(sj.comment, self.marker)
+                except InvalidProblemError as err:
+                    attrs, problem = {}, str(err)
+                else:
+                    problem = ""
+                if attrs is None:
+                    continue  # not opted in: never touched
+                try:
+                    rec = new_record(sj, attrs, types) if not problem else None
+                except InvalidProblemError as err:
+                    problem = str(err)
+                if rec is None:
+                    rec = JobRecord(sj.job_id, sj.name, sj.name, max(sj.gpus[1], 1), status="rejected",
+                                    message=problem)
+                    log.error("job %s rejected (kept held): %s", sj.job_id, problem)
+                else:
+                    engine.add_job(sj.job_id, self._engine_throughputs(rec, types), scale_factor=rec.scale_factor,
+                                   priority_weight=rec.weight)
+                self.records[sj.job_id] = rec
+            elif rec.status in ("active", "rejected") and sj.state in FINAL_STATES:
+                rec.status = {"COMPLETED": "done", "CANCELLED": "cancelled"}.get(sj.state, "failed")
+                rec.finished, rec.lease_type = sj.end_s or now, None
+                rec.message = f"Slurm state {sj.state}" if rec.status != "done" else ""
+                rec.steps_done = max(rec.steps_done, self._progress_of(sj.job_id).steps_done())
+                if sj.job_id in engine:
+                    engine.remove_job(sj.job_id)
+        for job_id, rec in self.records.items():
+            if rec.status == "active" and job_id not in by_id:
+                rec.status, rec.finished, rec.lease_type = "gone", now, None
+                rec.message = "left Slurm's records (MinJobAge) before the controller saw it finish"
+                if job_id in engine:
+                    engine.remove_job(job_id)
+            if rec.status == "active" and (job_id in self.leases or rec.lease_type is not None):
+                rec.steps_done = max(rec.steps_done, self._progress_of(job_id).steps_done())
+
+        # 3. plan
+        t1 = time.time()
+        leased: dict[str, str] = {}
+        row_alloc: dict[str, dict[str, float]] = {}
+        if len(engine):  # (an engine without jobs has no round to plan)
+            plan = engine.next_round(self.round_seconds)
+            allocation = engine.allocate()
+            leased = {lease.job_id: lease.gpu_type for lease in plan.leases}
+            row_alloc = {str(j): dict(zip(allocation.gpu_types, map(float, allocation.matrix[k])))
+                         for k, j in enumerate(allocation.job_ids)}
+        t2 = time.time()
+        release: dict[str, str] = {}
+        settling: list[str] = []  # requeued jobs to release once they stopped
+        all_nodes = sorted(node_type) + sorted(n.name for n in nodes if n.mixed)
+        for job_id, rec in self.records.items():
+            sj = by_id.get(job_id)
+            if sj is None or sj.state in FINAL_STATES:
+                continue
+            want = leased.get(job_id) if rec.status == "active" else None
+            running = sj.state in _RUNNING and not sj.requeueing
+            on = node_type.get(sj.nodes[0]) if running and sj.nodes else None
+            if want is not None and (sj.requeueing or (running and on != want)):
+                settling.append(job_id)
+            if running and on != want:
+                preempt.append(job_id)
+                rec.preemptions += 1
+            if want is None:
+                if sj.state == "PENDING" and not sj.held:
+                    hold.append(job_id)
+            elif not (running and on == want) and (sj.held or running or rec.lease_type != want):
+                excluded = [n for n in all_nodes if node_type.get(n) != want]
+                if rec.user_excluded:
+                    excluded.append(rec.user_excluded)
+                release[job_id] = ",".join(excluded)
+                rec.releases += 1
+                self._write_lease(rec, want)
+            rec.lease_type = want
+
+        # 4. journal, then enact (a crash in between is repaired by the next round's comparison)
+        self.leases = {j: t for j, t in leased.items()}
+        actions = {"hold": hold, "requeuehold": preempt, "release": sorted(release)}
+        self.journal.commit(list(self.records.values()), engine.to_json(),
+                            (self.round_index, now, self.round_seconds, self.leases, row_alloc,
+                             [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
+                             {"observe_s": t1 - t0, "solve_s": t2 - t1}))
+        t3 = time.time()
+        later = [j for j in settling if j in release]
+        failed = self.slurm.enact(hold, preempt, {j: x for j, x in release.items() if j not in later})
+        t4 = time.time()
+        if later:  # the rest are released by a later round (they are held and leased)
+            stopped = self.slurm.wait_requeued(later, timeout_s=min(self.round_seconds / 2, 60.0))
+            failed |= self.slurm.release({j: release[j] for j in stopped})
+        t5 = time.time()
+        timings = {"observe_s": t1 - t0, "solve_s": t2 - t1, "journal_s": t3 - t2, "enact_s": t4 - t3,
+                   "round_s": t4 - t0, "requeued_release_s": t5 - t4}
+        self.journal.db.execute("UPDATE rounds SET timings = ? WHERE idx = ?", (json.dumps(timings), self.round_index))
+        record = {"idx": self.round_index, "start": now, "leases": self.leases, "actions": actions,
+                  "failed": failed, "timings": timings}
+        if self.out is not None:
+            self._print_round(record)
+        self.round_index += 1
+        self.round_start = now
+        return record
+
+    def _write_lease(self, rec: JobRecord, gpu_type: str) -> None:
+        jdir = job_dir(self.spool, rec.job_id)
+        jdir.mkdir(parents=True, exist_ok=True)
+        tmp = jdir / ".lease.json.tmp"
+        tmp.write_text(json.dumps({"gpu_type": gpu_type, "round": self.round_index, "total_steps": rec.total_steps}),
+                       encoding="utf-8")
+        os.replace(tmp, jdir / "lease.json")
+
+    def run(self, *, max_rounds: int | None = None, exit_when_done: bool = False) -> dict[str, Any]:
+        """Run rounds every ``round_seconds`` until interrupted, ``max_rounds``, or (``exit_when_done``)
+        no opted-in job is left to run after one was seen; return :meth:`report`."""
+        rounds = 0
+        while max_rounds is None or rounds < max_rounds:
+            started = time.monotonic()
+            self.run_round()
+            rounds += 1
+            if exit_when_done and self.records and not self.active():
+                break
+            time.sleep(max(0.0, self.round_seconds - (time.monotonic() - started)))
+        return self.report()
+
+    def report(self) -> dict[str, Any]:
+        """Per job: status, steps, GPU seconds received per type, measured steps/s, releases, preemptions."""
+        return {"rounds": self.round_index,
+                "jobs": {j: {k: v for k, v in asdict(r).items() if k not in ("user_excluded",)}
+                         for j, r in self.records.items()}}
+
+    def _print_round(self, record: Mapping[str, Any]) -> None:
+        cells = [f"{j}:{t}" for j, t in list(record["leases"].items())[:8]]
+        cells += ["..."] if len(record["leases"]) > 8 else []
+        a, tm = record["actions"], record["timings"]
+        print(f"round {record['idx']}: {len(self.active())} active, run {' '.join(cells) or '-'}; released "
+              f"{len(a['release'])}, requeued {len(a['requeuehold'])}, held {len(a['hold'])}; "
+              f"solve {tm['solve_s']:.3f}s, round {tm['round_s']:.3f}s", file=self.out, flush=True)
+
+
+# ----- command line -------------------------------------------------------------------------
+def add_parser(commands: Any) -> None:
+    """Register ``allocopt slurm {run,exec,status}`` on the ``allocopt`` command line's subparsers."""
+    p = commands.add_parser("slurm", help="enact allocopt's rounds on a Slurm cluster (controller, job wrapper)",
+                            description="Run allocopt beside slurmctld: opted-in jobs (--comment=allocopt...) are "
+                                        "held, released on a GPU type and requeued held, round by round.")
+    sub = p.add_subparsers(dest="slurm_command", required=True, metavar="ACTION")
+    r = sub.add_parser("run", help="run the controller until interrupted")
+    r.add_argument("--partition", action="append", default=[], metavar="NAME",
+                   help="a partition to manage (repeatable; default: all)")
+    r.add_argument("--spool", required=True, metavar="DIR",
+                   help="directory shared with the compute nodes (lease, progress and checkpoint files)")
+    r.add_argument("--state", metavar="FILE", help="SQLite journal (default: SPOOL/controller.sqlite)")
+    r.add_argument("--policy", default="max_min_fairness", help="allocation policy (default: %(default)s)")
+    r.add_argument("--round-seconds", type=float, default=60.0, help="round length in s (default: %(default)s)")
+    r.add_argument("--throughputs", metavar="FILE",
+                   help="throughput table (CSV or JSON of model, scale_factor, gpu_type, throughput), keyed by "
+                        "the job's model= attribute (default: its job name)")
+    r.add_argument("--marker", default=DEFAULT_MARKER, help="comment prefix that opts a job in (default: %(default)s)")
+    r.add_argument("--max-rounds", type=int, help="stop after this many rounds")
+    r.add_argument("--exit-when-done", action="store_true",
+                   help="stop once every opted-in job seen has finished")
+    r.set_defaults(run=_run_controller)
+    e = sub.add_parser("exec", help="(in a job script) run COMMAND with the allocopt job client's environment")
+    e.add_argument("--spool", default=os.environ.get("ALLOCOPT_SLURM_SPOOL"), metavar="DIR",
+                   help="the controller's --spool (default: $ALLOCOPT_SLURM_SPOOL)")
+    e.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    e.set_defaults(run=_run_exec)
+    s = sub.add_parser("status", help="print the journaled jobs as JSON")
+    s.add_argument("--state", required=True, metavar="FILE", help="the controller's journal")
+    s.set_defaults(run=_run_status)
+
+
+def _run_controller(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    spool = Path(args.spool)
+    spool.mkdir(parents=True, exist_ok=True)
+    controller = SlurmController(Slurm(args.partition), Journal(args.state or spool / "controller.sqlite"), spool,
+                                 policy=args.policy, round_seconds=args.round_seconds,
+                                 throughputs=load_throughputs(args.throughputs), marker=args.marker)
+    try:
+        controller.run(max_rounds=args.max_rounds, exit_when_done=args.exit_when_done)
+    except KeyboardInterrupt:
+        log.info("interrupted: Slurm keeps running the released jobs; held jobs stay held")
+    return 0
+
+
+def _run_exec(args: argparse.Namespace) -> int:
+    command = args.job_command[1:] if args.job_command[:1] == ["--"] else args.job_command
+    if not args.spool:
+        raise InvalidOptionError("allocopt slurm exec needs --spool DIR or ALLOCOPT_SLURM_SPOOL")
+    exec_job(args.spool, command)
+    return 0  # not reached
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    if not Path(args.state).exists():
+        raise InvalidOptionError(f"no journal at {args.state}")
+    journal = Journal(args.state)
+    json.dump({j: asdict(r) for j, r in journal.jobs().items()}, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0

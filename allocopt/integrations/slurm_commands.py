@@ -1,0 +1,296 @@
+"""Slurm's own commands, batched: what :mod:`allocopt.integrations.slurm` reads and changes.
+
+One ``squeue`` call lists every job of the managed partitions, one ``sinfo``
+call their nodes; each change is one ``scontrol`` call for many job ids
+(``scontrol release 12,13,14``). Nothing here keeps state.
+
+GPU types are Slurm's typed GRES (``Gres=gpu:a100:4`` on a node). A job's type
+is pinned by excluding the nodes of every other type (``ExcNodeList``): Slurm
+22.05 appends a job's GRES on a second ``scontrol update ... Gres=`` instead of
+replacing it (``JOB_GRES=gpu:a100:1,gpu:v100:1``: never runnable), so a job
+whose type changes between runs cannot be re-typed through its GRES.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+
+from allocopt.errors import AllocoptError
+
+log = logging.getLogger(__name__)
+
+#: squeue fields, in order: id, state, reason, tres per node, nodes, start, end, excluded nodes,
+#: partition, name, comment (last: it may hold the separator).
+_SQUEUE_FORMAT = "%i|%T|%r|%b|%N|%S|%e|%x|%P|%j|%k"
+_SINFO_FORMAT = "%N|%G|%t"
+#: node states whose GPUs count as capacity
+#: a list of job ids goes to scontrol in up to this many concurrent calls of at least _MIN_CHUNK ids
+_PARALLEL, _MIN_CHUNK = 4, 25
+_UP_STATES = ("idle", "mix", "alloc", "comp")
+#: job states after which a job never runs again
+FINAL_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                          "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT"})
+
+
+class SlurmError(AllocoptError, RuntimeError):
+    """A Slurm command is missing, did not answer, or failed as a whole."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as ``squeue`` shows it; times in epoch seconds (None: unknown)."""
+
+    job_id: str
+    state: str
+    reason: str
+    gres: str  # tres per node, e.g. "gres:gpu:2" ("" for none)
+    nodes: tuple[str, ...]
+    start_s: float | None
+    end_s: float | None
+    excluded: str
+    partition: str
+    name: str
+    comment: str
+
+    @property
+    def held(self) -> bool:
+        """Pending with a hold (user, admin, or requeued held)."""
+        return self.state == "PENDING" and ("held" in self.reason.lower() or self.reason == "JobHeldUser")
+
+    @property
+    def requeueing(self) -> bool:
+        """Requeued and still stopping (its release must wait until it is pending)."""
+        return self.state == "COMPLETING" and "requeue" in self.reason.lower()
+
+    @property
+    def gpus(self) -> tuple[str | None, int]:
+        """GPU type (None: any) and count per node the job asks for; (None, 0) without GPUs."""
+        for part in self.gres.split(","):
+            parsed = parse_gpu_gres(part.strip().removeprefix("gres:").removeprefix("gres/"))
+            if parsed is not None:
+                return parsed
+        return None, 0
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """A node: its GPU type (None when it has none or several), GPU count and state."""
+
+    name: str
+    gpu_type: str | None
+    gpus: int
+    state: str
+    mixed: bool = False  # several GPU types on the node
+
+    @property
+    def up(self) -> bool:
+        return self.state.rstrip("*~#!%$@^-").lower() in _UP_STATES
+
+
+def parse_gpu_gres(text: str) -> tuple[str | None, int] | None:
+    """``gpu``, ``gpu:2``, ``gpu:a100``, ``gpu:a100:2`` or ``gpu:a100:2(S:0-1)`` -> (type or None, count);
+    None for another GRES."""
+    parts = re.sub(r"\(.*\)$", "", text).split(":")
+    if parts[0] != "gpu" or len(parts) > 3:
+        return None
+    count = int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+    named = parts[1] if len(parts) == 3 or (len(parts) == 2 and not parts[1].isdigit()) else None
+    return named, count
+
+
+def _time(text: str) -> float | None:
+    if not text or text in ("N/A", "Unknown", "None"):
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()  # Slurm prints local time
+    except ValueError:
+        return None
+
+
+def _node_list(text: str) -> tuple[str, ...]:
+    """Expand a compressed Slurm host list (``gpu-[1-3],cpu1``)."""
+    if not text or text in ("(null)", "N/A"):
+        return ()
+    out, depth, part = [], 0, ""
+    for ch in text + ",":
+        if ch == "," and depth == 0:
+            match = re.fullmatch(r"(.*)\[(.*)\](.*)", part)
+            if match:
+                head, ranges, tail = match.groups()
+                for r in ranges.split(","):
+                    lo, _, hi = r.partition("-")
+                    for k in range(int(lo), int(hi or lo) + 1):
+                        out.append(f"{head}{str(k).zfill(len(lo))}{tail}")
+            elif part:
+                out.append(part)
+            part = ""
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        part += ch
+    return tuple(out)
+
+
+class Slurm:
+    """Runs Slurm's commands (found on ``PATH``) for the jobs and nodes of ``partitions``.
+
+    Parameters
+    ----------
+    partitions : sequence of str
+        The partitions allocopt manages (empty: every partition).
+    timeout_s : float
+        Seconds a command may take before :class:`SlurmError`.
+    """
+
+    def __init__(self, partitions: Sequence[str] = (), timeout_s: float = 60.0):
+        self.partitions = tuple(partitions)
+        self.timeout_s = float(timeout_s)
+        self.commands_run = 0  # for benchmarks
+        self._pool = ThreadPoolExecutor(_PARALLEL * 3, thread_name_prefix="allocopt-scontrol")
+        for command in ("squeue", "sinfo", "scontrol"):
+            if shutil.which(command) is None:
+                raise SlurmError(f"{command} not found on PATH; run allocopt slurm on a host with the Slurm client "
+                                 "commands (Debian: apt-get install slurm-client)")
+
+    def _run(self, args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
+        self.commands_run += 1
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(list(args), capture_output=True, text=True, timeout=self.timeout_s)
+            log.debug("%s %s: %.3f s", args[0], args[1] if len(args) > 1 else "", time.perf_counter() - t0)
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{args[0]} did not answer within {self.timeout_s:g} s; is slurmctld up?") from None
+        if check and proc.returncode != 0:
+            raise SlurmError(f"{' '.join(args[:3])} failed (exit {proc.returncode}): {proc.stderr.strip()[:500]}")
+        return proc
+
+    def _partition_args(self) -> list[str]:
+        return ["--partition", ",".join(self.partitions)] if self.partitions else []
+
+    def jobs(self, job_ids: Sequence[str] | None = None) -> list[SlurmJob]:
+        """The pending and running jobs of the managed partitions; or the jobs ``job_ids`` in any state
+        (finished ones as long as Slurm keeps them: ``MinJobAge``)."""
+        if job_ids is not None and not job_ids:
+            return []
+        select = ["--states=all", f"--jobs={','.join(job_ids)}"] if job_ids else self._partition_args()
+        # (squeue fails for a list with an id Slurm forgot, yet lists the others)
+        out = self._run(["squeue", "--noheader", *select, f"--format={_SQUEUE_FORMAT}"], check=not job_ids).stdout
+        jobs = []
+        for line in out.splitlines():
+            fields = line.split("|", 10)
+            if len(fields) != 11:
+                continue
+            jid, state, reason, gres, nodes, start, end, excluded, partition, name, comment = fields
+            jobs.append(SlurmJob(jid, state, reason, "" if gres == "N/A" else gres, _node_list(nodes), _time(start),
+                                 _time(end), "" if excluded in ("(null)", "N/A") else excluded, partition, name,
+                                 "" if comment == "(null)" else comment))
+        return jobs
+
+    def nodes(self) -> list[SlurmNode]:
+        """The nodes of the managed partitions with their GPU type (typed GRES) and count."""
+        out = self._run(["sinfo", "--noheader", "--Node", *self._partition_args(),
+                         f"--format={_SINFO_FORMAT}"]).stdout
+        nodes: dict[str, SlurmNode] = {}
+        for line in out.splitlines():
+            name, _, rest = line.partition("|")
+            gres, _, state = rest.partition("|")
+            counts: dict[str | None, int] = {}
+            for part in re.split(r",(?![^(]*\))", gres):
+                parsed = parse_gpu_gres(part.strip())
+                if parsed is not None:
+                    counts[parsed[0]] = counts.get(parsed[0], 0) + parsed[1]
+            typed = len(counts) == 1 and None not in counts
+            gpu_type = next(iter(counts)) if typed else None
+            nodes[name] = SlurmNode(name, gpu_type, sum(counts.values()), state.strip(), mixed=len(counts) > 1)
+        return list(nodes.values())
+
+    # ----- batched changes: one scontrol call per list of jobs ------------------------
+    def _each(self, verb: Sequence[str], job_ids: Iterable[str], *extra: str) -> dict[str, str]:
+        """``scontrol VERB ID,ID,... EXTRA``; the ids Slurm refused, with its message.
+
+        Long lists go as a few concurrent calls (slurmctld handles each id of a list as one request,
+        so concurrent clients overlap their round trips).
+        """
+        ids = list(dict.fromkeys(job_ids))
+        size = min(max(_MIN_CHUNK, -(-len(ids) // _PARALLEL)), 2000)  # 2000: keeps the command line short
+        chunks = [ids[start:start + size] for start in range(0, len(ids), size)]
+
+        def run(chunk: list[str]) -> dict[str, str]:
+            target = [f"jobid={','.join(chunk)}"] if verb[0] == "update" else [",".join(chunk)]
+            proc = self._run(["scontrol", *verb, *target, *extra], check=False)
+            failed: dict[str, str] = {}
+            if proc.returncode != 0:
+                for line in proc.stderr.splitlines():
+                    match = re.search(r"job(?:id)?[ =]?(\d+(?:_\d+)?)\b", line, re.IGNORECASE)
+                    failed[match[1] if match else ",".join(chunk)] = line.strip()
+                if not failed:
+                    failed[",".join(chunk)] = proc.stderr.strip() or f"exit {proc.returncode}"
+            return failed
+
+        failed: dict[str, str] = {}
+        for part in (map(run, chunks) if len(chunks) < 2 else self._pool.map(run, chunks)):
+            failed |= part
+        for jid, message in failed.items():
+            log.warning("scontrol %s %s: %s", " ".join(verb), jid, message)
+        return failed
+
+    def hold(self, job_ids: Iterable[str]) -> dict[str, str]:
+        """Hold pending jobs (``scontrol hold``)."""
+        return self._each(["hold"], job_ids)
+
+    def requeue_hold(self, job_ids: Iterable[str]) -> dict[str, str]:
+        """Preempt running jobs: ``scontrol requeuehold`` (SIGTERM, ``KillWait`` grace, back to pending held)."""
+        return self._each(["requeuehold"], job_ids)
+
+    def release(self, placements: Mapping[str, str]) -> dict[str, str]:
+        """Start held jobs: set each job's ``ExcNodeList`` (the nodes it must not use, which pins its GPU
+        type) and ``StartTime=now`` (a requeued job otherwise waits ~2 minutes), then ``scontrol release``.
+
+        ``placements`` maps job id to its exclusion list; one update per distinct list.
+        """
+        groups: dict[str, list[str]] = {}
+        for jid, excluded in placements.items():
+            groups.setdefault(excluded, []).append(jid)
+        failed: dict[str, str] = {}
+        updates = [self._pool.submit(self._each, ["update"], ids, f"ExcNodeList={excluded}", "StartTime=now")
+                   for excluded, ids in groups.items()]
+        for update in updates:
+            failed |= update.result()
+        failed |= self._each(["release"], [jid for jid in placements if jid not in failed])
+        return failed
+
+    def enact(self, hold: Sequence[str], requeue_hold: Sequence[str], release: Mapping[str, str]) -> dict[str, str]:
+        """:meth:`hold`, :meth:`requeue_hold` and :meth:`release` of disjoint job sets, concurrently;
+        the ids Slurm refused."""
+        tasks = [self._pool.submit(f, arg) for f, arg in ((self.hold, hold), (self.requeue_hold, requeue_hold),
+                                                           (self.release, release)) if arg]
+        failed: dict[str, str] = {}
+        for task in tasks:
+            failed |= task.result()
+        return failed
+
+    def wait_requeued(self, job_ids: Sequence[str], timeout_s: float) -> list[str]:
+        """Wait until requeued jobs have stopped (``COMPLETING`` -> ``PENDING``); the ids that did, in order.
+
+        A release sent while a requeued job still completes is undone by its requeue hold.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = {j.job_id: j.state for j in self.jobs(job_ids)}
+            if all(states.get(j) != "COMPLETING" for j in job_ids) or time.monotonic() >= deadline:
+                return [j for j in job_ids if states.get(j) == "PENDING"]
+            time.sleep(0.1)
+
+    def cancel(self, job_ids: Iterable[str]) -> None:
+        """``scancel`` the jobs (tests and benchmarks clean up with it)."""
+        ids = list(job_ids)
+        if ids:
+            self._run(["scancel", *ids], check=False)

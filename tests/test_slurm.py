@@ -1,0 +1,179 @@
+"""allocopt slurm against real Slurm daemons (munged, slurmctld, slurmd; started by .ci/slurm-setup.sh).
+
+The tests submit real batch jobs to partition ``allocopt`` (node gpu-a: 2 x gpu:a100, node gpu-v:
+2 x gpu:v100, count-only GRES) whose script runs tests/jobs/slurm_train.py under ``allocopt slurm
+exec``: each step appends its number to a file exactly once (checkpoint = file length). They skip
+only where the daemons cannot answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from allocopt.integrations.slurm import Journal, parse_comment
+from allocopt.errors import InvalidProblemError
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTITION = "allocopt"
+ROUND_S = 3.0
+# seconds per step on each type (plus the checkpoint's fsync): model "fast3x" gains 3x on a100, "flat" 1.5x
+STEP_S = {"fast3x": "a100=0.02,v100=0.06", "flat": "a100=0.03,v100=0.045"}
+TABLE = [{"model": "fast3x", "scale_factor": 1, "gpu_type": "a100", "throughput": 50.0},
+         {"model": "fast3x", "scale_factor": 1, "gpu_type": "v100", "throughput": 16.7},
+         {"model": "flat", "scale_factor": 1, "gpu_type": "a100", "throughput": 33.0},
+         {"model": "flat", "scale_factor": 1, "gpu_type": "v100", "throughput": 22.0}]
+
+
+def _sinfo_ok() -> bool:
+    try:
+        return subprocess.run(["sinfo", "--noheader", "--partition", PARTITION], capture_output=True,
+                              timeout=15).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    """Real Slurm: answering already, or started here by .ci/slurm-setup.sh (root, packages installed)."""
+    if shutil.which("sinfo") is None and shutil.which("slurmctld") is None:
+        pytest.skip("Slurm is not installed (sinfo not found); run .ci/slurm-setup.sh as root")
+    if not _sinfo_ok():
+        if os.geteuid() != 0 or shutil.which("slurmctld") is None:
+            pytest.skip("Slurm daemons are not answering and cannot be started here (needs root and "
+                        "slurm-wlm); run .ci/slurm-setup.sh as root")
+        proc = subprocess.run(["bash", str(ROOT / ".ci" / "slurm-setup.sh")], capture_output=True, text=True,
+                              timeout=300)
+        if proc.returncode != 0 or not _sinfo_ok():
+            pytest.skip(f"Slurm daemons could not start: {proc.stderr.strip()[-500:]}")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _sbatch(script: Path | None, *options: str) -> str:
+    proc = subprocess.run(["sbatch", "--parsable", f"--partition={PARTITION}", *options,
+                           *([str(script)] if script else [])],
+                          capture_output=True, text=True, env=_env(), check=True)
+    return proc.stdout.strip().split(";")[0]
+
+
+def _show(job_id: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    return dict(tok.split("=", 1) for tok in out.split() if "=" in tok)
+
+
+def _controller(spool: Path, table: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "allocopt", "slurm", "run", "--spool", str(spool),
+                             "--partition", PARTITION, "--round-seconds", str(ROUND_S), "--throughputs", str(table),
+                             "--exit-when-done"], env=_env(), stdout=open(log, "a"), stderr=subprocess.STDOUT)
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"hang: {what} not within {timeout_s:g} s")
+        time.sleep(0.2)
+
+
+def test_comment_parsing():
+    assert parse_comment("hello") is None
+    assert parse_comment("allocopt") == {}
+    assert parse_comment("allocopt:model=bert,steps=10") == {"model": "bert", "steps": "10"}
+    with pytest.raises(InvalidProblemError, match="color"):
+        parse_comment("allocopt:color=red")
+
+
+def test_exec_outside_a_job_is_a_usage_error():
+    env = {k: v for k, v in _env().items() if k != "SLURM_JOB_ID"}
+    proc = subprocess.run([sys.executable, "-m", "allocopt", "slurm", "exec", "--spool", "/tmp", "--", "true"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "SLURM_JOB_ID" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_jobs_run_exactly_once_under_preemption_and_a_controller_kill(slurm, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    table = tmp_path / "throughputs.json"
+    table.write_text(json.dumps(TABLE))
+    jobs = {}  # job id -> (model, total steps, output file)
+    for k, (model, steps) in enumerate([("fast3x", 300), ("fast3x", 300), ("fast3x", 300), ("flat", 240),
+                                        ("flat", 240)]):
+        out = tmp_path / f"steps-{k}.txt"
+        script = tmp_path / f"job-{k}.sh"
+        script.write_text(f"#!/bin/bash\nexec {sys.executable} -m allocopt slurm exec --spool {spool} -- "
+                          f"{sys.executable} {ROOT / 'tests' / 'jobs' / 'slurm_train.py'} {out} "
+                          f"--step-s {STEP_S[model]}\n")
+        jid = _sbatch(script, "--hold", "--gres=gpu:1", f"--comment=allocopt:model={model},steps={steps}",
+                      f"--output={tmp_path / f'slurm-{k}.log'}")
+        jobs[jid] = (model, steps, out)
+    foreign = _sbatch(None, "--gres=gpu:1", "--wrap=sleep 6", "--output=/dev/null")
+    rejected = _sbatch(tmp_path / "job-0.sh", "--hold", "--comment=allocopt:color=red", "--output=/dev/null")
+    state = spool / "controller.sqlite"
+    log = tmp_path / "controller.log"
+    try:
+        ctl = _controller(spool, table, log)
+        # kill -9 once a few rounds are journaled, with jobs running; Slurm keeps running them meanwhile
+        _wait(lambda: state.exists() and len(Journal(state).rounds()) >= 6, 120, "six journaled rounds")
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait()
+        killed_at = time.time()
+        running = [j for j in jobs if _show(j).get("JobState") == "RUNNING"]
+        time.sleep(2 * ROUND_S)
+        assert running and all(_show(j).get("JobState") in ("RUNNING", "COMPLETED") for j in running)
+        ctl = _controller(spool, table, log)
+        assert ctl.wait(timeout=240) == 0, log.read_text()[-3000:]
+    finally:
+        subprocess.run(["scancel", *jobs, foreign, rejected], capture_output=True)
+    text = log.read_text()
+    journal = Journal(state)
+    records, rounds = journal.jobs(), journal.rounds()
+
+    # every job ran exactly its steps: none lost, none repeated
+    for jid, (model, steps, out) in jobs.items():
+        lines = [line.split() for line in out.read_text().splitlines()]
+        assert [int(parts[0]) for parts in lines] == list(range(steps)), f"job {jid}: steps lost or repeated"
+        assert records[jid].status == "done", records[jid]
+    # preemption went through requeue: jobs ran again after a requeue (SLURM_RESTART_COUNT > 0 in the step log)
+    restarted = {jid for jid, (_, _, out) in jobs.items()
+                 if any(int(line.split()[2]) > 0 for line in out.read_text().splitlines())}
+    assert restarted and sum(records[j].preemptions for j in jobs) >= len(restarted), text[-2000:]
+    assert any(r["actions"]["requeuehold"] for r in rounds)
+    # the journal is contiguous across the kill, and the restarted controller credited the time jobs ran
+    # while it was down (a lease of the last journaled round gets more than a round's seconds)
+    assert [r["idx"] for r in rounds] == list(range(len(rounds)))
+    after = next(r for r in rounds if r["start"] > killed_at)
+    assert max(seconds for _, seconds, _ in after["results"]) > 1.5 * ROUND_S, after
+    # the job that did not opt in was never touched; the malformed opt-in stays held with the reason
+    shown = _show(foreign)
+    assert shown["Restarts"] == "0" and shown["ExcNodeList"] == "(null)" and shown["JobState"] == "COMPLETED"
+    assert foreign not in records
+    assert records[rejected].status == "rejected" and "color" in records[rejected].message
+
+    # GPU time follows the allocation: over the rounds where all five jobs were active, each job's share
+    # of the GPU seconds used is within 0.06 of its share of the GPU seconds the allocation gave
+    expected = dict.fromkeys(jobs, 0.0)
+    received = dict.fromkeys(jobs, 0.0)
+    window = [k for k in range(len(rounds) - 1) if set(jobs) <= set(rounds[k]["allocation"])
+              and rounds[k + 1]["start"] < killed_at]
+    assert len(window) >= 4
+    for k in window:
+        dt = rounds[k + 1]["start"] - rounds[k]["start"]
+        for jid in jobs:
+            expected[jid] += sum(rounds[k]["allocation"][jid].values()) * dt
+        for jid, seconds, _ in rounds[k + 1]["results"]:
+            if jid in received:
+                received[jid] += seconds
+    total_e, total_r = sum(expected.values()), sum(received.values())
+    shares = {j: (round(received[j] / total_r, 3), round(expected[j] / total_e, 3)) for j in jobs}
+    assert all(abs(r - e) <= 0.06 for r, e in shares.values()), shares
