@@ -165,6 +165,16 @@ def _hierarchy(problem: Problem, entity_policies: Mapping[Any, str] | None) -> _
                       fifo_entities[problem.entities], age_rank)
 
 
+def first_level(problem: Problem, normalized: np.ndarray, entity_policies: Mapping[Any, str] | None = None
+                ) -> float:
+    """The first water level that the normalized throughputs ``n`` (shape (n_jobs,)) reach: the
+    largest ``t`` with ``n_i >= sigma_i W_e t`` for every job (every job active); water-filling's
+    objective, for checking an answer."""
+    tree = _hierarchy(problem, entity_policies)
+    slope = tree.shares(np.ones(problem.num_jobs, dtype=bool)) * tree.entity_weights[tree.entity]
+    return float((normalized[slope > 0] / slope[slope > 0]).min())
+
+
 def _most_rate(problem: Problem, heterogeneity_aware: bool, space_sharing: bool) -> np.ndarray:
     """Most ``n_i / s_i`` per GPU-second over the ways job ``i`` can run (alone on each
     type, and in each pair under space sharing), shape (n_jobs,)."""
