@@ -16,6 +16,7 @@ from allocopt.formulations import ModelSolver, PolicyResult, get_policy
 from allocopt.goodput_problem import GoodputProblem
 from allocopt.partitioning import Partitioning, solve_partitioned
 from allocopt.problem import Problem
+from allocopt.verify import checked
 
 
 def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "highs",
@@ -82,7 +83,9 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
         When the backend's package is missing (the message names the extra).
     NotOptimalError
         (``InfeasibleError``, ``UnboundedError``, ``TimeLimitError``) when the
-        solve did not prove optimality and ``best_effort`` is False.
+        solve did not prove optimality and ``best_effort`` is False; also when
+        the answer fails its check (:mod:`allocopt.verify`: feasibility and
+        the objective recomputed from the allocation).
 
     Examples
     --------
@@ -142,4 +145,5 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
                                    timings=timings)
     if isinstance(allocation, Allocation):
         allocation = dataclasses.replace(allocation, warm_start=solver.warm_start_out() if pol.warm_starts else None)
+        allocation = checked(allocation, options, best_effort)
     return allocation

@@ -15,6 +15,23 @@ from allocopt.cluster import Cluster
 from allocopt.errors import InvalidProblemError
 
 
+#: Positive throughputs (steps/s, pair throughputs too) allocopt accepts: outside it solver
+#: tolerances swamp the data; 0 (cannot run) is always allowed.
+THROUGHPUT_RANGE = (1e-9, 1e9)
+#: Priority weights and entity weights allocopt accepts: a job of a millionth of another's weight
+#: is still allocated to solver precision.
+WEIGHT_RANGE = (1e-3, 1e3)
+
+
+def _outside(values: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+    """Bool mask of the entries outside ``bounds``."""
+    return (values < bounds[0]) | (values > bounds[1])
+
+
+def _range_text(what: str, bounds: tuple[float, float], unit: str = "") -> str:
+    return f"allocopt supports {what} between {bounds[0]:g} and {bounds[1]:g}{unit}"
+
+
 def _is_frame(obj: Any) -> bool:
     return hasattr(obj, "columns") and hasattr(obj, "index") and hasattr(obj, "to_numpy")
 
@@ -92,6 +109,12 @@ class Problem:
         share. For many pairs, a :class:`PairThroughputs` (arrays) is faster. Members must have equal scale factors. Stored as ``pairs``
         (int array of shape (n_pairs, 2), job rows) and ``pair_throughput_array``
         (shape (n_pairs, n_gpu_types, 2)).
+
+    Numeric range: positive throughputs (and pair throughputs) from 1e-9 to
+    1e9 steps/s (:data:`THROUGHPUT_RANGE`) and priority and entity weights
+    from 1e-3 to 1e3 (:data:`WEIGHT_RANGE`); every problem inside it is solved
+    to the solvers' precision, and values outside it raise
+    :class:`~allocopt.errors.InvalidProblemError` naming the field and the range.
     """
 
     def __init__(self, throughputs: Any, cluster: Cluster, *,
@@ -465,6 +488,11 @@ class Problem:
             e = list(ids)[int(np.flatnonzero(bad)[0])]
             raise InvalidProblemError(f"entity_weights[{e!r}] is {weights[e]}; weights must be positive",
                                       field="entity_weights")
+        if _outside(w, WEIGHT_RANGE).any():
+            e = list(ids)[int(np.flatnonzero(_outside(w, WEIGHT_RANGE))[0])]
+            raise InvalidProblemError(f"entity_weights[{e!r}] is {weights[e]:g}; "
+                                      f"{_range_text('entity weights', WEIGHT_RANGE)}: rescale the weights",
+                                      field="entity_weights")
         return index, tuple(ids), w
 
     def _pairs(self, pairs: Mapping | PairThroughputs | None) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -530,6 +558,11 @@ class Problem:
         if invalid.size:
             p = int(invalid[0])
             raise fail(p, f": each GPU type needs two finite steps/s >= 0, got {values[p].tolist()}")
+        out = np.flatnonzero(((values > 0) & _outside(values, THROUGHPUT_RANGE)).any(axis=(1, 2)))
+        if out.size:
+            p = int(out[0])
+            raise fail(p, f"has throughputs {values[p].tolist()}; "
+                          f"{_range_text('positive throughputs', THROUGHPUT_RANGE, ' steps/s')}")
         values[swapped] = values[swapped, :, ::-1]
         return rows, values
 
@@ -567,6 +600,14 @@ class Problem:
             raise InvalidProblemError(
                 f"throughput of job {ids[i]!r} on GPU type {types[j]!r} is {T[i, j]}; throughputs must be "
                 "finite steps/s >= 0 (use 0.0 where the job cannot run)", field="throughputs", job=ids[i])
+        out = (T > 0) & _outside(T, THROUGHPUT_RANGE)
+        if out.any():
+            i, j = (int(v[0]) for v in np.nonzero(out))
+            raise InvalidProblemError(
+                f"throughput of job {ids[i]!r} on GPU type {types[j]!r} is {T[i, j]:g} steps/s; "
+                f"{_range_text('positive throughputs', THROUGHPUT_RANGE, ' steps/s')} (0 where a job cannot "
+                "run): express them in other units (e.g. steps per minute, or thousands of steps per second)",
+                field="throughputs", job=ids[i])
         s = self.scale_factors
         if (s < 1).any():
             i = int(np.flatnonzero(s < 1)[0])
@@ -582,6 +623,11 @@ class Problem:
         if (w <= 0).any():
             i = int(np.flatnonzero(w <= 0)[0])
             raise InvalidProblemError(f"priority_weight of job {ids[i]!r} is {w[i]}; weights must be positive",
+                                      field="priority_weights", job=ids[i])
+        if _outside(w, WEIGHT_RANGE).any():
+            i = int(np.flatnonzero(_outside(w, WEIGHT_RANGE))[0])
+            raise InvalidProblemError(f"priority_weight of job {ids[i]!r} is {w[i]:g}; "
+                                      f"{_range_text('priority weights', WEIGHT_RANGE)}: rescale the weights",
                                       field="priority_weights", job=ids[i])
         if self.num_jobs:
             idle = ~self.runnable.any(axis=1)

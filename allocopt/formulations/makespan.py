@@ -33,6 +33,8 @@ Learning Workloads", OSDI 2020 (policy "minimize makespan").
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from allocopt.errors import InvalidOptionError, InvalidProblemError
@@ -115,10 +117,18 @@ def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name
     """
     active = rate > 0
     base, e = planning_model(problem, active, name=name, throughputs=throughputs, space_sharing=space_sharing)
+    # rows e_i / rate_i >= s, and s in units of the speedup of an equal split of every type: coefficients
+    # and optimum near 1 whatever the throughputs
+    share = problem.capacity / max(float(problem.capacity.sum()), float(problem.scale_factors.sum()))
+    T = problem.throughputs if throughputs is None else throughputs
+    unit = float((((T * problem.runnable) @ share)[active] / rate[active]).min())
+    unit = unit if np.isfinite(unit) and unit > 0 else 1.0
     speedup = base.model.add_variable("speedup", lb=0.0)
-    base.model.add_constraint("finish", e[active] - speedup * rate[active] >= 0.0)
+    base.model.add_constraint("finish", e[active] / (rate[active] * unit) - speedup >= 0.0)
     base.model.maximize(speedup)
     solution = solver.solve(base.model, name)
+    if solution.objective is not None:
+        solution = dataclasses.replace(solution, objective=solution.objective * unit)
     X, P = base.matrices(solution)
     return X, P, evaluate(e, base, X, P), solution
 

@@ -55,6 +55,13 @@ def normalized_coefficients(problem: Problem, heterogeneity_aware: bool = True) 
     return problem.runnable * scale[:, None]
 
 
+def equal_split_level(problem: Problem, heterogeneity_aware: bool = True) -> float:
+    """The max-min objective of the feasible split that gives every job the same fraction
+    ``c_j / max(sum(c), sum(s))`` of every type it fits on: a positive lower bound of the optimum."""
+    share = problem.capacity / max(float(problem.capacity.sum()), float(problem.scale_factors.sum()))
+    return float(((normalized_coefficients(problem, heterogeneity_aware) * problem.runnable) @ share).min())
+
+
 class MaxMinFairness(Policy):
     """Weighted max-min fairness over normalized throughput (see the module docstring)."""
     name = "max_min_fairness"
@@ -95,8 +102,10 @@ class MaxMinFairness(Policy):
             normalized = base.throughput * scale
         else:
             normalized = base.time * (problem.scale_factors / problem.priority_weights)
-        base.model.maximize_minimum(normalized, name="normalized_throughput")
+        # in units of the level an equal split reaches: the optimum is near 1 whatever the data
+        unit = equal_split_level(problem, heterogeneity_aware)
+        base.model.maximize_minimum(normalized / unit, name="normalized_throughput")
         solution = solver.solve(base.model, "max_min_fairness")
         X, P = base.matrices(solution)
         extras = {"price_decomposition": fallback} if fallback else {}
-        return PolicyResult(X, solution.objective, solution.status, P, solution.message, extras)
+        return PolicyResult(X, solution.objective * unit, solution.status, P, solution.message, extras)

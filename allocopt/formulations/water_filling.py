@@ -16,7 +16,7 @@ others keep rising. Iteration ``k`` solves the *level LP*
 .. math::
 
     t^*_k = \\max t \\quad \\text{s.t.} \\quad
-    n_i \\ge \\sigma_i (W_e t - F_e) \\;\\; \\text{active } i \\text{ of entity } e, \\qquad
+    n_i \\ge b_i(t) = \\sigma_i (W_e t - F_e) \\;\\; \\text{active } i \\text{ of entity } e, \\qquad
     n_i \\ge L_i \\;\\; \\text{frozen } i,
 
 and the base constraints (:mod:`allocopt.formulations.base`). ``W_e`` is the
@@ -29,44 +29,46 @@ so the constraint reads ``n_i >= w_i t``: plain weighted water-filling, whose
 first level is :mod:`max_min_fairness <allocopt.formulations.max_min_fairness>`'s
 objective. The result is the unique lexicographic max-min vector ``n``.
 
-Bottlenecks are found exactly, with LPs (Gavel solves a MILP with binary
-``z_i`` and a 1.0001 slack instead). With every active job at its target
-``b_i`` (the right-hand side at ``t^*_k``) and frozen jobs at their levels, a
-job is a bottleneck when it cannot rise. Let ``S`` be the active jobs that the
-level LP's own optimum left at their targets (the others provably can rise).
-The *sum-of-improvements* LP
+Bottlenecks. A job is a bottleneck when it cannot rise above its target
+``b_i(t^*_k)`` while every other job keeps its target; it is then frozen
+there. Freezing only bottlenecks is exact whenever it happens: later
+iterations only raise the other targets, so a bottleneck can never rise
+later, and a job left active loses nothing (at the next level it starts from
+the same target). Two certificates, neither an equality test on levels:
 
-.. math::
+* *Duals* (the level LP's own): a row with a positive dual ``y_i`` is tight in
+  every optimum (complementary slackness), and raising its right-hand side
+  lowers ``t*`` (weak duality), so the job cannot rise. The duals of the rows
+  with a positive share weigh ``t``'s column to 1 (``sum_i y_i sigma_i W_e = 1``),
+  so every level freezes a job (at least the one of largest weight).
+* *Improvement LP*, only for the rows at their targets whose dual is 0
+  (degenerate rows, e.g. a ``fifo`` entity's jobs of share 0): it maximizes
+  ``sum_i d_i`` subject to ``n_i >= b_i + epsilon r_i d_i``, ``0 <= d_i <= 1``, for
+  those jobs and the targets and levels of all others. An optimum of 0 proves
+  that none of them can rise (a point raising one would make the sum
+  positive): they are frozen too. Jobs it raises stay active; it is re-solved
+  on the rest a few times at most.
 
-    \\max \\sum_{i \\in S} d_i \\quad \\text{s.t.} \\quad
-    n_i \\ge b_i + \\epsilon u_i d_i, \\; 0 \\le d_i \\le 1 \\;\\; (i \\in S), \\qquad
-    n_i \\ge b_i \\;\\; (\\text{other active } i), \\qquad n_i \\ge L_i \\;\\; (\\text{frozen } i)
+Before either, the level LP's own point proves some jobs able to rise (idle
+time of theirs on a type with idle GPUs): they stay active untested. Every
+level freezes at least one job, so there are at most ``n_jobs`` levels; in
+practice one LP per level, and an improvement LP where degenerate rows are
+left. All LPs of a run share one template (same sparsity, other
+coefficients, bounds and objective); on ``highs`` one HiGHS instance is
+changed in place, so each LP goes on from the previous one's basis and
+factorization (primal simplex: the previous point stays feasible), usually in
+a few pivots.
 
-(``u_i`` = the most ``n_i`` can be, and ``epsilon = 10^{-3}``, so that the LP
-raises many jobs a little rather than a few by much) removes from ``S`` every
-job its optimum raises above ``b_i + 10^{-6} u_i``: that point proves the job
-can rise. It is re-solved on the remaining ``S`` until its optimum raises none;
-then no job of ``S`` can rise by itself, since a point raising any one of them
-would make the sum positive. Each LP removes at least one job, so this ends. A
-job that could rise alone could also rise with the others (average the
-points), so ``S`` is then exactly the set of jobs that cannot rise. Because
-``t^*_k`` is maximal, ``S`` holds a job of positive share; the jobs of ``S``
-are frozen at ``b_i``. A job of share 0 (``fifo``) has the target 0 and stays
-in ``S`` only while every positive-share job of its entity does: it is frozen
-at 0 together with them when it cannot rise either (later iterations only
-tighten the constraints, so it never could). Each iteration freezes a job, so
-there are at most ``n_jobs`` iterations.
-
-Numerics. Each LP's point is clipped to its bounds and scaled into the
-capacity, so it is exactly feasible, and targets are capped at what it
-achieves: every LP is feasible. Bottleneck jobs sit exactly at their targets,
-though, and a solver's presolve, rounding within its tolerances, can still
-call such an LP infeasible; only then is it solved again with every target
-row giving way by up to ``10^{-7} u_i`` (one elastic variable ``0 <= m <= 1``
-priced at the objective's whole range). A job counts as rising only if it
-exceeds its target by ``10^{-6} u_i`` plus what the GPUs given up by jobs
-below their targets could lift it. Finally each job's time alone is trimmed
-so that ``n_i`` is its level.
+Numerics. Every job's row is divided by its natural magnitude ``r_i``: its
+target at the level the start point reaches (every job an equal fraction of
+every type), at least ``10^{-6} u_i`` where ``u_i`` is the most ``n_i`` can be.
+Targets only rise, so solver tolerances are at most that fraction of each
+job's own level whatever the throughputs and weights; the level ``t`` is
+measured in units of that start level. Each LP's point is clipped to its
+bounds and scaled into the capacity, so it is exactly feasible, and targets
+and levels are capped at what it achieves: every LP of the next step has a
+feasible point, with no margin needed. Finally each job's time alone is
+trimmed so that ``n_i`` is its level.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
@@ -74,30 +76,36 @@ Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from allocopt.backends import RawResult, solve_model
 from allocopt.errors import InvalidOptionError, SolverError
-from allocopt.formulations.base import (AllocationModel, ModelSolver, Policy, PolicyResult, base_model,
-                                        clean_matrix)
-from allocopt.model import LinExpr, Variable
+from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model, clean_matrix
+from allocopt.model import CompiledModel, LinExpr
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
 
 ENTITY_POLICIES = ("fairness", "fifo")
-RISE_TOL = 1e-6  # a job rises when n_i exceeds its target by more than RISE_TOL * u_i
-IMPROVEMENT_CAP = 1e-3  # epsilon: the most a sum-of-improvements LP raises a job, as a fraction of u_i
-MARGIN = 1e-7  # the most a target row gives way, as a fraction of u_i, where the solver needs it
+MIN_ROW_SCALE = 1e-6  # a job's row is divided by its level, or by at least this fraction of u_i
+RESCALE = 4.0  # ... kept while within this factor of that (and so is the unit of t)
+TIGHT_TOL = 1e-6  # a job is at its target when within this fraction of its row scale
+RISE_TOL = 1e-6  # ... and it rises when idle GPUs and time of its own lift it by more than this fraction
+DUAL_TOL = 1e-6  # a row certifies its job stuck when its share of t's dual weight exceeds this
+IMPROVEMENT = 1e-3  # epsilon: the raise an improvement LP asks of a job, as a fraction of its row scale
+STILL = 1e-3  # a job rises in an improvement LP when d_i exceeds this (a rise of 1e-6 of its row scale)
+MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
 
-# Each iteration solves small LPs that differ little; HiGHS's dual simplex beats the
-# interior point the highs backend picks for large LPs (6.8 s vs 17.4 s at 2,048 jobs),
-# and presolve removes little from them (without it: 5.5 s vs 6.9 s at 2,048 jobs, 0.22 s
-# vs 0.31 s at 512).
-SOLVER_DEFAULTS = {"highs": {"solver": "choose", "presolve": "off"}}
+# HiGHS options of the LPs: simplex (its bases carry over from one LP to the next), without
+# presolve (it removes little from these LPs).
+SOLVER_DEFAULTS = {"solver": "simplex", "presolve": "off"}
+RETRIES = (("simplex_strategy", 1), ("solver", "ipm"))  # where a re-solve in place fails
+NUMERICAL_TROUBLE = (Status.ERROR, Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED, Status.UNBOUNDED)
 
 
 @dataclass(frozen=True)
@@ -157,23 +165,28 @@ def _hierarchy(problem: Problem, entity_policies: Mapping[Any, str] | None) -> _
                       fifo_entities[problem.entities], age_rank)
 
 
-def _rates(problem: Problem, heterogeneity_aware: bool, space_sharing: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Most and least ``n_i`` per GPU-second over the ways job ``i`` can run
-    (alone on each type, and in each pair under space sharing), shape (n_jobs,) each."""
+def first_level(problem: Problem, normalized: np.ndarray, entity_policies: Mapping[Any, str] | None = None
+                ) -> float:
+    """The first water level that the normalized throughputs ``n`` (shape (n_jobs,)) reach: the
+    largest ``t`` with ``n_i >= sigma_i W_e t`` for every job (every job active); water-filling's
+    objective, for checking an answer."""
+    tree = _hierarchy(problem, entity_policies)
+    slope = tree.shares(np.ones(problem.num_jobs, dtype=bool)) * tree.entity_weights[tree.entity]
+    return float((normalized[slope > 0] / slope[slope > 0]).min())
+
+
+def _most_rate(problem: Problem, heterogeneity_aware: bool, space_sharing: bool) -> np.ndarray:
+    """Most ``n_i / s_i`` per GPU-second over the ways job ``i`` can run (alone on each
+    type, and in each pair under space sharing), shape (n_jobs,)."""
     if not heterogeneity_aware:  # n_i = s_i * time_i: one unit of n per GPU-second, however the job runs
-        ones = np.ones(problem.num_jobs)
-        return ones, ones
+        return np.ones(problem.num_jobs)
     p = problem.proportional_throughputs
-    rate = problem.throughputs / p[:, None]
-    most = np.where(problem.runnable, rate, -np.inf).max(axis=1)
-    least = np.where(problem.runnable, rate, np.inf).min(axis=1)
+    most = np.where(problem.runnable, problem.throughputs / p[:, None], -np.inf).max(axis=1)
     if space_sharing:
         for member in (0, 1):
             job = problem.pairs[:, member]
-            rate = problem.pair_throughput_array[:, :, member] / p[job][:, None]
-            np.maximum.at(most, job, rate.max(axis=1))
-            np.minimum.at(least, job, np.where(rate > 0, rate, np.inf).min(axis=1))
-    return most, least
+            np.maximum.at(most, job, (problem.pair_throughput_array[:, :, member] / p[job][:, None]).max(axis=1))
+    return most
 
 
 def _value(expr: LinExpr, x: np.ndarray) -> np.ndarray:
@@ -181,9 +194,16 @@ def _value(expr: LinExpr, x: np.ndarray) -> np.ndarray:
     return expr.A @ x[:expr.A.shape[1]] + expr.const
 
 
-def _feasible_point(problem: Problem, base: AllocationModel, solution: Solution) -> np.ndarray:
+def _failed(message: str, backend: str) -> Solution:
+    """The Solution of a solve the backend gave up on (it raised ``message``)."""
+    return Solution(status=Status.ERROR, message=message, objective=None, x=None, backend=backend,
+                    raw_status=message, build_seconds=0.0, solve_seconds=0.0)
+
+
+def _feasible_point(problem: Problem, base: AllocationModel, solution: Solution) -> tuple[np.ndarray, np.ndarray]:
     """The solution's columns with ``X`` (and ``P``) clipped to their bounds and
-    scaled down just enough to meet the time and capacity rows exactly."""
+    scaled down just enough to meet the time and capacity rows exactly, and the
+    GPUs of each type it leaves idle."""
     x = solution.x.copy()
     blocks = [(base.X, problem.runnable.astype(np.float64), problem.scale_factors)]
     if base.P is not None:
@@ -198,15 +218,15 @@ def _feasible_point(problem: Problem, base: AllocationModel, solution: Solution)
     used = max(1.0, float(_value(base.time, x).max()), float(load.max()))
     for var, _, _ in blocks:
         x[var.columns] /= used
-    return x
+    return x, np.maximum(capacity - gpus / used, 0.0)
 
 
 class WaterFilling(Policy):
     """Hierarchical water-filling max-min fairness (see the module docstring)."""
     name = "water_filling"
     options = {"heterogeneity_aware": True, "space_sharing": False, "entity_policies": None}
-    # A basis from the previous allocation's last LPs (most jobs frozen) is a poor start for
-    # the first ones: 2.6x slower than a cold solve at 2,048 jobs.
+    # The LPs start from the bases of this solve's own previous LPs; a basis from an earlier
+    # allocation's last LPs (most jobs frozen) is a poor start for the first ones.
     warm_starts = False
 
     def allocate(self, problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
@@ -215,120 +235,293 @@ class WaterFilling(Policy):
         if entity_policies is not None and not isinstance(entity_policies, Mapping):
             raise InvalidOptionError("entity_policies must be a dict {entity: 'fairness' | 'fifo'}, got "
                                      f"{type(entity_policies).__name__}")
-        tree = _hierarchy(problem, entity_policies)
+        return _WaterFill(problem, solver, _hierarchy(problem, entity_policies), heterogeneity_aware,
+                          space_sharing).run()
+
+
+@dataclass
+class _Level:
+    """One level LP's optimum."""
+
+    t: float  # the water level t*
+    tau: float  # t* in the LP's units
+    target: np.ndarray  # b_i(t*), capped at what the point achieves (0 for frozen jobs)
+    dual_share: np.ndarray  # each row's share of tau's dual weight (they sum to 1)
+    weight: np.ndarray  # tau's coefficients in the LP
+    rhs: np.ndarray  # the LP's right-hand sides
+
+
+class _Lps:
+    """The level and improvement LPs of a run, all one template with the same sparsity: job ``i``'s row
+    ``n_i / r_i - a_i tau - epsilon d_i >= rhs_i`` (``t = tau t_unit``), patched per solve. On ``highs`` one
+    HiGHS instance is changed in place, so each LP starts from the previous one's basis and factorization;
+    other backends solve each LP from scratch."""
+
+    def __init__(self, problem: Problem, solver: ModelSolver, n_of: Callable[[AllocationModel], LinExpr],
+                 space_sharing: bool):
+        self.solver = solver
+        base = base_model(problem, name="water_filling", space_sharing=space_sharing)
+        n = n_of(base)
+        tau = base.model.add_variable("water_level", lb=-np.inf)
+        d = base.model.add_variable("improvement", n.size, lb=0.0, ub=0.0)
+        base.model.add_constraint("level", n - tau * np.ones(n.size) - d * IMPROVEMENT >= 0.0)
+        base.model.maximize(tau)
+        self.base, self.n = base, n
+        self.template = model = base.model.compile()
+        self.tau_col, self.d_cols = tau.columns.start, d.columns
+        rows = model.constraints["level"][0]
+        A = model.A
+        self.entries = slice(A.indptr[rows.start], A.indptr[rows.stop])
+        self.entry_job = np.repeat(np.arange(n.size), np.diff(A.indptr[rows.start:rows.stop + 1]))
+        cols = A.indices[self.entries]
+        self.on_tau = cols == self.tau_col
+        self.on_n = ~self.on_tau & ((cols < d.columns.start) | (cols >= d.columns.stop))
+        # columns fixed at 0 (a type a job does not fit on) keep out of the rows: their throughputs
+        # only widen the coefficient range
+        A.data[self.entries][self.on_n & (model.col_ub[cols] == 0)] = 0.0
+        self.level_rows = rows
+        self.session = _HighsSession(solver) if solver.backend == "highs" else None
+
+    def model(self, rows: np.ndarray, weight: np.ndarray, rhs: np.ndarray, tau: float | None,
+              candidates: np.ndarray | None) -> CompiledModel:
+        """The level LP (``tau`` None: maximize it) or the improvement LP of the mask ``candidates`` with
+        ``tau`` fixed, for row scales ``rows``, tau's coefficients ``weight`` and right-hand sides ``rhs``."""
+        tpl = self.template
+        data = tpl.A.data.copy()
+        level = data[self.entries]
+        level[self.on_n] /= rows[self.entry_job[self.on_n]]
+        level[self.on_tau] = -weight[self.entry_job[self.on_tau]]
+        data[self.entries] = level
+        row_lb = tpl.row_lb.copy()
+        row_lb[self.level_rows] = rhs
+        col_lb, col_ub, c = tpl.col_lb.copy(), tpl.col_ub.copy(), np.zeros_like(tpl.c)
+        if tau is None:
+            c[self.tau_col] = 1.0
+        else:
+            col_lb[self.tau_col] = col_ub[self.tau_col] = tau
+            col_ub[self.d_cols] = candidates
+            c[self.d_cols] = 1.0
+        A = sp.csr_matrix((data, tpl.A.indices, tpl.A.indptr), shape=tpl.A.shape)
+        return replace(tpl, A=A, row_lb=row_lb, col_lb=col_lb, col_ub=col_ub, c=c)
+
+    def solve(self, model: CompiledModel) -> Solution:
+        """Solve ``model``, whatever the status."""
+        if self.session is not None:
+            return self.session.solve(model)
+        A = model.A.copy()
+        A.eliminate_zeros()
+        try:
+            solution = solve_model(replace(model, A=A), self.solver.backend, self.solver.options,
+                                   {"highs": SOLVER_DEFAULTS})
+        except SolverError as err:  # the solver gave up on the model: a status, to try otherwise
+            solution = _failed(str(err), self.solver.backend)
+        return self.solver.record(solution)
+
+
+class _HighsSession:
+    """One HiGHS instance whose model is changed in place between solves (``highs`` backend)."""
+
+    def __init__(self, solver: ModelSolver):
+        from allocopt.backends.highs import HighsBackend
+
+        self.solver, self.backend = solver, HighsBackend()
+        self.options = replace(solver.options, solver_options={**SOLVER_DEFAULTS, **solver.options.solver_options})
+        self.handle: Any = None
+        self.last: CompiledModel | None = None
+
+    def solve(self, model: CompiledModel) -> Solution:
+        """Solve ``model`` (a maximization), changing the previous one in place."""
+        t0 = time.perf_counter()
+        low = replace(model, c=-model.c, sense="min")  # HiGHS gets the minimization form
+        if self.last is not None:
+            self._change(low)
+        else:
+            self.handle = self.backend.build(low, self.options)
+        self.last = low
+        t1 = time.perf_counter()
+        raw = self._run(low)
+        for key, value in RETRIES if raw.status is not Status.OPTIMAL else ():
+            # numerical trouble: again from scratch, with dual simplex, then interior point
+            if key in self.options.solver_options:
+                continue
+            self.handle.clearSolver()
+            self.handle.setOptionValue(key, value)
+            raw = self._run(low)
+            if raw.status is Status.OPTIMAL:
+                break
+        self.handle.setOptionValue("solver", self.options.solver_options["solver"])
+        if raw.status is not Status.OPTIMAL:
+            self.last = None  # start the next solve afresh
+        t2 = time.perf_counter()
+        return self.solver.record(self.backend._to_solution(model, raw, t1 - t0, t2 - t1))
+
+    def _run(self, model: CompiledModel) -> RawResult:
+        try:
+            return self.backend.run(self.handle, model, self.options)
+        except SolverError as err:
+            return RawResult(Status.ERROR, raw_status=str(err))
+
+    def _change(self, new: CompiledModel) -> None:
+        h, old = self.handle, self.last
+        A = new.A
+        for k in np.flatnonzero(A.data != old.A.data).tolist():
+            row = int(np.searchsorted(A.indptr, k, side="right")) - 1
+            h.changeCoeff(row, int(A.indices[k]), float(A.data[k]))
+        rows = np.flatnonzero((new.row_lb != old.row_lb) | (new.row_ub != old.row_ub))
+        if rows.size:
+            h.changeRowsBounds(rows.size, rows.astype(np.int32), new.row_lb[rows], new.row_ub[rows])
+        cols = np.flatnonzero((new.col_lb != old.col_lb) | (new.col_ub != old.col_ub))
+        if cols.size:
+            h.changeColsBounds(cols.size, cols.astype(np.int32), new.col_lb[cols], new.col_ub[cols])
+        cols = np.flatnonzero(new.c != old.c)
+        if cols.size:
+            h.changeColsCost(cols.size, cols.astype(np.int32), new.c[cols])
+        # a changed model keeps its basis: primal simplex goes on from a point that is still feasible
+        if "simplex_strategy" not in self.options.solver_options:
+            h.setOptionValue("simplex_strategy", 4)
+
+
+class _WaterFill:
+    """The state of one water-filling run: frozen jobs, their levels, and the last exactly feasible point."""
+
+    def __init__(self, problem: Problem, solver: ModelSolver, tree: _Hierarchy, heterogeneity_aware: bool,
+                 space_sharing: bool):
+        self.problem, self.solver, self.tree = problem, solver, tree
+        self.heterogeneity_aware = heterogeneity_aware
         n_jobs, s = problem.num_jobs, problem.scale_factors.astype(np.float64)
-        scale = s / problem.proportional_throughputs if heterogeneity_aware else s
-        alone = scale[:, None] * (problem.throughputs if heterogeneity_aware else problem.runnable)
-        most, least = _rates(problem, heterogeneity_aware, space_sharing)
-        max_n = s * most  # u_i
-        frozen = np.zeros(n_jobs, dtype=bool)
-        level = np.zeros(n_jobs)  # L_i of frozen jobs, in units of n
-        first_level: float | None = None
-        iterations, solves_before = 0, solver.num_solves
+        self.scale = s / problem.proportional_throughputs if heterogeneity_aware else s
+        self.alone = self.scale[:, None] * (problem.throughputs if heterogeneity_aware else problem.runnable)
+        self.most = s * _most_rate(problem, heterogeneity_aware, space_sharing)  # u_i
+        self.frozen = np.zeros(n_jobs, dtype=bool)
+        self.level = np.zeros(n_jobs)  # L_i of frozen jobs, in units of n
+        self.iterations = 0
+        self.solves_before = solver.num_solves
+        # an exactly feasible start: every job gets the same fraction of every type
+        fraction = problem.capacity / max(float(problem.capacity.sum()), float(s.sum()))
+        self.achieved = (self.alone * problem.runnable) @ fraction
+        self.lps = _Lps(problem, solver, self._n_of, space_sharing)
+        self.rows: np.ndarray | None = None  # r_i
+        self.plain_rows = False  # r_i = u_i (after numerical trouble)
+        self.t_unit = np.inf
+        self.last: tuple[Solution, np.ndarray] | None = None
 
-        def build(elastic: bool) -> tuple[AllocationModel, LinExpr, LinExpr | np.ndarray, Variable | None]:
-            """The base model, ``n``, and how far each target row gives way: ``MARGIN u_i m`` for an
-            elastic ``0 <= m <= 1`` (also returned), or 0."""
-            base = base_model(problem, name=self.name, space_sharing=space_sharing)
-            n = (base.throughput if heterogeneity_aware else base.time) * scale
-            if not elastic:
-                return base, n, np.zeros(n_jobs), None
-            margin = base.model.add_variable("margin", lb=0.0, ub=1.0)
-            return base, n, margin * (MARGIN * max_n), margin
+    def _n_of(self, base: AllocationModel) -> LinExpr:
+        return (base.throughput if self.heterogeneity_aware else base.time) * self.scale
 
-        def improvements(base: AllocationModel, jobs: np.ndarray) -> tuple[Variable, LinExpr]:
-            """``d`` for the mask ``jobs`` and ``epsilon u_i d_i`` per job (0 elsewhere)."""
-            rows = np.flatnonzero(jobs)
-            d = base.model.add_variable("improvement", rows.size, lb=0.0, ub=1.0)
-            spread = sp.csr_matrix((IMPROVEMENT_CAP * max_n[rows], (rows, np.arange(rows.size))),
-                                   shape=(n_jobs, rows.size))
-            return d, spread @ d
+    def _point(self, solution: Solution) -> np.ndarray:
+        """The solution's exactly feasible point; records it, what it achieves and what it leaves idle."""
+        base = self.lps.base
+        x, self.idle_gpus = _feasible_point(self.problem, base, solution)
+        self.achieved = _value(self.lps.n, x)
+        self.idle_time = np.maximum(1.0 - _value(base.time, x), 0.0)
+        self.last = solution, x
+        return x
 
-        def solve(what: str, make: Callable[[bool], tuple[AllocationModel, LinExpr]]
-                  ) -> tuple[AllocationModel, LinExpr, Solution, np.ndarray]:
-            """Solve the LP ``make(elastic)`` builds, the elastic one only if the solver calls the exact
-            one infeasible; return it, its ``n``, the solution and its exactly feasible point."""
-            base, n = make(False)
-            solution = solver.solve_raw(base.model, defaults=SOLVER_DEFAULTS)
-            if solution.status in (Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED):
-                base, n = make(True)
-                solution = solver.solve_raw(base.model, defaults=SOLVER_DEFAULTS)
-            solution = solver.check(solution, f"water_filling {what} LP of iteration {iterations}")
-            return base, n, solution, (_feasible_point(problem, base, solution) if solution.has_values else None)
+    def rising(self) -> np.ndarray:
+        """Jobs the current point proves able to rise by more than ``RISE_TOL`` of their row scale
+        with nothing else changed: idle time of theirs on a type with idle GPUs."""
+        problem = self.problem
+        room = np.minimum(self.idle_gpus[None, :] / problem.scale_factors[:, None], self.idle_time[:, None])
+        gain = (self.alone * np.where(problem.runnable, room, 0.0)).max(axis=1)
+        return gain > RISE_TOL * self.rows
 
-        def result(base: AllocationModel, solution: Solution, x: np.ndarray, message: str) -> PolicyResult:
-            X = clean_matrix(x[base.X.columns].reshape(base.X.shape))
-            P = None if base.P is None else clean_matrix(x[base.P.columns].reshape(base.P.shape))
-            extras = {"levels": level / problem.priority_weights, "num_iterations": iterations,
-                      "num_lp_solves": solver.num_solves - solves_before}
-            return PolicyResult(X, first_level, solution.status, P, message, extras)
+    # ----- one level ------------------------------------------------------------------
+    def level_lp(self, slope: np.ndarray, offset: np.ndarray, positive: np.ndarray) -> _Level | None:
+        """Solve the level LP (None if it stopped short of optimal under ``best_effort``)."""
+        # t = t_low + tau t_unit, where the current point reaches t_low: row i reads
+        # n_i / r_i - (slope_i t_unit / r_i) tau >= b_i(t_low) / r_i. The unit of t and the row scales
+        # follow the level within a factor RESCALE, so few coefficients change from one LP to the next.
+        t_low = float(((self.achieved + offset)[positive] / slope[positive]).min())
+        low_target = np.where(positive, slope * t_low - offset, 0.0)
+        # a job's scale: its target, or what the level itself is worth to it (a target starting at 0)
+        wanted = np.where(self.frozen, self.level,
+                          np.where(positive, np.maximum(low_target, slope * t_low), self.most))
+        wanted = np.clip(wanted, (1.0 if self.plain_rows else MIN_ROW_SCALE) * self.most, self.most)
+        if self.rows is None:
+            self.rows = wanted
+        self.rows = np.where((wanted > RESCALE * self.rows) | (self.rows > RESCALE * wanted), wanted, self.rows)
+        rows = self.rows
+        # t's unit: the rise that lifts the most sensitive job by its row scale (tau's coefficients <= 1)
+        unit = float((rows[positive] / slope[positive]).min())
+        if not 1 / RESCALE <= unit / self.t_unit <= RESCALE:
+            self.t_unit = unit
+        weight = np.where(positive, slope * self.t_unit / rows, 0.0)
+        rhs = np.where(self.frozen, self.level, low_target) / rows
+        solution = self.lps.solve(self.lps.model(rows, weight, rhs, None, None))
+        if solution.status in NUMERICAL_TROUBLE and not self.plain_rows:
+            # rows scaled by their targets can be too badly conditioned (targets far below u_i):
+            # rows scaled by u_i instead, coefficients at most 1, for the rest of the run
+            self.plain_rows = True
+            return self.level_lp(slope, offset, positive)
+        solution = self.solver.check(solution, f"water_filling level LP of iteration {self.iterations}")
+        self._point(solution)
+        if solution.status is not Status.OPTIMAL:  # best_effort: stop here
+            return None
+        tau = float(solution.values["water_level"])
+        t = t_low + tau * self.t_unit
+        dual_share = -solution.duals["level"] * weight
+        target = np.where(positive, np.minimum(np.maximum(low_target + slope * self.t_unit * tau, 0.0),
+                                               self.achieved), 0.0)
+        return _Level(t, tau, target, dual_share, weight, rhs)
 
-        def stopped(base: AllocationModel, solution: Solution, x: np.ndarray) -> PolicyResult:
-            return result(base, solution, x, f"{solution.message} (water-filling stopped at iteration {iterations})")
+    def stuck(self, level: _Level, jobs: np.ndarray) -> np.ndarray:
+        """The jobs of the mask ``jobs`` proven unable to rise above their targets while every other
+        active job keeps its target and every frozen one its level (improvement LPs, see the module
+        docstring)."""
+        candidates = jobs.copy()
+        for _ in range(MAX_IMPROVEMENT_LPS):
+            model = self.lps.model(self.rows, level.weight, level.rhs, level.tau, candidates.astype(np.float64))
+            solution = self.lps.solve(model)
+            if solution.status is not Status.OPTIMAL:  # no conclusion: the jobs stay active
+                break
+            raised = solution.values["improvement"] > STILL
+            if not (candidates & raised).any():
+                return candidates
+            candidates &= ~raised
+            if not candidates.any():
+                break
+        return np.zeros_like(jobs)
 
-        def rising(achieved: np.ndarray, target: np.ndarray) -> np.ndarray:
-            """Jobs above their targets by more than the tolerance plus what the GPUs given up by
-            jobs below their targets could lift them (a job's n per GPU is at most ``u_i / s_i``)."""
-            gpus_given_up = (np.maximum(target - achieved, 0.0) / least).sum()
-            return achieved - target > (RISE_TOL + gpus_given_up / s) * max_n
-
-        while not frozen.all():
-            iterations += 1
-            active = ~frozen
+    # ----- the whole run ---------------------------------------------------------------
+    def run(self) -> PolicyResult:
+        tree, first_level = self.tree, None
+        while not self.frozen.all():
+            self.iterations += 1
+            active = ~self.frozen
             share = tree.shares(active)
             positive = active & (share > 0)
-            held = np.bincount(tree.entity[frozen], level[frozen], minlength=tree.num_entities)
+            held = np.bincount(tree.entity[self.frozen], self.level[self.frozen], minlength=tree.num_entities)
             slope, offset = share * tree.entity_weights[tree.entity], share * held[tree.entity]
+            level = self.level_lp(slope, offset, positive)
+            if level is None:
+                return self.result(first_level, "stopped")
+            first_level = level.t if first_level is None else first_level
+            target = level.target
+            tight = active & (self.achieved <= target + TIGHT_TOL * self.rows) & ~self.rising()
+            certain = tight & (level.dual_share > DUAL_TOL)
+            if not certain.any():  # the row of largest dual weight holds t up: tight in every optimum
+                certain[np.flatnonzero(positive)[np.argmax(level.dual_share[positive])]] = True
+            undecided = tight & ~certain
+            if undecided.any():
+                certain |= self.stuck(level, undecided)
+            self.level[certain] = target[certain]
+            self.frozen |= certain
+            self.level[self.frozen] = np.minimum(self.level[self.frozen], self.achieved[self.frozen])
+        return self.result(first_level, "done")
 
-            def level_lp(elastic: bool) -> tuple[AllocationModel, LinExpr]:
-                """max t; giving way costs as much as t can ever be."""
-                base, n, give_way, margin = build(elastic)
-                t = base.model.add_variable("water_level", lb=-np.inf)
-                base.model.add_constraint("share", n[positive] - t * slope[positive] >= -offset[positive])
-                if frozen.any():
-                    base.model.add_constraint("frozen", n[frozen] + give_way[frozen] >= level[frozen])
-                t_most = ((max_n + offset)[positive] / slope[positive]).min()
-                base.model.maximize(t if margin is None else t - margin * t_most)
-                return base, n
-
-            base, n, solution, x = solve("level", level_lp)
-            if solution.status is not Status.OPTIMAL:
-                return stopped(base, solution, x)
-            final = base, n, solution, x
-            t_star = float(solution.values["water_level"])
-            first_level = t_star if first_level is None else first_level
-            achieved = _value(n, x)
-            # targets b_i, capped at what the (exactly feasible) point achieves
-            target = np.where(frozen, level, np.minimum(np.maximum(slope * t_star - offset, 0.0), achieved))
-            stuck = active & ~rising(achieved, target)
-
-            def bottleneck_lp(elastic: bool) -> tuple[AllocationModel, LinExpr]:
-                """max sum(d) over ``stuck``; giving way costs as much as all of ``d``."""
-                base, n, give_way, margin = build(elastic)
-                d, lift = improvements(base, stuck)
-                base.model.add_constraint("target", n - lift + give_way >= target)
-                base.model.maximize(d.sum() if margin is None else d.sum() - margin * float(stuck.sum()))
-                return base, n
-
-            while True:  # sum-of-improvements LPs: drop every job of `stuck` that can rise
-                stuck &= positive | ~tree.open_entities(positive & ~stuck)  # share 0 of open entities: not yet
-                if not (stuck & positive).any():
-                    raise SolverError(f"water_filling: iteration {iterations} found no bottleneck job although "
-                                      "its level is maximal; the solver's answers are inconsistent at tolerance "
-                                      f"{RISE_TOL:g}. Try another backend.")
-                base, n, solution, x = solve("bottleneck", bottleneck_lp)
-                if solution.status is not Status.OPTIMAL:
-                    return stopped(base, solution, x)
-                rises = stuck & rising(_value(n, x), target)
-                if not rises.any():
-                    break
-                stuck &= ~rises
-
-            level[stuck] = target[stuck]
-            frozen |= stuck
-
-        base, n, solution, x = final
-        X = x[base.X.columns].reshape(base.X.shape)  # a view: trim each job's time alone down to its level
-        excess, own = _value(n, x) - level, (alone * X).sum(axis=1)
-        X *= 1.0 - np.clip(np.divide(excess, own, out=np.zeros(n_jobs), where=own > 0), 0.0, 1.0)[:, None]
-        return result(base, solution, x, f"Optimal water-filling allocation: {iterations} levels.")
+    def result(self, first_level: float | None, how: str) -> PolicyResult:
+        solution, x = self.last
+        base = self.lps.base
+        X = x[base.X.columns].reshape(base.X.shape)
+        if how == "done":  # trim each job's time alone down to its level
+            excess, own = self.achieved - self.level, (self.alone * X).sum(axis=1)
+            X = X * (1.0 - np.clip(np.divide(excess, own, out=np.zeros_like(own), where=own > 0), 0.0, 1.0)
+                     )[:, None]
+            status, message = Status.OPTIMAL, f"Optimal water-filling allocation: {self.iterations} levels."
+        else:
+            status = solution.status
+            message = f"{solution.message} (water-filling stopped at iteration {self.iterations})"
+        P = None if base.P is None else clean_matrix(x[base.P.columns].reshape(base.P.shape))
+        extras = {"levels": self.level / self.problem.priority_weights, "num_iterations": self.iterations,
+                  "num_lp_solves": self.solver.num_solves - self.solves_before}
+        return PolicyResult(clean_matrix(X), first_level, status, P, message, extras)

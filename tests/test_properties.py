@@ -1,0 +1,295 @@
+"""Properties over random problems (Hypothesis), for every policy x backend that supports it.
+
+Problems come in two families: *moderate* (throughputs 0.1..10 steps/s, weights
+0.5..4) and *wide* (throughputs log-uniform over 1e-6..1e6 steps/s with 20%
+zeros, weights 1e-3..1e3, mixed scale factors, entities with fairness and fifo
+policies: the edges of the supported numeric range). Checked:
+
+* every policy solves on every backend, the answer passes allocopt's own check
+  (:mod:`allocopt.verify`) and the base constraints;
+* backends agree with HiGHS on the objective (and water-filling on every level);
+* on small moderate problems, the answer agrees with a dense formulation written
+  here from the definitions (``scipy.optimize.linprog``, one LP per job and
+  level for water-filling), not with the models the package builds;
+* adding a GPU never lowers the max-min level; water-filling's first level is
+  max-min fairness's objective, every job gets at least its max-min share, and
+  its sorted levels are lexicographically at least max-min's.
+
+Runs derandomized and without an example database, so CI is reproducible;
+``benchmarks/property_suite.py`` runs the same checks over thousands of problems.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import ALL_BACKENDS, assert_feasible
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+import allocopt
+from allocopt import Cluster, Problem
+from allocopt.errors import InvalidProblemError, LicenseError
+
+PROPERTY = settings(max_examples=10, deadline=None, derandomize=True, database=None, print_blob=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+#: policy -> options, and whether every backend solves it in a few LPs
+POLICIES = {
+    "max_min_fairness": {},
+    "max_min_fairness/plain": {"heterogeneity_aware": False},
+    "max_throughput": {},
+    "water_filling": {},
+    "min_makespan": {},
+    "finish_time_fairness": {},
+}
+#: relative agreement with HiGHS: CBC (through PuLP) reports values to about 8 digits
+AGREEMENT = {"highs": 1e-6, "scipy": 1e-6, "cvxpy": 1e-6, "gurobi": 1e-6, "pulp": 1e-4}
+
+
+# ----- problems --------------------------------------------------------------------------------
+def make_problem(seed: int, n_jobs: int, n_types: int, wide: bool, entities: bool
+                 ) -> tuple[Problem, dict[str, str] | None]:
+    """A seeded random problem (see the module docstring) and its water-filling entity policies."""
+    rng = np.random.default_rng(seed)
+    capacity = rng.integers(1, 9, n_types)
+    capacity[0] = 8  # every job fits on type 0
+    lo, hi = (1e-6, 1e6) if wide else (0.1, 10.0)
+    T = np.exp(rng.uniform(np.log(lo), np.log(hi), (n_jobs, n_types)))
+    T[:, 1:][rng.random((n_jobs, n_types - 1)) < 0.2] = 0.0
+    w_lo, w_hi = (1e-3, 1e3) if wide else (0.5, 4.0)
+    kwargs = dict(scale_factors=rng.choice([1, 1, 2, 4, 8], n_jobs),
+                  priority_weights=np.exp(rng.uniform(np.log(w_lo), np.log(w_hi), n_jobs)),
+                  num_steps_remaining=rng.uniform(1e3, 1e5, n_jobs),
+                  time_since_start=rng.uniform(0.0, 1e4, n_jobs))
+    policies = None
+    if entities:
+        labels = [f"e{v}" for v in rng.integers(0, 3, n_jobs)]
+        names = sorted(set(labels))
+        kwargs.update(entities=labels,
+                      entity_weights={e: float(np.exp(rng.uniform(np.log(w_lo), np.log(w_hi)))) for e in names})
+        policies = {e: str(rng.choice(["fairness", "fifo"])) for e in names}
+    cluster = Cluster({f"t{j}": int(c) for j, c in enumerate(capacity)})
+    return Problem(T, cluster, **kwargs), policies
+
+
+def solve(problem: Problem, policy: str, backend: str, entity_policies: dict | None) -> allocopt.Allocation:
+    """``policy`` (a key of POLICIES) on ``backend``; skips where Gurobi's license cannot take the model."""
+    name, options = policy.split("/")[0], dict(POLICIES[policy])
+    if name == "water_filling":
+        options["entity_policies"] = entity_policies
+    try:
+        return allocopt.solve(problem, name, backend=backend, **options)
+    except LicenseError as err:
+        pytest.skip(f"gurobi: {err}")
+
+
+def normalized(alloc: allocopt.Allocation, heterogeneity_aware: bool = True) -> np.ndarray:
+    """``n_i = s_i e_i / p_i`` (or ``s_i`` times the time share)."""
+    share = alloc.normalized_throughput if heterogeneity_aware else alloc.time_fraction
+    return share * alloc.problem.scale_factors
+
+
+# ----- an independent dense formulation --------------------------------------------------------
+def rates(problem: Problem, heterogeneity_aware: bool = True) -> np.ndarray:
+    """``a_ij``: job i's normalized throughput per unit of time on type j (0 where it does not fit)."""
+    T, cap = problem.throughputs, problem.capacity.astype(float)
+    s = problem.scale_factors.astype(float)
+    fits = (T > 0) & (s[:, None] <= cap[None, :])
+    if not heterogeneity_aware:
+        return np.where(fits, s[:, None], 0.0)
+    p = T @ cap / cap.sum()
+    return np.where(fits, s[:, None] * T / p[:, None], 0.0)
+
+
+class Dense:
+    """Columns ``X`` (row-major, n x k) then one extra column; base rows as dense ``A_ub x <= b_ub``."""
+
+    def __init__(self, problem: Problem, a: np.ndarray):
+        n, k = a.shape
+        self.n, self.k, self.a = n, k, a
+        rows = [np.kron(np.eye(n)[i], np.ones(k)) for i in range(n)]
+        rows += [np.kron(problem.scale_factors.astype(float), np.eye(k)[j]) for j in range(k)]
+        self.A = np.hstack([np.array(rows), np.zeros((n + k, 1))])
+        self.b = np.concatenate([np.ones(n), problem.capacity.astype(float)])
+        self.bounds = [(0, None) if a[i, j] > 0 else (0, 0) for i in range(n) for j in range(k)]
+
+    def n_row(self, i: int, t: float = 0.0) -> np.ndarray:
+        """``-n_i + t * extra`` as a row."""
+        row = np.zeros(self.n * self.k + 1)
+        row[i * self.k:(i + 1) * self.k] = -self.a[i]
+        row[-1] = t
+        return row
+
+    def solve(self, c: np.ndarray, rows: list[np.ndarray], rhs: list[float], extra=(None, None)) -> float:
+        res = linprog(c, A_ub=np.vstack([self.A, *rows]), b_ub=np.concatenate([self.b, rhs]),
+                      bounds=self.bounds + [extra], method="highs")
+        assert res.status == 0, res.message
+        return -res.fun
+
+
+def dense_max_min(problem: Problem, heterogeneity_aware: bool = True) -> float:
+    """max t s.t. n_i >= w_i t."""
+    lp = Dense(problem, rates(problem, heterogeneity_aware))
+    c = np.zeros(lp.n * lp.k + 1)
+    c[-1] = -1.0
+    return lp.solve(c, [lp.n_row(i, w) for i, w in enumerate(problem.priority_weights)], [0.0] * lp.n)
+
+
+def dense_max_throughput(problem: Problem) -> float:
+    """max sum_ij T_ij X_ij."""
+    lp = Dense(problem, rates(problem))
+    c = np.concatenate([-(problem.throughputs * (lp.a > 0)).ravel(), [0.0]])
+    return lp.solve(c, [], [], (0, 0))
+
+
+def dense_water_filling(problem: Problem, entity_policies: dict | None) -> np.ndarray:
+    """Levels ``n_i`` by progressive filling: per level max t, then one LP per active job
+    (the most it can get while the others keep their targets); jobs that cannot rise freeze."""
+    a = rates(problem)
+    lp = Dense(problem, a)
+    n, u = lp.n, a.max(axis=1)
+    w = problem.priority_weights
+    if problem.entities is None:
+        entity, W, job_w, fifo = np.arange(n), w, np.ones(n), np.zeros(n, dtype=bool)
+    else:
+        entity, W, job_w = problem.entities, problem.entity_weights, w
+        fifo = np.array([(entity_policies or {}).get(problem.entity_ids[e]) == "fifo" for e in entity])
+    age = problem.time_since_start
+    frozen, level = np.zeros(n, dtype=bool), np.zeros(n)
+    while not frozen.all():
+        sigma = np.zeros(n)
+        for e in set(entity[~frozen].tolist()):
+            members = np.flatnonzero(~frozen & (entity == e))
+            if fifo[members[0]]:
+                sigma[members[np.lexsort((members, -age[members]))[0]]] = 1.0
+            else:
+                sigma[members] = job_w[members] / job_w[members].sum()
+        held = np.array([level[frozen & (entity == entity[i])].sum() for i in range(n)])
+        slope, offset = sigma * W[entity], sigma * held
+        c = np.zeros(n * lp.k + 1)
+        c[-1] = -1.0
+        rows = [lp.n_row(i, 0.0 if frozen[i] else slope[i]) for i in range(n)]
+        t = lp.solve(c, rows, np.where(frozen, -level, offset).tolist())
+        target = np.where(frozen, level, np.maximum(slope * t - offset, 0.0))
+        gain = np.full(n, np.inf)
+        for i in np.flatnonzero(~frozen):
+            most = lp.solve(lp.n_row(i), [lp.n_row(j) for j in range(n)], (-target * (1 - 1e-9)).tolist(), (0, 0))
+            gain[i] = (most - target[i]) / u[i]
+        stuck = gain <= 1e-6
+        if not stuck.any():  # the job that gains least, within the solver's tolerances
+            stuck[np.argmin(gain)] = True
+        level[stuck] = target[stuck]
+        frozen |= stuck
+    return level
+
+
+# ----- properties -----------------------------------------------------------------------------
+PROBLEMS = dict(seed=st.integers(0, 2**32 - 1), n_jobs=st.integers(1, 7), n_types=st.integers(1, 3),
+                wide=st.booleans(), entities=st.booleans())
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@PROPERTY
+@given(**PROBLEMS)
+def test_every_backend_solves_feasibly_and_agrees(policy, backend, seed, n_jobs, n_types, wide, entities):
+    if backend == "gurobi":  # size-limited license: tiny problems only
+        n_jobs = min(n_jobs, 3)
+    problem, entity_policies = make_problem(seed, n_jobs, n_types, wide, entities)
+    alloc = solve(problem, policy, backend, entity_policies)
+    assert alloc.status is allocopt.Status.OPTIMAL
+    assert_feasible(alloc)
+    if backend == "highs":
+        return
+    reference = solve(problem, policy, "highs", entity_policies)
+    tol = AGREEMENT[backend]
+    assert alloc.objective == pytest.approx(reference.objective, rel=tol, abs=1e-12), policy
+    if policy == "water_filling":
+        u = rates(problem).max(axis=1)
+        np.testing.assert_array_less(np.abs(normalized(alloc) - normalized(reference)), 10 * tol * u + 1e-12)
+
+
+@pytest.mark.parametrize("policy", ["max_min_fairness", "max_min_fairness/plain", "max_throughput", "water_filling"])
+@settings(PROPERTY, max_examples=40)
+@given(seed=st.integers(0, 2**32 - 1), n_jobs=st.integers(1, 6), n_types=st.integers(1, 3), entities=st.booleans())
+def test_agrees_with_dense_formulation(policy, seed, n_jobs, n_types, entities):
+    problem, entity_policies = make_problem(seed, n_jobs, n_types, False, entities)
+    alloc = solve(problem, policy, "highs", entity_policies)
+    if policy == "max_throughput":
+        assert alloc.objective == pytest.approx(dense_max_throughput(problem), rel=1e-7)
+    elif policy == "water_filling":
+        expected = dense_water_filling(problem, entity_policies)
+        u = rates(problem).max(axis=1)
+        np.testing.assert_array_less(np.abs(normalized(alloc) - expected), 1e-5 * u)
+        np.testing.assert_allclose(alloc.extras["levels"] * problem.priority_weights, normalized(alloc),
+                                   rtol=1e-7, atol=1e-12)
+    else:
+        aware = policy == "max_min_fairness"
+        assert alloc.objective == pytest.approx(dense_max_min(problem, aware), rel=1e-7)
+
+
+@settings(PROPERTY, max_examples=30)
+@given(**PROBLEMS, added_type=st.integers(0, 2))
+def test_more_capacity_never_lowers_the_max_min_level(seed, n_jobs, n_types, wide, entities, added_type):
+    """One more GPU of any type (least attained service: the objective does not depend on the
+    capacity), or every type doubled (the proportional throughputs ``p_i`` stay the same)."""
+    problem, _ = make_problem(seed, n_jobs, n_types, wide, entities)
+    gpus = dict(zip(problem.gpu_types, problem.capacity.tolist()))
+
+    def grown(capacity: dict) -> Problem:
+        return Problem(problem.throughputs, Cluster(capacity), scale_factors=problem.scale_factors,
+                       priority_weights=problem.priority_weights)
+
+    one_more = dict(gpus, **{problem.gpu_types[added_type % n_types]: gpus[problem.gpu_types[added_type % n_types]] + 1})
+    for bigger, aware in ((grown(one_more), False), (grown({t: 2 * c for t, c in gpus.items()}), True)):
+        before = allocopt.solve(problem, "max_min_fairness", heterogeneity_aware=aware).objective
+        after = allocopt.solve(bigger, "max_min_fairness", heterogeneity_aware=aware).objective
+        assert after >= before * (1 - 1e-7)
+
+
+@settings(PROPERTY, max_examples=40)
+@given(**PROBLEMS)
+def test_water_filling_refines_max_min(seed, n_jobs, n_types, wide, entities):
+    problem, _ = make_problem(seed, n_jobs, n_types, wide, False)
+    fill = allocopt.solve(problem, "water_filling")
+    max_min = allocopt.solve(problem, "max_min_fairness")
+    assert fill.objective == pytest.approx(max_min.objective, rel=1e-6)
+    u = rates(problem).max(axis=1)
+    share_fill, share_max_min = normalized(fill), normalized(max_min)
+    assert np.all(share_fill >= max_min.objective * problem.priority_weights - 1e-6 * u)
+    # leximin: the sorted weighted levels are lexicographically at least max-min's
+    a = np.sort(share_fill / problem.priority_weights)
+    b = np.sort(share_max_min / problem.priority_weights)
+    tol = 1e-6 * np.max(u / problem.priority_weights)
+    first = np.flatnonzero(np.abs(a - b) > tol)
+    assert first.size == 0 or a[first[0]] > b[first[0]]
+
+
+@pytest.mark.parametrize("field, kwargs, match", [
+    ("throughputs", dict(throughputs=[[1e300, 1.0], [3.0, 1.0]]), "between 1e-09 and 1e.09 steps/s"),
+    ("throughputs", dict(throughputs=[[5e-324, 1.0], [3.0, 1.0]]), "between 1e-09 and 1e.09 steps/s"),
+    ("priority_weights", dict(priority_weights=[1e10, 1.0]), "priority weights between 0.001 and 1000"),
+    ("priority_weights", dict(priority_weights=[1e-300, 1.0]), "priority weights between 0.001 and 1000"),
+    ("entity_weights", dict(entities=["a", "b"], entity_weights={"a": 1e4}), "entity weights between"),
+    ("pair_throughputs", dict(pair_throughputs={(0, 1): {"x": (1e12, 1.0), "y": (0.0, 0.0)}}), "between 1e-09"),
+])
+def test_out_of_range_inputs_name_field_and_range(field, kwargs, match):
+    kwargs = {"throughputs": [[1.0, 2.0], [3.0, 1.0]], **kwargs}
+    with pytest.raises(InvalidProblemError, match=match) as err:
+        Problem(kwargs.pop("throughputs"), Cluster({"x": 2, "y": 1}), **kwargs)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("weights", [[1e3, 1e-3], [1e-3, 1e3, 1.0]])
+def test_weights_a_million_apart_keep_every_job(backend, weights):
+    """The edge of the weight range: the light job still gets its (tiny) share, and the level is exact."""
+    n = len(weights)
+    problem = Problem(np.array([[1.0, 2.0], [3.0, 1.0], [2.0, 2.0]][:n]), Cluster({"x": 2, "y": 1}),
+                      priority_weights=weights)
+    for policy in ("max_min_fairness", "water_filling"):
+        alloc = solve(problem, policy, backend, None)
+        assert alloc.objective == pytest.approx(dense_max_min(problem), rel=1e-6)
+        assert np.all(alloc.fair_share_ratio >= alloc.objective * (1 - 1e-6))
