@@ -69,8 +69,20 @@ def _partner_ranges(labels: np.ndarray, job: np.ndarray, partner: np.ndarray,
 
 
 def _relabel(rows: np.ndarray) -> np.ndarray:
-    """Group index of each row of ``rows``, groups numbered by first appearance."""
-    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    """Group index of each row of ``rows``, groups numbered by first appearance.
+
+    Rows are grouped by a hash of their bits (elementwise integer arithmetic,
+    so equal rows always hash alike; one sort of n integers) and the grouping
+    is checked exactly (every row equals its group's first); on a collision
+    the rows are sorted whole (``np.unique(axis=0)``, several times slower)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float64) + 0.0  # -0.0 and 0.0 hash alike
+    bits = rows.view(np.uint64)
+    key = np.zeros(rows.shape[0], dtype=np.uint64)
+    for column in bits.T:
+        key = (key ^ column) * np.uint64(0x100000001B3)  # FNV-style mixing, wrapping modulo 2**64
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if not np.array_equal(rows[first[inverse]], rows):
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     rank = np.empty(first.size, dtype=np.int64)
     rank[np.argsort(first)] = np.arange(first.size)
     return rank[inverse.reshape(-1)]
