@@ -135,8 +135,9 @@ def uniform_problem(n_jobs: int, n_gpu_types: int = 8, seed: int = 0, *, capacit
 
     Throughputs (steps/s) uniform in [1, 10] per (job, type); priority weight 5
     on 20% of the jobs, else 1; scale factors 1/2/4/8 with probabilities
-    0.7/0.1/0.15/0.05; ``capacity`` GPUs per type (an int for every type or
-    one per type; default ``n / 4`` per type, at least 1). With 8 types and
+    0.7/0.1/0.15/0.05 (capped at the largest type's GPUs); ``capacity`` GPUs
+    per type (an int for every type or one per type; default ``n / 4`` per
+    type, at least 1). With 8 types and
     ``n / 4`` each the jobs' best types are rarely contended, so the per-job
     time limit, not capacity, decides max-min fairness.
     """
@@ -147,6 +148,7 @@ def uniform_problem(n_jobs: int, n_gpu_types: int = 8, seed: int = 0, *, capacit
     weights = np.where(rng.random(n) < 0.2, 5.0, 1.0)
     scale = rng.choice([1, 2, 4, 8], size=n, p=[0.7, 0.1, 0.15, 0.05])
     cap = np.broadcast_to(np.asarray(max(1, n // 4) if capacity is None else capacity), (k,)).astype(int)
+    scale = np.minimum(scale, cap.max())  # a job fits on the largest type
     cluster = Cluster({f"gpu{j}": int(cap[j]) for j in range(k)})
     return Problem(T, cluster, scale_factors=scale, priority_weights=weights,
                    num_steps_remaining=np.exp(rng.uniform(np.log(1e3), np.log(1e6), n)),
