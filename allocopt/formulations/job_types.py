@@ -151,8 +151,9 @@ class _TypeModel:
         self.scale = problem.scale_factors[self.rows].astype(np.float64)
         self.T = problem.throughputs[self.rows]
         self.model = Model(name)
+        # no upper bound of 1 (the time rows imply it), as in the per-job LP: redundant bounds slow HiGHS down
         self.X = self.model.add_variable("X", (n_types, k), lb=0.0,
-                                         ub=problem.runnable[self.rows].astype(np.float64))
+                                         ub=np.where(problem.runnable[self.rows], np.inf, 0.0))
         self.time = self.X.sum(axis=1)
         gpus = (self.X * (self.count * self.scale)[:, None]).sum(axis=0)
         self.throughput: LinExpr = (self.X * self.T).sum(axis=1)
