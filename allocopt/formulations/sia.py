@@ -76,7 +76,8 @@ from allocopt.solution import Solution, Status
 
 ROUNDOFF = 1e-9  # margin of the fixing tests, relative to the bound (keeps more entries, never fewer)
 FIRST_DELTA = 1e-6  # first regret threshold of the fixing, relative to the bound
-GROWTH = 4.0  # the threshold's growth when the reduced MILP does not reach it
+GROWTH = 16.0  # the threshold's growth when no point lies within it
+WHOLE_FRACTION = 0.5  # when fixing leaves more than this fraction of the entries, the whole MILP is solved
 PRICE_RTOL = 1e-10  # the price search stops when its cutting planes promise less, relative to the bound
 MAX_PRICE_EVALUATIONS = 200
 
@@ -224,8 +225,10 @@ def _solve_by_prices(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray
     ``delta`` must be allocated) is solved to zero gap (or the caller's
     ``mip_gap``). If its optimum ``z`` is within ``L + delta`` it is the optimum
     of the whole MILP: any better point lies in the reduced one. Otherwise
-    ``delta`` grows (to ``z - L`` at most, after which the next solve holds
-    ``z``'s point and so ends). Returns ``x`` (per entry), the last reduced
+    ``delta`` becomes ``z - L``, and the next solve, which holds ``z``'s point,
+    ends (when the reduced MILP is infeasible, ``delta`` grows by
+    :data:`GROWTH`). When fixing would keep more than :data:`WHOLE_FRACTION`
+    of the entries the whole MILP is solved instead. Returns ``x`` (per entry), the last reduced
     MILP's Solution (None when fixing left nothing to solve) and extras.
     """
     n, k = problem.num_jobs, problem.cluster.num_gpu_types
@@ -271,6 +274,9 @@ def _solve_by_prices(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray
     while True:
         within = regret <= delta + eps
         forced = idle_regret[per_job] > delta + eps  # per entry: its job must be allocated
+        if np.count_nonzero(within) > WHOLE_FRACTION * rows.size:  # fixing would not pay: solve it whole
+            delta = np.inf
+            within, forced = np.ones(rows.size, dtype=bool), np.zeros(rows.size, dtype=bool)
         whole = bool(within.all() and not np.any(idle_regret[can_idle] > delta + eps))
         count = np.bincount(per_job, within, minlength=starts.size)
         one = pinned_entry | (within & forced & (count[per_job] == 1))
@@ -300,7 +306,7 @@ def _solve_by_prices(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray
             z = float(cost @ x)
             if whole or z - bound <= delta + eps:
                 break
-            delta = min(z - bound, GROWTH * delta)
+            delta = z - bound  # a point this good exists, so this fixing keeps it: the next solve ends
         elif whole:
             raise InfeasibleError("sia: no configuration assignment satisfies the capacity of every GPU type "
                                   "with the pinned jobs; unpin some of them", status=Status.INFEASIBLE)
