@@ -16,6 +16,7 @@ from allocopt.formulations import ModelSolver, PolicyResult, get_policy
 from allocopt.goodput_problem import GoodputProblem
 from allocopt.partitioning import Partitioning, solve_partitioned
 from allocopt.problem import Problem
+from allocopt.technique import choose, technique_extras
 from allocopt.verify import checked
 
 
@@ -24,7 +25,7 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
           threads: int | None = None, verbose: bool = False,
           solver_options: dict[str, Any] | None = None, best_effort: bool = False,
           warm_start: Allocation | None = None, partitions: int | Partitioning = 1,
-          **policy_options: Any) -> Allocation:
+          technique: str = "auto", **policy_options: Any) -> Allocation:
     """Compute ``policy``'s allocation of ``problem`` with ``backend``.
 
     Parameters
@@ -66,6 +67,15 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
         on large problems, approximate (``status`` is ``APPROXIMATE``). A
         :class:`~allocopt.partitioning.Partitioning` sets the seed, Ray, and
         a comparison with the exact optimum.
+    technique : str, default "auto"
+        How the policy's model is solved exactly (:mod:`allocopt.technique`):
+        ``auto`` picks from cheap statistics of the problem (job types,
+        size, contention, a closed form certified by its dual bound);
+        ``plain``, ``closed_form``, ``aggregate_job_types``,
+        ``price_decomposition``, ``column_generation`` (max-min fairness,
+        max throughput), ``relaxation_first``, ``whole_milp`` (sia) force
+        one. ``Allocation.extras["technique"]`` and ``["technique_reason"]``
+        say which was used and why.
     **policy_options
         Options of the policy (e.g. ``heterogeneity_aware=False``).
 
@@ -124,6 +134,8 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
             backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
             solver_options=solver_options, best_effort=best_effort), policy_options)
     options = {**pol.options, **policy_options}
+    choice = choose(problem, pol.name, options, policy_options, technique, warm_start)
+    options.update(choice.options)
     solver = ModelSolver(backend, SolveOptions(time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads,
                                                verbose=verbose, solver_options=dict(solver_options or {})),
                          best_effort=best_effort,
@@ -131,11 +143,14 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
                          job_ids=problem.job_ids)
     if problem.num_jobs == 0:
         result = PolicyResult(np.zeros((0, problem.cluster.num_gpu_types)), None, message="No jobs to allocate.")
+    elif choice.result is not None:
+        result = choice.result
     else:
         started = time.perf_counter()
         result = pol.allocate(problem, solver, **options)
         # formulating the models happens inside allocate: everything there but the solver counts
         solver.model_build_s = time.perf_counter() - started - solver.solver_build_s - solver.solve_s
+    result.extras = {**result.extras, **technique_extras(choice, result.extras)}
     for array in (result.matrix, result.pair_matrix):
         if array is not None:
             array.setflags(write=False)

@@ -93,6 +93,11 @@ class Configurations:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Configurations is immutable")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle (and ``copy.deepcopy``) through the constructor, which validates again."""
+        return (Configurations, (self.cluster, np.array(self.gpu_type), np.array(self.num_nodes),
+                                 np.array(self.num_gpus)))
+
     def __len__(self) -> int:
         return int(self.gpu_type.size)
 

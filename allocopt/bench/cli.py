@@ -8,6 +8,7 @@ the exit code. ``python -m allocopt.bench ARGS`` runs it standalone.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,9 @@ from typing import Any
 
 from allocopt.backends import BACKENDS
 from allocopt.bench import output
+from allocopt.bench.families import DEFAULT_SIZES as FAMILY_SIZES
+from allocopt.bench.families import FAMILY_FIELDS, run_families
+from allocopt.bench.instances import FAMILIES
 from allocopt.bench.machine import format_machine, machine_info
 from allocopt.bench.output import Column, format_table, ratio, seconds
 from allocopt.bench.runner import ROW_FIELDS, Config, plan, run_grid, run_targets
@@ -49,7 +53,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Time allocopt.solve for each policy, number of jobs, number of GPU types, backend and "
                     "technique, and the same policy written the straightforward way in cvxpy (as Gavel and Sia "
                     "do) solved by HiGHS in the same run; write JSON, CSV and log-log plots. --targets reports "
-                    "issue 7's targets instead. Times are wall-clock seconds; nothing is asserted.")
+                    "the speed targets instead, --families every technique on every instance family. Times are "
+                    "wall-clock seconds; nothing is asserted.")
     _arguments(p)
     p.set_defaults(run=main)
     return p
@@ -82,7 +87,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="CI smoke run: sizes 32,128, 3 types, highs (about 20 s on 2 cores)")
     p.add_argument("--targets", action="store_true",
-                   help="measure issue 7's targets (minutes: the target sizes and baselines at smaller sizes)")
+                   help="measure the speed targets with allocopt.solve's defaults (minutes: the target sizes and "
+                        "baselines at smaller sizes)")
+    p.add_argument("--families", nargs="?", const="all", metavar="NAMES",
+                   help=f"every technique x instance family x size (default sizes "
+                        f"{','.join(map(str, FAMILY_SIZES))}), with the ratio to the plain LP and to cvxpy, slowdowns "
+                        f"flagged, then POP's figure-2 and Sia's scale instances; NAMES: comma-separated of "
+                        f"{', '.join(FAMILIES)} (default: all); rows are printed and written to families.csv as "
+                        "they finish")
     p.add_argument("--out", default="bench-results", metavar="DIR",
                    help="directory for bench.json, bench.csv, bench-<backend>.png (targets: targets.json, "
                         "targets.csv) (default: %(default)s)")
@@ -158,11 +170,25 @@ def main(args: argparse.Namespace) -> int:
     print(format_machine(info), flush=True)
     if args.targets:
         return _targets(config, args, info, out)
+    if args.families:
+        return _families(config, args, info, out)
     for note in dict.fromkeys(notes):
         print(f"note: {note}")
-    rows = run_grid(config, cells)
-    for row in rows:
-        row["note"] = _note(row)
+    path = out / "bench.csv"
+    with path.open("w", newline="") as handle:  # rows are written as they finish; rewritten whole at the end
+        writer = csv.DictWriter(handle, fieldnames=ROW_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+
+        def on_row(row: dict[str, Any]) -> None:
+            row["note"] = _note(row)
+            progress_line = "  ".join(f"{c.header}={c.show(row.get(c.key))}" for c in ROW_COLUMNS
+                                      if row.get(c.key) is not None)
+            print(progress_line, flush=True)
+            writer.writerow(row)
+            handle.flush()
+
+        rows = run_grid(config, cells, on_row)
+    print()
     print(format_table(rows, ROW_COLUMNS, group="policy"))
     agree = [r for r in rows if r.get("objectives_agree") is not None]
     print(f"\nratio = cvxpy baseline total / allocopt total, same run; objectives compared in {len(agree)} rows, "
@@ -201,6 +227,44 @@ def _targets(config: Config, args: argparse.Namespace, info: dict[str, Any], out
                                                     "total_s", "verdict", "technique", "baseline_status",
                                                     "baseline_total_s", "ratio", "objective_rel_diff", "note"])
     print(f"wrote {out / 'targets.json'}, {out / 'targets.csv'}")
+    return 0
+
+
+FAMILY_COLUMNS = (
+    Column("family", "family", left=True), Column("n_jobs", "jobs"), Column("technique", "technique", left=True),
+    Column("chosen", "chosen", left=True), Column("total_s", "total_s", seconds),
+    Column("vs_reference", "vs plain", ratio), Column("vs_cvxpy", "cvxpy/ours", ratio),
+    Column("objective", "objective", ".8g"), Column("objective_rel_diff", "rel.diff", ".1e"),
+    Column("flag", "flag", left=True), Column("status", "status", left=True))
+
+
+def _families(config: Config, args: argparse.Namespace, info: dict[str, Any], out: Path) -> int:
+    names = _names(None if args.families == "all" else args.families, "--families", FAMILIES, FAMILIES)
+    sizes = config.sizes if args.sizes else FAMILY_SIZES
+    path = out / "families.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FAMILY_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+
+        def on_row(row: dict[str, Any]) -> None:
+            print("  ".join(f"{c.header}={c.show(row.get(c.key))}" for c in FAMILY_COLUMNS
+                            if row.get(c.key) is not None), flush=True)
+            if row["technique"] != "cvxpy":
+                writer.writerow(row)
+                handle.flush()
+
+        rows = run_families(names, sizes, seed=config.seed, repeat=config.repeat, baseline=config.baseline,
+                            baseline_time_limit_s=config.baseline_time_limit_s, max_seconds=config.max_seconds,
+                            on_row=on_row)
+    print()
+    print(format_table(rows, FAMILY_COLUMNS, group="family"))
+    slower = [r for r in rows if r.get("flag") and "SLOWER" in r["flag"]]
+    print(f"\nvs plain = technique seconds / plain LP seconds (sia: whole MILP; space sharing: job types), same "
+          f"run; {len(slower)} row(s) more than 10% slower than it, "
+          f"{sum('DIFFERS' in (r.get('flag') or '') for r in rows)} with objectives differing by more than 1e-6")
+    _finish(info)
+    output.write_json(out / "families.json", {"machine": info, "rows": rows})
+    print(f"wrote {path}, {out / 'families.json'}")
     return 0
 
 

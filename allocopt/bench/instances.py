@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 from importlib import resources
 from pathlib import Path
 
@@ -126,6 +127,72 @@ def water_filling_problem(n_jobs: int, n_gpu_types: int = 3, n_entities: int = 8
         entity_weights={f"u{e}": 1.0 + e % 4 for e in range(n_entities) if f"u{e}" in entities})
     policies = {e: ("fifo" if int(e[1:]) % 2 else "fairness") for e in problem.entity_ids}
     return problem, policies
+
+
+# ----- instance families (every technique is measured on each) -------------------------------
+def uniform_problem(n_jobs: int, n_gpu_types: int = 8, seed: int = 0, *, capacity: Any = None) -> Problem:
+    """Distinct jobs with independent speeds per type, heavy priority weights and mixed scale factors.
+
+    Throughputs (steps/s) uniform in [1, 10] per (job, type); priority weight 5
+    on 20% of the jobs, else 1; scale factors 1/2/4/8 with probabilities
+    0.7/0.1/0.15/0.05 (capped at the largest type's GPUs); ``capacity`` GPUs
+    per type (an int for every type or one per type; default ``n / 4`` per
+    type, at least 1). With 8 types and
+    ``n / 4`` each the jobs' best types are rarely contended, so the per-job
+    time limit, not capacity, decides max-min fairness.
+    """
+    _check_size(n_jobs, n_gpu_types)
+    rng = np.random.default_rng([seed, n_jobs, n_gpu_types, 1])
+    n, k = n_jobs, n_gpu_types
+    T = rng.uniform(1.0, 10.0, (n, k))
+    weights = np.where(rng.random(n) < 0.2, 5.0, 1.0)
+    scale = rng.choice([1, 2, 4, 8], size=n, p=[0.7, 0.1, 0.15, 0.05])
+    cap = np.broadcast_to(np.asarray(max(1, n // 4) if capacity is None else capacity), (k,)).astype(int)
+    scale = np.minimum(scale, cap.max())  # a job fits on the largest type
+    cluster = Cluster({f"gpu{j}": int(cap[j]) for j in range(k)})
+    return Problem(T, cluster, scale_factors=scale, priority_weights=weights,
+                   num_steps_remaining=np.exp(rng.uniform(np.log(1e3), np.log(1e6), n)),
+                   time_since_start=rng.uniform(0.0, 3600.0, n))
+
+
+def pop_figure2_problem(n_jobs: int = 2048, seed: int = 0, *, gpus_per_type: int = 512) -> Problem:
+    """POP's figure-2 instance (Narayanan et al., SOSP 2021): max-min fairness with
+    space sharing, ``n_jobs`` single-GPU jobs from Gavel's table with every pair's
+    measured co-located throughput, on ``gpus_per_type`` each of V100, P100, K80."""
+    _check_size(n_jobs, 3)
+    cluster = Cluster({gpu: gpus_per_type for gpu in GAVEL_GPU_TYPES})
+    return ThroughputTable.gavel().sample_problem(cluster, n_jobs, seed=seed, scale_factor_probs={1: 1.0},
+                                                  space_sharing=True)
+
+
+def soroush_problem(n_jobs: int = 8192, seed: int = 0, *, gpus_per_type: int | None = None) -> Problem:
+    """Soroush's cluster-scheduling instance (Namyar et al., NSDI 2024): jobs drawn
+    with Gavel's generator (the 26-model table, Gavel's scale-factor distribution,
+    priority weight 1) on three types (K80, P100, V100) of ``gpus_per_type`` GPUs
+    each (default ``n / 4``: 2,048 at 8,192 jobs)."""
+    _check_size(n_jobs, 3)
+    per_type = gpus_per_type or max(8, n_jobs // 4)
+    cluster = Cluster({gpu: per_type for gpu in GAVEL_GPU_TYPES})
+    return ThroughputTable.gavel().sample_problem(cluster, n_jobs, seed=seed)
+
+
+#: Instance families of the bench (``allocopt bench --families``): name -> (description, generator of
+#: ``(n_jobs, seed) -> Problem``). Every technique is measured on every family.
+FAMILIES: dict[str, tuple[str, Any]] = {
+    "uniform": ("U[1,10] speeds, weight 5 on 20%, scale factors 1-8, n/4 GPUs per type, 8 types",
+                lambda n, seed: uniform_problem(n, 8, seed)),
+    "gavel_table": ("Gavel's 26-model table, 3 types, n/12 GPUs per type",
+                    lambda n, seed: table_problem(n, 3, seed)),
+    "oversubscribed": ("as uniform with n/32 GPUs per type", lambda n, seed: uniform_problem(n, 8, seed,
+                                                                                           capacity=n // 32)),
+    "undersubscribed": ("as uniform with n GPUs per type", lambda n, seed: uniform_problem(n, 8, seed, capacity=n)),
+    "unequal": ("as uniform on 3 types of 2, 64 and 512 GPUs",
+                lambda n, seed: uniform_problem(n, 3, seed, capacity=[2, 64, 512])),
+    "random": ("the bench's random generator (log-uniform speeds, 10% unrunnable), 8 types",
+               lambda n, seed: random_problem(n, 8, seed)),
+    "soroush": ("Soroush's cluster-scheduling generator: Gavel's table, n/4 GPUs of each of 3 types",
+                lambda n, seed: soroush_problem(n, seed)),
+}
 
 
 # ----- Sia ---------------------------------------------------------------------------------

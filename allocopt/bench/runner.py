@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from allocopt.bench.baselines import BASELINES
+from allocopt.bench.bounded import run_bounded
 from allocopt.bench.output import Progress
 from allocopt.bench.resolve import RESOLVE_TARGET, run_resolve_target
 from allocopt.bench.suite import BACKEND_SOLVER_OPTIONS, POLICIES, TARGETS, BenchPolicy, Target, techniques_for
-from allocopt.bench.timing import OBJECTIVE_RTOL, Measurement, short, time_allocopt
+from allocopt.bench.timing import OBJECTIVE_RTOL, Measurement, time_allocopt
+
+#: A baseline's process is stopped after this many times its time limit per run (building included),
+#: plus the seconds a fresh process takes to import cvxpy.
+BASELINE_WALL_FACTOR = 1.5
+BASELINE_START_S = 15.0
 
 #: Columns of a result row, in the order of the CSV.
 ROW_FIELDS = ("policy", "instance", "n_jobs", "n_gpu_types", "backend", "technique", "status", "build_s",
@@ -76,10 +82,9 @@ def run_baseline(spec: BenchPolicy, instance: Any, n_jobs: int, history: History
     if predicted is not None and predicted[0] > limit_s:
         return Measurement(status=f"estimated: {_estimate_note(predicted, history)} (over --baseline-time-limit "
                                   f"{limit_s:g} s, not run)", total_s=predicted[0])
-    try:
-        m = BASELINES[spec.name](instance.problem, dict(instance.options), limit_s, repeat)
-    except ImportError as err:
-        return Measurement(status=f"skipped: {short(err)} (pip install 'allocopt[cvxpy]')")
+    # the build is bounded too: a child process, killed at the wall-clock limit or over its memory
+    m = run_bounded(BASELINES[spec.name], (instance.problem, dict(instance.options), limit_s, repeat),
+                    wall_limit_s=BASELINE_WALL_FACTOR * limit_s * repeat + BASELINE_START_S)
     if m.ok or m.status.startswith("timeout"):
         history.points.append((n_jobs, m.total_s, not m.ok))
     return m
@@ -132,8 +137,9 @@ def plan(config: Config) -> tuple[list[tuple[BenchPolicy, str, int, int]], list[
     return cells, notes
 
 
-def run_grid(config: Config, cells: list[tuple[BenchPolicy, str, int, int]]) -> list[dict[str, Any]]:
-    """Measure every cell; one row per (cell, backend, technique)."""
+def run_grid(config: Config, cells: list[tuple[BenchPolicy, str, int, int]],
+             on_row: Callable[[dict[str, Any]], None] = lambda row: None) -> list[dict[str, Any]]:
+    """Measure every cell; one row per (cell, backend, technique), each passed to ``on_row`` once measured."""
     runs_per_cell = {spec.name: len(techniques_for(spec.name, _names(config))) * len(config.backends)
                      + int(config.baseline) for spec, *_ in cells}
     progress = Progress(sum(runs_per_cell[spec.name] for spec, *_ in cells), config.progress)
@@ -168,6 +174,7 @@ def run_grid(config: Config, cells: list[tuple[BenchPolicy, str, int, int]]) -> 
                     row = _row(spec, kind, n, k, backend, technique.name, m, instance_s)
                     _compare(row, base)
                     rows.append(row)
+                    on_row(row)
                     progress.advance()
     finally:
         progress.close()
@@ -189,19 +196,26 @@ def run_target(target: Target, config: Config) -> dict[str, Any]:
     result: dict[str, Any] = {**asdict(target), "instance": instance.description, "instance_s": instance_s,
                               "techniques": {}}
     best: tuple[str, Measurement] | None = None
+    auto_choice: dict[str, str] = {}
     for technique in target.techniques():
         m = time_allocopt(instance.problem, spec.policy, repeat=config.repeat,
                           options={**spec.options, **instance.options, **technique.options})
         result["techniques"][technique.name] = m.summary()
+        if m.ok and m.values is not None:
+            auto_choice[technique.name] = str(m.values.extras.get("technique"))
         if m.ok and (best is None or m.total_s < best[1].total_s):
             best = (technique.name, m)
     result.update(technique=None, total_s=None, met=None)
-    if best is not None:
+    auto = result["techniques"].get("auto")
+    if best is not None and auto is not None and auto["status"] == "ok":
         objectives = [t["objective"] for t in result["techniques"].values() if t["status"] == "ok"]
         spread = (max(objectives) - min(objectives)) / max(abs(best[1].objective), 1e-12)
-        result.update(technique=best[0], total_s=best[1].total_s, objective=best[1].objective,
-                      met=bool(best[1].total_s <= target.limit_s), techniques_rel_diff=spread,
-                      techniques_agree=bool(spread <= OBJECTIVE_RTOL))
+        plain = result["techniques"].get("plain")
+        result.update(technique=f"auto: {auto_choice.get('auto', '?')}", total_s=auto["total_s"],
+                      objective=auto["objective"], met=bool(auto["total_s"] <= target.limit_s),
+                      fastest=best[0], techniques_rel_diff=spread, techniques_agree=bool(spread <= OBJECTIVE_RTOL),
+                      vs_plain=(plain["total_s"] / auto["total_s"] if plain and plain["status"] == "ok" else None))
+        best = ("auto", Measurement(total_s=auto["total_s"], objective=auto["objective"]))
     if not config.baseline:
         return result
     history = History()

@@ -1,4 +1,4 @@
-"""What the benchmark suite runs: policies, instance kinds, techniques and the issue's targets.
+"""What the benchmark suite runs: policies, instance kinds, techniques, families and the targets.
 
 Everything here is data. A new switchable technique (a policy option that
 changes how the same optimum is reached) is one :class:`Technique` line in
@@ -26,7 +26,11 @@ class Instance:
 
 
 def gavel_instance(policy: BenchPolicy, kind: str, n_jobs: int, n_gpu_types: int, seed: int) -> Instance:
-    """Random distinct jobs, or jobs drawn from Gavel's table (with every pair under space sharing)."""
+    """Random distinct jobs, jobs drawn from Gavel's table (with every pair under space sharing), or an
+    instance of a family (:data:`allocopt.bench.instances.FAMILIES`, its own GPU types)."""
+    if kind in instances.FAMILIES and kind not in INSTANCE_KINDS:
+        description, generate = instances.FAMILIES[kind]
+        return Instance(generate(n_jobs, seed), {}, f"{n_jobs} jobs, {description}")
     if kind == "table":
         space_sharing = bool(policy.options.get("space_sharing"))
         problem = instances.table_problem(n_jobs, n_gpu_types, seed, space_sharing=space_sharing)
@@ -43,9 +47,12 @@ def water_filling_instance(policy: BenchPolicy, kind: str, n_jobs: int, n_gpu_ty
 
 
 def sia_instance(policy: BenchPolicy, kind: str, n_jobs: int, n_gpu_types: int, seed: int) -> Instance:
-    """The first Sia round of ``n_jobs`` jobs on saturn scaled to them."""
-    rounds, source = instances.sia_rounds(n_jobs, seed, steady=False)
-    problem = rounds["first"]
+    """The first Sia round of ``n_jobs`` jobs on saturn scaled to them (``kind="steady"``: the next round,
+    most jobs with a previous configuration), from Sia's scale workloads when ``$ALLOCOPT_SHARED_DATA``
+    holds them."""
+    steady = kind == "steady"
+    rounds, source = instances.sia_rounds(n_jobs, seed, steady=steady, data_dir=instances.default_data_dir())
+    problem = rounds["steady" if steady else "first"]
     return Instance(problem, {}, f"{n_jobs} jobs ({source}), {int(problem.cluster.capacity.sum())} GPUs, "
                                  f"{problem.num_configurations} configurations")
 
@@ -92,14 +99,17 @@ class Technique:
 
 ALL: tuple[str, ...] = ()
 
-#: Techniques, in the order they are run. ``plain`` is every policy as is.
+#: Techniques, in the order they are run. ``auto`` is ``allocopt.solve``'s default (it picks one of the
+#: others from the problem), ``plain`` the policy's model as written.
 TECHNIQUES: tuple[Technique, ...] = (
-    Technique("plain", {}, ALL),
+    Technique("auto", {}, ALL),
+    Technique("plain", {"technique": "plain"}, ("max_min_fairness", "max_throughput", "mmf_space_sharing")),
+    Technique("closed_form", {"technique": "closed_form"}, ("max_min_fairness", "max_throughput")),
     Technique("aggregate_job_types", {"aggregate_job_types": True},
               ("max_min_fairness", "max_throughput", "mmf_space_sharing")),
     Technique("column_generation", {"column_generation": True}, ("mmf_space_sharing",)),
     Technique("price_decomposition", {"price_decomposition": True}, ("max_min_fairness",)),
-    Technique("whole_milp", {"relaxation_first": False}, ("sia",)),  # plain sia: LP relaxation first
+    Technique("whole_milp", {"relaxation_first": False}, ("sia",)),  # auto sia: GPU prices, then fixing
 )
 
 #: The benchmarked policies, by name.
@@ -140,9 +150,10 @@ def get_policy(name: str) -> BenchPolicy:
 
 @dataclass(frozen=True)
 class Target:
-    """One of issue 7's targets: ``policy`` on ``kind`` at ``n_jobs`` x ``n_gpu_types`` on highs end to
-    end (``Allocation.timings.total_s``, instance generation excluded) within ``limit_s``, by the fastest
-    of its techniques other than ``exclude`` (technique -> why it is not run)."""
+    """A speed target: ``policy`` on ``kind`` at ``n_jobs`` x ``n_gpu_types`` on highs end to end
+    (``Allocation.timings.total_s``, instance generation excluded) within ``limit_s`` with ``allocopt.solve``'s
+    defaults (technique ``auto``); its other techniques, but ``exclude`` (technique -> why it is not
+    run), are measured next to it."""
 
     name: str
     policy: str
@@ -157,13 +168,20 @@ class Target:
         return [t for t in techniques_for(self.policy) if t.name not in self.exclude]
 
 
+_NO_TYPES = "every job is its own type: nothing to aggregate"
 TARGETS: tuple[Target, ...] = (
-    Target("max-min fairness, 65,536 distinct jobs, 8 types", "max_min_fairness", "random", 65536, 8, 2.0,
-           {"aggregate_job_types": "every random job is its own type: nothing to aggregate"}),
+    *(Target(f"max-min fairness, 65,536 jobs, 8 types, family {family}", "max_min_fairness", family, 65536, 8, 2.0,
+             {"aggregate_job_types": _NO_TYPES, "closed_form": "auto tries it first"})
+      for family in ("uniform", "oversubscribed", "undersubscribed", "random")),
+    Target("max-min fairness, 65,536 jobs, 3 types of 2, 64 and 512 GPUs", "max_min_fairness", "unequal", 65536, 3,
+           2.0, {"aggregate_job_types": _NO_TYPES, "closed_form": "auto tries it first"}),
     Target("max-min fairness, 100,000 jobs from the 26-model table, 3 types", "max_min_fairness", "table",
-           100000, 3, 0.5, {"plain": "the per-job LP is not meant for this target (job types repeat)"}),
+           100000, 3, 0.5, {"plain": "the per-job LP is not meant for this target (job types repeat)",
+                            "price_decomposition": "auto aggregates job types first",
+                            "closed_form": "auto tries it first"}),
     Target("space-sharing max-min fairness, 2,048 single-GPU jobs, all pairs, 3 types, exact", "mmf_space_sharing",
            "table", 2048, 3, 10.0, {"plain": "the pairwise LP over all 2,096,128 pairs has 6.3M columns"}),
     Target("water-filling, 2,048 jobs, 8 entities", "water_filling", "random", 2048, 3, 2.0),
-    Target("sia, 5,120 jobs on 2,048 GPUs", "sia", "random", 5120, 3, 0.5),
+    Target("sia, 5,120 jobs on 2,048 GPUs, fresh round", "sia", "random", 5120, 3, 0.5),
+    Target("sia, 5,120 jobs on 2,048 GPUs, steady-state round", "sia", "steady", 5120, 3, 0.5),
 )

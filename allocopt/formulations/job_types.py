@@ -69,8 +69,20 @@ def _partner_ranges(labels: np.ndarray, job: np.ndarray, partner: np.ndarray,
 
 
 def _relabel(rows: np.ndarray) -> np.ndarray:
-    """Group index of each row of ``rows``, groups numbered by first appearance."""
-    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    """Group index of each row of ``rows``, groups numbered by first appearance.
+
+    Rows are grouped by a hash of their bits (elementwise integer arithmetic,
+    so equal rows always hash alike; one sort of n integers) and the grouping
+    is checked exactly (every row equals its group's first); on a collision
+    the rows are sorted whole (``np.unique(axis=0)``, several times slower)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float64) + 0.0  # -0.0 and 0.0 hash alike
+    bits = rows.view(np.uint64)
+    key = np.zeros(rows.shape[0], dtype=np.uint64)
+    for column in bits.T:
+        key = (key ^ column) * np.uint64(0x100000001B3)  # FNV-style mixing, wrapping modulo 2**64
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if not np.array_equal(rows[first[inverse]], rows):
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     rank = np.empty(first.size, dtype=np.int64)
     rank[np.argsort(first)] = np.arange(first.size)
     return rank[inverse.reshape(-1)]
@@ -139,8 +151,9 @@ class _TypeModel:
         self.scale = problem.scale_factors[self.rows].astype(np.float64)
         self.T = problem.throughputs[self.rows]
         self.model = Model(name)
+        # no upper bound of 1 (the time rows imply it), as in the per-job LP: redundant bounds slow HiGHS down
         self.X = self.model.add_variable("X", (n_types, k), lb=0.0,
-                                         ub=problem.runnable[self.rows].astype(np.float64))
+                                         ub=np.where(problem.runnable[self.rows], np.inf, 0.0))
         self.time = self.X.sum(axis=1)
         gpus = (self.X * (self.count * self.scale)[:, None]).sum(axis=0)
         self.throughput: LinExpr = (self.X * self.T).sum(axis=1)

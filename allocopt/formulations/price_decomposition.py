@@ -68,6 +68,11 @@ LP_OPTIONS = {"highs": {"solver": "simplex", "primal_feasibility_tolerance": 1e-
                         "dual_feasibility_tolerance": 1e-10}}
 #: Largest violation of a time or (relative) capacity row a certified allocation may have.
 FEASIBILITY_TOL = 1e-7
+#: Give up (the caller solves the plain LP) once more than this fraction of the jobs need rows:
+#: e.g. when the per-job time limit, not capacity, decides the optimum, the prices are 0, no job
+#: is fixed, and the restricted LP (solved by dual simplex) took 5-10x the plain LP.
+MAX_EXPLICIT_FRACTION = 0.25
+MIN_JOBS_TO_GIVE_UP = 512  # below this the whole restricted LP is fast anyway
 
 
 @dataclass
@@ -310,6 +315,8 @@ def certified_allocation(jobs: PricedJobs, p: np.ndarray, upper: float, lower: f
         fixed[np.argmin(gap)] = False
     for rounds in range(1, max_rounds + 1):
         explicit, rows = np.flatnonzero(~fixed), np.flatnonzero(fixed)
+        if explicit.size > MAX_EXPLICIT_FRACTION * jobs.n and jobs.n >= MIN_JOBS_TO_GIVE_UP:
+            return None  # the restricted LP is nearly the whole LP, which the plain LP solves faster
         kind = cheapest[rows]
         fixed_use = np.bincount(kind, jobs.gpus_per_unit[kind, rows], jobs.k)
         t_max = float(jobs.a[kind, rows].min()) if rows.size else np.inf
@@ -357,7 +364,8 @@ def max_min_fairness_price_decomposition(coefficients: np.ndarray, scale: np.nda
     Returns
     -------
     The certified result (status OPTIMAL) or None when ``max_rounds``
-    restricted LPs did not certify, and the diagnostics (also the result's ``extras``).
+    restricted LPs did not certify or more than :data:`MAX_EXPLICIT_FRACTION` of the jobs
+    needed rows, and the diagnostics (also the result's ``extras``).
     """
     usable = np.asarray(capacity) > 0
     if not usable.all():  # a type with no GPUs has no price to find: solve without it, then put it back

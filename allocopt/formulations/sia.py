@@ -38,11 +38,15 @@ maximizing). Because ``U > 0``, that holds for every input when ``p < 0`` and
 input where it happens is rejected once the coefficients are known, both with
 an :class:`~allocopt.errors.InvalidOptionError` that says why.
 
-The MILP is solved through its LP relaxation first (``relaxation_first=True``,
-:func:`_solve_relaxation_first`): an integral LP optimum is the MILP optimum,
-and otherwise reduced-cost fixing leaves a MILP over a few thousand of the
-binaries (5,120 jobs x 29 configurations: 0.5 s against 1.9 s for the whole
-MILP, same optimum).
+The MILP is solved through its relaxation first (``relaxation_first=True``,
+:func:`_solve_by_prices`): GPU prices that maximize the Lagrangian bound (the
+LP relaxation's optimum) come from cutting planes over the ``k`` types, and
+Lagrangian fixing against that bound leaves a MILP over the few entries
+within the optimality gap, solved to zero gap (or the caller's ``mip_gap``).
+The result is the whole MILP's optimum, proven, and ``extras["mip_gap"]`` is
+the gap actually proven (0 unless ``mip_gap`` was given). 5,120 jobs x 29
+configurations: about 0.1 s against 2-4 s for the whole MILP at HiGHS's
+default 1e-4 relative gap, whose answer can be up to that gap worse.
 
 Exact reductions keep the model small without changing its optimum: a pinned
 job keeps only its previous entry, and of the other entries only those that
@@ -64,17 +68,18 @@ import scipy.sparse as sp
 
 from allocopt.allocation import Timings
 from allocopt.backends import solve_model
-from allocopt.errors import InvalidOptionError
+from allocopt.errors import InfeasibleError, InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem
-from allocopt.model import CompiledModel, Model
-from allocopt.solution import Solution
+from allocopt.model import Model
+from allocopt.solution import Solution, Status
 
-INTEGRALITY_TOL = 1e-9  # an LP value this close to 0 or 1 counts as integral
-FIXING_TOL = 1e-7  # margin of reduced-cost fixing, relative to the LP bound (LP duals carry round-off)
-MAX_REPAIRS = 100  # binaries the incumbent repair raises at most
-DUAL_TOL = 1e-7  # optimality-condition tolerance of LP duals, relative to the largest cost
-FIXING_GUESS = 1e-6  # first guess of the optimality gap, relative to the LP bound
+ROUNDOFF = 1e-9  # margin of the fixing tests, relative to the bound (keeps more entries, never fewer)
+FIRST_DELTA = 1e-6  # first regret threshold of the fixing, relative to the bound
+GROWTH = 16.0  # the threshold's growth when no point lies within it
+WHOLE_FRACTION = 0.5  # when fixing leaves more than this fraction of the entries, the whole MILP is solved
+PRICE_RTOL = 1e-10  # the price search stops when its cutting planes promise less, relative to the bound
+MAX_PRICE_EVALUATIONS = 200
 
 
 class Sia(Policy):
@@ -93,9 +98,11 @@ class Sia(Policy):
     lambda_a : float >= 0, default 0.0
         Cost of moving or stopping a job that has a previous configuration, in utility units.
     relaxation_first : bool, default True
-        Solve the LP relaxation first and the MILP only over the binaries that
-        reduced-cost fixing leaves free (:func:`_solve_relaxation_first`);
-        False solves the whole MILP. Same optimum.
+        Price the GPU types first and solve the MILP only over the entries
+        Lagrangian fixing leaves free (:func:`_solve_by_prices`), to zero gap
+        unless ``mip_gap`` is given; False solves the whole MILP (at the
+        backend's default gap unless ``mip_gap`` is given). ``extras["mip_gap"]``
+        is the relative gap proven either way.
     """
 
     name = "sia"
@@ -112,30 +119,23 @@ class Sia(Policy):
         keep = useful_entries(problem, rows, cols, coef if p < 0 else -coef)
         rows, cols, coef = rows[keep], cols[keep], coef[keep]
 
-        k = rows.size
-        entries = np.arange(k)
-        configs = problem.configurations
-        pinned = problem.pinned[rows] & (cols == problem.previous[rows])
-        model = Model(self.name)
-        x = model.add_variable("x", k, lb=pinned.astype(np.float64), ub=1.0, kind="binary")
-        per_job = sp.csr_matrix((np.ones(k), (rows, entries)), shape=(n, k))
-        model.add_constraint("one_configuration", per_job @ x <= 1.0)
-        gpus = sp.csr_matrix((configs.num_gpus[cols].astype(np.float64), (configs.gpu_type[cols], entries)),
-                             shape=(problem.cluster.num_gpu_types, k))
-        model.add_constraint("capacity", gpus @ x <= problem.cluster.capacity.astype(np.float64))
-        objective = x.dot(coef) + offset
-        if p < 0:
-            model.minimize(objective)
-        else:
-            model.maximize(objective)
         if relaxation_first:
-            values, objective_value, extras, solution = _solve_relaxation_first(model.compile(), solver)
+            values, solution, extras = _solve_by_prices(problem, rows, cols, coef if p < 0 else -coef, solver)
+            extras["lp_bound"] = (extras["lp_bound"] if p < 0 else -extras["lp_bound"]) + offset
+            status = Status.OPTIMAL if solution is None else solution.status
+            message = "Optimal solution found." if solution is None else solution.message
         else:
+            pinned = problem.pinned[rows].astype(np.float64)
+            model = _reduced_model(rows, np.zeros(rows.size, dtype=bool), problem.configurations.gpu_type[cols],
+                                   problem.configurations.num_gpus[cols].astype(np.float64),
+                                   coef if p < 0 else -coef, problem.cluster.capacity.astype(np.float64),
+                                   lb=pinned)
             solution = solver.solve(model, "sia", defaults=SOLVER_DEFAULTS)
-            values, objective_value, extras = solution.values["x"], solution.objective, {}
+            values, status, message = np.round(solution.values["x"]), solution.status, solution.message
+            extras = {"milp_binaries": int(rows.size), "mip_gap": solution.mip_gap}
         chosen = np.zeros((n, C))
         chosen[rows, cols] = values
-        return PolicyResult(chosen, objective_value, solution.status, message=solution.message, extras=extras)
+        return PolicyResult(chosen, float(coef @ values + offset), status, message=message, extras=extras)
 
     def to_allocation(self, problem: GoodputProblem, result: PolicyResult, *, backend: str | None,
                       timings: Timings) -> ConfigurationAllocation:
@@ -204,119 +204,183 @@ def useful_entries(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray, 
     return np.where(problem.pinned[rows], cols == problem.previous[rows], keep)
 
 
-def _solve_relaxation_first(model: CompiledModel, solver: ModelSolver
-                            ) -> tuple[np.ndarray, float | None, dict[str, Any], Solution]:
-    """Solve a 0-1 program whose rows are ``A x <= b`` with ``A >= 0`` (Sia's) by
-    its LP relaxation and reduced-cost fixing; same optimum as the MILP.
+def _solve_by_prices(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray, cost: np.ndarray,
+                     solver: ModelSolver) -> tuple[np.ndarray, Solution | None, dict[str, Any]]:
+    """Solve Sia's MILP exactly by Lagrangian prices on the GPU types and fixing.
 
-    In minimization form, with an optimal LP point ``x*`` of value ``z*`` and
-    duals ``y <= 0``, every feasible ``x`` has ``c x >= z* + sum_j d_j (x_j -
-    x*_j)`` for the reduced costs ``d = c - A^T y``, each term ``>= 0``. An
-    integral ``x*`` is therefore optimal. Otherwise rounding ``x*`` down is
-    feasible (``A >= 0``); raising binaries that still fit, most improving
-    first, gives an incumbent of value ``z_inc``, and a binary at 0 with ``z* +
-    d_j > z_inc`` (at 1 with ``z* - d_j > z_inc``) takes that value in every
-    solution at least as good: it is fixed, and the MILP is solved over the
-    rest. Without duals (a backend that reports none) the whole MILP is solved.
-    Returns the values, the objective (model's sense), extras and the last solution.
+    In minimization form (``cost`` per entry, :func:`useful_entries` order),
+    prices ``lam >= 0`` on the capacity rows give for every feasible ``x``::
+
+        cost . x = L(lam) + sum_i (r_i(x) - m_i) + lam . (capacity - use(x)),
+        r_e = cost_e + lam_t(e) g_e,  m_i = min(0, min_e r_e)  (pinned: its entry's r),
+        L(lam) = sum_i m_i - lam . capacity,
+
+    with every term of both sums ``>= 0`` (``r_i(x)`` is the ``r`` of job
+    ``i``'s chosen entry, 0 when idle). So ``L(lam)`` is a lower bound for
+    any prices, and a solution of value at most ``L + delta`` gives no job a
+    regret ``r_e - m_i`` (or, idle, ``-m_i``) above ``delta``. The prices
+    maximize ``L`` (the LP relaxation's bound) by box-step cutting planes over
+    the ``k`` types (:func:`_maximize_bound`); then, for growing ``delta``, the
+    MILP over the entries within ``delta`` (a job whose idle regret exceeds
+    ``delta`` must be allocated) is solved to zero gap (or the caller's
+    ``mip_gap``). If its optimum ``z`` is within ``L + delta`` it is the optimum
+    of the whole MILP: any better point lies in the reduced one. Otherwise
+    ``delta`` becomes ``z - L``, and the next solve, which holds ``z``'s point,
+    ends (when the reduced MILP is infeasible, ``delta`` grows by
+    :data:`GROWTH`). When fixing would keep more than :data:`WHOLE_FRACTION`
+    of the entries the whole MILP is solved instead. Returns ``x`` (per entry), the last reduced
+    MILP's Solution (None when fixing left nothing to solve) and extras.
     """
-    relaxed = solver.record(solve_model(replace(model, integrality=np.zeros_like(model.integrality)),
-                                        solver.backend, solver.options, SOLVER_DEFAULTS))
-    sign = 1.0 if model.sense == "min" else -1.0
-    d = None
-    if relaxed.success:
-        x_lp = relaxed.x
-        fractional = (x_lp > INTEGRALITY_TOL) & (x_lp < 1 - INTEGRALITY_TOL)
-        if not fractional.any():
-            x = np.round(x_lp)
-            return x, float(model.c @ x + model.offset), {"relaxation_integral": True, "milp_binaries": 0}, relaxed
-        if relaxed.duals:
-            y = sign * np.concatenate([relaxed.duals[name].ravel() for name in model.constraints])
-            d = sign * model.c - model.A.T @ y
-    if d is None or not _certifies(model, x_lp, y, d, fractional):
-        # no duals, or duals the point does not satisfy the optimality conditions with: solve it whole
-        return _whole_milp(model, solver, {"relaxation_integral": None})
-    z_lp = sign * (model.c @ x_lp + model.offset)  # objectives below include the offset, as solutions' do
-    incumbent = _round_down_and_repair(model, x_lp, sign * model.c)
-    margin = FIXING_TOL * max(1.0, abs(z_lp))
-    known_gap = sign * (model.c @ incumbent + model.offset) - z_lp  # a feasible point is this far above the bound
-    guess = min(known_gap, FIXING_GUESS * max(1.0, abs(z_lp)))
-    valid = guess == known_gap  # fixing with a gap some feasible point attains keeps every optimum
-    at_zero, at_one = x_lp <= INTEGRALITY_TOL, x_lp >= 1 - INTEGRALITY_TOL
-    fixed = model.col_lb == model.col_ub  # pinned: fixed whatever their reduced cost
+    n, k = problem.num_jobs, problem.cluster.num_gpu_types
+    configs = problem.configurations
+    g = configs.num_gpus[cols].astype(np.float64)
+    t = configs.gpu_type[cols]
+    capacity = problem.cluster.capacity.astype(np.float64)
+    pinned_entry = problem.pinned[rows]  # pinned jobs keep only their previous entry
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]]) if rows.size else np.zeros(0, dtype=np.int64)
+    jobs = rows[starts]
+    can_idle = ~problem.pinned[jobs]
+    position = np.arange(rows.size)
+
+    def lowest(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        r = cost + lam[t] * g
+        m = np.minimum.reduceat(r, starts) if rows.size else np.zeros(0)
+        return r, np.where(can_idle, np.minimum(m, 0.0), m)
+
+    def negative_bound(lam: np.ndarray) -> tuple[float, np.ndarray]:
+        """``-L(lam)`` and a subgradient (``capacity - use`` of the best responses)."""
+        r, m = lowest(lam)
+        per_job = np.cumsum(np.r_[0, np.diff(rows) != 0]) if rows.size else rows
+        first = np.minimum.reduceat(np.where(r <= m[per_job], position, rows.size), starts) if rows.size \
+            else np.zeros(0, dtype=np.int64)
+        chosen = first[(first < rows.size) & ((m < 0) | ~can_idle)]
+        use = np.bincount(t[chosen], g[chosen], minlength=k)
+        return float(lam @ capacity - m.sum()), capacity - use
+
+    lam, evaluations = _maximize_bound(negative_bound, k, scale=float(np.abs(cost).max(initial=1.0)))
+    # the price search is the relaxation's solve; when it settles every job, no backend call follows
+    solver.num_solves += 1
+    solver.backend_used = solver.backend_used or (solver.backend if solver.backend != "auto" else "highs")
+    r, m = lowest(lam)
+    bound = float(m.sum() - lam @ capacity)
+    per_job = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, rows.size]))
+    regret = r - m[per_job]
+    idle_regret = np.where(can_idle, -m, np.inf)  # pinned jobs cannot idle
+    n_free = np.bincount(per_job, minlength=starts.size)
+    eps = ROUNDOFF * max(1.0, abs(bound))
+    delta = FIRST_DELTA * max(1.0, abs(bound))
+    options = replace(solver.options, mip_gap=solver.options.mip_gap or 0.0)
     solves = 0
     while True:
-        fix_zero = at_zero & ((d > guess + margin) | fixed)
-        fix_one = at_one & ((-d > guess + margin) | fixed)
-        free = np.flatnonzero(~(fix_zero | fix_one))
-        reduced = CompiledModel(
-            c=model.c[free], offset=model.offset + float(model.c[fix_one].sum()), A=model.A[:, free].tocsr(),
-            row_lb=model.row_lb, row_ub=model.row_ub - model.A[:, np.flatnonzero(fix_one)].sum(axis=1).A1,
-            col_lb=model.col_lb[free], col_ub=model.col_ub[free], integrality=model.integrality[free],
-            sense=model.sense, variables={"x": (slice(0, free.size), (free.size,))},
-            constraints=model.constraints, name=model.name)
-        solution = solver.check(solver.record(solve_model(reduced, solver.backend, solver.options,
-                                                          SOLVER_DEFAULTS)),
-                                "sia (the MILP over the binaries reduced-cost fixing left free)")
-        solves += 1
-        if not solution.has_values:
-            break
-        found_gap = sign * solution.objective - z_lp
-        if found_gap <= guess + margin:
-            break  # the point found is within the gap the fixing assumed, so the fixing was valid for it
-        if valid:  # a point within the gap satisfies the fixing; not finding it means round-off: solve it whole
-            return _whole_milp(model, solver, {"relaxation_integral": False, "fallback": "round-off",
-                                               "milp_binaries": model.num_cols})
-        guess, valid = min(found_gap, known_gap), True
-    x = fix_one.astype(np.float64)
-    if solution.has_values:
-        x[free] = solution.values["x"]
-    objective = solution.objective if solution.has_values else None
-    return x, objective, {"relaxation_integral": False, "milp_binaries": int(free.size), "milp_solves": solves}, \
-        solution
+        within = regret <= delta + eps
+        forced = idle_regret[per_job] > delta + eps  # per entry: its job must be allocated
+        if np.count_nonzero(within) > WHOLE_FRACTION * rows.size:  # fixing would not pay: solve it whole
+            delta = np.inf
+            within, forced = np.ones(rows.size, dtype=bool), np.zeros(rows.size, dtype=bool)
+        whole = bool(within.all() and not np.any(idle_regret[can_idle] > delta + eps))
+        count = np.bincount(per_job, within, minlength=starts.size)
+        one = pinned_entry | (within & forced & (count[per_job] == 1))
+        if np.any((count == 0) & (idle_regret > delta + eps)):
+            delta *= GROWTH  # a job that must run has no entry within delta: no point that good
+            continue
+        free = np.flatnonzero(within & ~one)
+        left = capacity - np.bincount(t[one], g[one], minlength=k)
+        x = one.astype(np.float64)
+        solution = None
+        if np.any(left < -eps):
+            feasible = False
+        elif free.size:
+            model = _reduced_model(per_job[free], forced[free], t[free], g[free], cost[free], left).compile()
+            solution = solver.record(solve_model(model, solver.backend, options, SOLVER_DEFAULTS))
+            solves += 1
+            feasible = solution.status not in (Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED)
+            if feasible:
+                solver.check(solution, "sia (the MILP over the entries the GPU prices leave undecided)")
+                x[free] = np.round(solution.values["x"])
+                if solution.status is not Status.OPTIMAL:  # best_effort: a time-limited incumbent
+                    z = float(cost @ x)
+                    break
+        else:
+            feasible = True
+        if feasible:
+            z = float(cost @ x)
+            if whole or z - bound <= delta + eps:
+                break
+            delta = z - bound  # a point this good exists, so this fixing keeps it: the next solve ends
+        elif whole:
+            raise InfeasibleError("sia: no configuration assignment satisfies the capacity of every GPU type "
+                                  "with the pinned jobs; unpin some of them", status=Status.INFEASIBLE)
+        else:
+            delta *= GROWTH
+    gap = 0.0 if solution is None or solution.mip_gap is None else float(solution.mip_gap)
+    extras = {"relaxation_integral": bool(z - bound <= eps), "lp_bound": bound, "gpu_prices": lam.tolist(),
+              "price_evaluations": evaluations, "milp_binaries": int(free.size), "milp_solves": solves,
+              "mip_gap": gap}
+    return x, solution, extras
 
 
-def _whole_milp(model: CompiledModel, solver: ModelSolver, extras: dict[str, Any]
-                ) -> tuple[np.ndarray, float | None, dict[str, Any], Solution]:
-    """Solve ``model`` as it is (the relaxation-first path's fallback)."""
-    solution = solver.check(solver.record(solve_model(model, solver.backend, solver.options, SOLVER_DEFAULTS)),
-                            "sia")
-    return solution.values["x"], solution.objective, extras, solution
+def _reduced_model(job: np.ndarray, forced: np.ndarray, gpu_type: np.ndarray, gpus: np.ndarray, cost: np.ndarray,
+                   capacity: np.ndarray, lb: np.ndarray | float = 0.0) -> Model:
+    """The MILP (minimization, binaries with lower bounds ``lb``) over some entries: at
+    most one per job (exactly one where ``forced``), GPUs of each type within ``capacity``."""
+    m = job.size
+    jobs, row = np.unique(job, return_inverse=True)
+    entries = np.arange(m)
+    model = Model("sia")
+    x = model.add_variable("x", m, lb=lb, kind="binary")
+    per_job = sp.csr_matrix((np.ones(m), (row, entries)), shape=(jobs.size, m))
+    model.add_constraint("one_configuration", per_job @ x <= 1.0)
+    must = np.flatnonzero(np.bincount(row, forced, minlength=jobs.size) > 0)
+    if must.size:
+        model.add_constraint("allocated", per_job[must] @ x >= 1.0)
+    used = sp.csr_matrix((gpus, (gpu_type, entries)), shape=(capacity.size, m))
+    model.add_constraint("capacity", used @ x <= capacity)
+    model.minimize(x.dot(cost))
+    return model
 
 
-def _certifies(model: CompiledModel, x: np.ndarray, y: np.ndarray, d: np.ndarray, fractional: np.ndarray) -> bool:
-    """Whether ``x`` and the minimization-form duals ``y`` (reduced costs ``d``)
-    satisfy the optimality conditions reduced-cost fixing relies on: ``y <= 0``
-    on the ``<=`` rows and 0 on slack ones, ``d >= 0`` at 0, ``d <= 0`` at 1,
-    ``d = 0`` in between (tolerance relative to the largest cost)."""
-    tol = DUAL_TOL * max(1.0, float(np.abs(model.c).max(initial=0.0)))
-    slack = model.row_ub - model.A @ x
-    free = model.col_lb < model.col_ub  # a fixed binary (pinned) may have any reduced cost
-    return bool(np.all(y <= tol) and np.all(np.abs(y) * np.maximum(slack, 0.0) <= tol)
-                and np.all(d[free & (x <= INTEGRALITY_TOL)] >= -tol)
-                and np.all(d[free & (x >= 1 - INTEGRALITY_TOL)] <= tol)
-                and np.all(np.abs(d[fractional]) <= tol))
+def _maximize_bound(negative_bound: Any, k: int, *, scale: float) -> tuple[np.ndarray, int]:
+    """Minimize the convex ``negative_bound(lam) -> (value, subgradient)`` over
+    ``lam >= 0`` (``k`` prices) by box-step cutting planes, one LP in ``k + 1``
+    variables per step; ``scale`` is the first box's half-width. Returns the
+    best prices and the number of evaluations."""
+    from allocopt.backends.highs import new_highs, run_highs
 
+    h = new_highs()
+    h.setOptionValue("output_flag", False)
+    idx = np.arange(k + 1, dtype=np.int32)
+    h.addVars(k + 1, np.zeros(k + 1), np.full(k + 1, np.inf))
+    h.changeColBounds(k, -np.inf, np.inf)
+    h.changeColCost(k, 1.0)
 
-def _round_down_and_repair(model: CompiledModel, x_lp: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """``x_lp`` rounded down, then, while some binary at 0 with a negative
-    ``cost`` still fits the rows, the cheapest of them raised to 1 (one
-    vectorized pass over the nonzeros per binary raised; a vertex has few
-    fractional binaries, so few are)."""
-    x = np.floor(x_lp + INTEGRALITY_TOL)
-    residual = model.row_ub - model.A @ x
-    A = model.A.tocsc()
-    column = np.repeat(np.arange(A.shape[1]), np.diff(A.indptr))
-    for _ in range(MAX_REPAIRS):
-        too_big = np.zeros(A.shape[1], dtype=bool)
-        too_big[column[A.data > residual[A.indices] + INTEGRALITY_TOL]] = True
-        score = np.where(~too_big & (x == 0) & (cost < 0), cost, np.inf)
-        j = int(np.argmin(score))
-        if not np.isfinite(score[j]):
-            break
-        x[j] = 1.0
-        residual[A.indices[A.indptr[j]:A.indptr[j + 1]]] -= A.data[A.indptr[j]:A.indptr[j + 1]]
-    return x
+    def cut(lam: np.ndarray) -> float:
+        value, sub = negative_bound(lam)
+        h.addRow(value - sub @ lam, np.inf, k + 1, idx, np.r_[-sub, 1.0])  # z >= f(lam) + g . (lam' - lam)
+        return value
+
+    center = np.zeros(k)
+    best, delta, evaluations = cut(center), scale, 1
+    while evaluations < MAX_PRICE_EVALUATIONS:
+        lo, hi = np.maximum(center - delta, 0.0), center + delta
+        h.changeColsBounds(k, idx[:k], lo, hi)
+        run_highs(h)
+        sol = np.asarray(h.getSolution().col_value)
+        lam, predicted = sol[:k], sol[k]
+        on_box = np.any(lam >= hi - 1e-12 * delta) or np.any((lam <= lo + 1e-12 * delta) & (lo > 0))
+        if best - predicted <= PRICE_RTOL * max(1.0, abs(best)):
+            if not on_box:
+                break  # the cutting-plane model's global minimum: no more decrease to find
+            delta *= 2.0
+            continue
+        value = cut(lam)
+        evaluations += 1
+        if value <= best - 0.1 * (best - predicted):
+            if value <= best - 0.5 * (best - predicted) and on_box:
+                delta *= 2.0
+            center, best = lam, value
+        else:
+            delta *= 0.5
+    return center, evaluations
 
 
 # HiGHS presolve removes nothing from this model and its clique-table setup grows

@@ -1,0 +1,121 @@
+"""``allocopt bench --families``: every technique on every instance family, against the plain
+LP and the cvxpy baseline in the same run.
+
+For each size and family (:data:`allocopt.bench.instances.FAMILIES`, max-min fairness), then
+the anchors' own instances (POP's figure 2: space-sharing max-min fairness; Sia's scale
+workloads: a fresh and a steady-state round), the plain technique runs first, then every
+other technique, then the cvxpy baseline (in a child process bounded by time and memory,
+:mod:`allocopt.bench.bounded`). Each row goes to ``on_row`` as soon as it is measured. A
+row whose time exceeds the plain technique's by more than :data:`SLOWDOWN_TOLERANCE` is
+flagged ``SLOWER``; objectives are compared with the plain technique's (1e-6 relative).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from allocopt.bench import instances
+from allocopt.bench.runner import History, run_baseline
+from allocopt.bench.suite import POLICIES, Instance
+from allocopt.bench.timing import OBJECTIVE_RTOL, Measurement, time_allocopt
+
+#: A technique more than this much slower than the plain LP (ratio - 1) is flagged.
+SLOWDOWN_TOLERANCE = 0.10
+DEFAULT_SIZES = (4096, 16384, 65536)
+#: Techniques per bench policy, the reference first: the plain LP; for space sharing job types (the
+#: pairwise LP over all pairs of POP's instance has 6.3M columns); for Sia the whole MILP at zero gap.
+FAMILY_TECHNIQUES: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
+    "max_min_fairness": (("plain", {"technique": "plain"}), ("auto", {}),
+                         ("closed_form", {"technique": "closed_form"}),
+                         ("aggregate_job_types", {"technique": "aggregate_job_types"}),
+                         ("price_decomposition", {"technique": "price_decomposition"})),
+    "mmf_space_sharing": (("aggregate_job_types", {"technique": "aggregate_job_types"}), ("auto", {}),
+                          ("column_generation", {"technique": "column_generation"})),
+    "sia": (("whole_milp", {"technique": "whole_milp", "mip_gap": 0.0}), ("auto", {})),
+}
+#: Row fields, in the order of the CSV.
+FAMILY_FIELDS = ("family", "policy", "n_jobs", "technique", "chosen", "status", "total_s", "objective",
+                 "vs_reference", "reference", "objective_rel_diff", "baseline_status", "baseline_total_s",
+                 "vs_cvxpy", "flag", "description")
+
+
+def anchor_instances(seed: int) -> list[tuple[str, str, Instance]]:
+    """(family, bench policy, instance) of the anchors' own benchmarks."""
+    pop = instances.pop_figure2_problem(2048, seed)
+    out = [("pop_figure2", "mmf_space_sharing",
+            Instance(pop, {}, f"POP figure 2: 2,048 jobs, {pop.pairs.shape[0]} pairs, 512 each of v100, p100, k80"))]
+    rounds, source = instances.sia_rounds(5120, seed, data_dir=instances.default_data_dir())
+    for name in ("first", "steady"):
+        out.append((f"sia_scale_{name}", "sia", Instance(rounds[name], {}, f"Sia scale_32x, {name} round: 5,120 "
+                                                                           f"jobs on 2,048 GPUs ({source})")))
+    return out
+
+
+def run_families(families: Sequence[str], sizes: Sequence[int], *, seed: int = 0, repeat: int = 1,
+                 baseline: bool = True, baseline_time_limit_s: float = 60.0, max_seconds: float = 120.0,
+                 anchors: bool = True, on_row: Callable[[dict[str, Any]], None] = lambda row: None
+                 ) -> list[dict[str, Any]]:
+    """Measure every technique on each family and size (and the anchors); the rows, also passed to ``on_row``."""
+    rows: list[dict[str, Any]] = []
+    histories: dict[tuple[str, str], History] = {}
+    cells: list[tuple[str, str, int, Callable[[], Instance]]] = []
+    for n in sorted(sizes):
+        for family in families:
+            description, generate = instances.FAMILIES[family]
+            cells.append((family, "max_min_fairness", n,
+                          lambda g=generate, n=n, d=description: Instance(g(n, seed), {}, d)))
+    if anchors:
+        for family, policy, instance in anchor_instances(seed):
+            cells.append((family, policy, instance.problem.num_jobs, lambda i=instance: i))
+    for family, policy, n, make in cells:
+        instance = make()
+        spec = POLICIES[policy]
+        reference: Measurement | None = None
+        for index, (technique, options) in enumerate(FAMILY_TECHNIQUES[policy]):
+            history = histories.setdefault((family, technique), History())
+            predicted = history.predict(n)
+            if predicted is not None and predicted[0] > max_seconds:
+                m = Measurement(status=f"skipped: predicted {predicted[0]:.3g} s > --max-seconds {max_seconds:g}")
+            else:
+                m = time_allocopt(instance.problem, spec.policy, repeat=repeat, time_limit_s=max_seconds,
+                                  options={**spec.options, **instance.options, **options})
+                if m.ok:
+                    history.points.append((n, m.total_s, False))
+            if index == 0:
+                reference = m
+            rows.append(_row(family, policy, n, technique, m, reference, FAMILY_TECHNIQUES[policy][0][0],
+                             instance.description))
+            on_row(rows[-1])
+        if baseline:
+            base = run_baseline(spec, instance, n, histories.setdefault((family, "cvxpy"), History()),
+                                baseline_time_limit_s, repeat)
+            for row in rows:
+                if row["family"] == family and row["n_jobs"] == n:
+                    row.update(baseline_status=base.status, baseline_total_s=base.total_s)
+                    if row["status"] == "ok" and base.total_s:
+                        row["vs_cvxpy"] = base.total_s / row["total_s"]
+            on_row({"family": family, "policy": policy, "n_jobs": n, "technique": "cvxpy",
+                    "status": base.status, "total_s": base.total_s, "objective": base.objective,
+                    "description": instance.description})
+    return rows
+
+
+def _row(family: str, policy: str, n: int, technique: str, m: Measurement, reference: Measurement | None,
+         reference_name: str, description: str) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(FAMILY_FIELDS)
+    row.update(family=family, policy=policy, n_jobs=n, technique=technique, status=m.status, total_s=m.total_s,
+               objective=m.objective, reference=reference_name, description=description)
+    if m.ok and m.values is not None:
+        row["chosen"] = m.values.extras.get("technique")
+    if m.ok and reference is not None and reference.ok:
+        row["vs_reference"] = m.total_s / reference.total_s
+        diff = abs(m.objective - reference.objective) / max(abs(reference.objective), 1e-12)
+        row["objective_rel_diff"] = diff
+        flags = []
+        if row["vs_reference"] > 1.0 + SLOWDOWN_TOLERANCE and technique != reference_name:
+            flags.append("SLOWER")
+        if diff > OBJECTIVE_RTOL:
+            flags.append("OBJECTIVE DIFFERS")
+        row["flag"] = " ".join(flags)
+    return row

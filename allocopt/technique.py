@@ -1,0 +1,176 @@
+"""Which exact technique solves a policy's model fastest, chosen from cheap statistics.
+
+:func:`allocopt.solve` takes ``technique="auto"`` by default and records the
+choice and its reason in ``Allocation.extras["technique"]`` and
+``extras["technique_reason"]``. Every technique reaches the same optimum:
+
+``plain``
+    the policy's LP as written (HiGHS: interior point with crossover on large LPs).
+``closed_form``
+    an optimum read off the data and certified by a dual bound
+    (:mod:`allocopt.formulations.closed_forms`): max-min fairness when the
+    job with the lowest best-type throughput decides the optimum (the
+    per-job time limit binds, not capacity), max throughput when every job
+    fits on its best type. When the certificate fails, the LP is solved.
+``aggregate_job_types``
+    one LP row per job type (:mod:`allocopt.formulations.job_types`), when
+    jobs repeat (jobs drawn from a throughput table).
+``price_decomposition``
+    prices on the GPU types, then a small LP over the jobs they leave
+    undecided (:mod:`allocopt.formulations.price_decomposition`), for many
+    distinct jobs and few types; falls back to the plain LP when it does not
+    certify quickly.
+``column_generation``
+    pair columns priced by the duals (space sharing with distinct jobs).
+``relaxation_first`` / ``whole_milp``
+    Sia's MILP by GPU prices and fixing, or whole.
+
+``auto`` rules, in order: technique options the caller set explicitly are
+kept; a certified closed form; ``aggregate_job_types`` when there are at most
+half as many job types as jobs; ``price_decomposition`` for at least
+:data:`PRICE_DECOMPOSITION_MIN_JOBS` distinct jobs on at most
+:data:`PRICE_DECOMPOSITION_MAX_TYPES` types, unless a warm start from a plain
+solve is given (its simplex basis makes the plain LP the faster re-solve);
+``column_generation`` under space sharing with more than
+:data:`COLUMN_GENERATION_MIN_PAIRS` pairs; else ``plain``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from allocopt.errors import InvalidOptionError
+from allocopt.formulations.base import PolicyResult
+from allocopt.formulations.closed_forms import max_min_fairness_closed_form, max_throughput_closed_form
+from allocopt.formulations.job_types import job_type_groups
+from allocopt.formulations.max_min_fairness import normalized_coefficients
+from allocopt.problem import Problem
+
+#: Technique names :func:`allocopt.solve` accepts, and the policies each applies to.
+TECHNIQUES: Mapping[str, tuple[str, ...]] = {
+    "auto": (),
+    "plain": ("max_min_fairness", "max_throughput"),
+    "closed_form": ("max_min_fairness", "max_throughput"),
+    "aggregate_job_types": ("max_min_fairness", "max_throughput"),
+    "price_decomposition": ("max_min_fairness",),
+    "column_generation": ("max_min_fairness",),
+    "relaxation_first": ("sia",),
+    "whole_milp": ("sia",),
+}
+#: Policy options that select a technique (an explicit value keeps ``auto`` from choosing).
+TECHNIQUE_OPTIONS = ("aggregate_job_types", "price_decomposition", "column_generation", "relaxation_first")
+#: ``auto`` takes price decomposition from this many distinct jobs up (below, the plain LP is as fast).
+PRICE_DECOMPOSITION_MIN_JOBS = 1024
+PRICE_DECOMPOSITION_MAX_TYPES = 32
+COLUMN_GENERATION_MIN_PAIRS = 20_000
+
+
+@dataclass
+class Choice:
+    """A technique, the policy options that select it, why, and a certified closed-form result if any."""
+
+    technique: str
+    options: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    result: PolicyResult | None = None
+
+
+def _options_for(technique: str, policy_options: Mapping[str, Any]) -> dict[str, Any]:
+    """Policy options that select ``technique`` (the others' switched off)."""
+    options = {name: False for name in TECHNIQUE_OPTIONS if name in policy_options and name != "relaxation_first"}
+    if technique in options or technique in ("aggregate_job_types", "price_decomposition", "column_generation"):
+        options[technique] = True
+    if "relaxation_first" in policy_options:
+        options["relaxation_first"] = technique != "whole_milp"
+    return options
+
+
+def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explicit: Mapping[str, Any],
+           technique: str = "auto", warm_start: Any = None) -> Choice:
+    """The technique for ``policy`` on ``problem``.
+
+    ``policy_options`` are the policy's options with defaults, ``explicit``
+    those the caller passed; ``warm_start`` the Allocation given as warm start.
+    Raises InvalidOptionError for an unknown technique or one that does not
+    apply to the policy or its options.
+    """
+    if technique not in TECHNIQUES:
+        raise InvalidOptionError(f"unknown technique {technique!r}; choose one of {', '.join(TECHNIQUES)}")
+    if technique != "auto":
+        if policy not in TECHNIQUES[technique]:
+            raise InvalidOptionError(f"technique {technique!r} applies to {', '.join(TECHNIQUES[technique])}, "
+                                     f"not {policy!r}; use technique='auto' or 'plain'")
+        clash = sorted(k for k in explicit if k in TECHNIQUE_OPTIONS)
+        if clash:
+            raise InvalidOptionError(f"technique={technique!r} and the option(s) {clash} both pick a technique; "
+                                     "give one of them")
+        choice = Choice(technique, _options_for(technique, policy_options), "asked for by name")
+        if technique == "closed_form":
+            choice = _closed_form(problem, policy, policy_options) or Choice(
+                "plain", _options_for("plain", policy_options),
+                "closed_form asked for, but its certificate does not hold on this problem: solved the LP")
+        return choice
+    given = sorted(k for k in explicit if k in TECHNIQUE_OPTIONS)
+    if given:
+        return Choice("explicit", {}, f"technique option(s) {', '.join(given)} given")
+    if policy == "sia":
+        return Choice("relaxation_first", {}, "Sia's MILP: GPU prices, then a MILP over the undecided entries")
+    if policy not in ("max_min_fairness", "max_throughput") or not isinstance(problem, Problem):
+        return Choice("plain", {}, f"{policy} has one technique")
+    closed = _closed_form(problem, policy, policy_options)
+    if closed is not None:
+        return closed
+    space_sharing = bool(policy_options.get("space_sharing"))
+    n, k = problem.num_jobs, problem.cluster.num_gpu_types
+    deadlines = policy == "max_throughput" and problem.slos is not None and bool(np.isfinite(problem.slos).any())
+    types = n if deadlines else int(job_type_groups(problem, space_sharing=space_sharing)[1].size)
+    if types <= n / 2:
+        return Choice("aggregate_job_types", _options_for("aggregate_job_types", policy_options),
+                      f"{n} jobs fall into {types} job types")
+    warm_plain = warm_start is not None and getattr(warm_start, "extras", {}).get("technique") == "plain"
+    if policy == "max_min_fairness" and not space_sharing:
+        if warm_plain:
+            return Choice("plain", _options_for("plain", policy_options),
+                          "warm start from a plain solve: its simplex basis makes the LP a few pivots")
+        if n >= PRICE_DECOMPOSITION_MIN_JOBS and k <= PRICE_DECOMPOSITION_MAX_TYPES:
+            return Choice("price_decomposition", _options_for("price_decomposition", policy_options),
+                          f"{n} distinct jobs on {k} GPU types, capacity contended")
+    if (policy == "max_min_fairness" and space_sharing and problem.pairs is not None
+            and problem.pairs.shape[0] > COLUMN_GENERATION_MIN_PAIRS):
+        return Choice("column_generation", _options_for("column_generation", policy_options),
+                      f"{problem.pairs.shape[0]} pairs of distinct jobs")
+    return Choice("plain", _options_for("plain", policy_options), f"{n} distinct jobs, {k} GPU types")
+
+
+def _closed_form(problem: Any, policy: str, options: Mapping[str, Any]) -> Choice | None:
+    """A certified closed-form optimum as a Choice, or None."""
+    if not isinstance(problem, Problem) or options.get("space_sharing"):
+        return None
+    if policy == "max_min_fairness":
+        a = normalized_coefficients(problem, bool(options.get("heterogeneity_aware", True))) * problem.runnable
+        result = max_min_fairness_closed_form(problem, a)
+        why = "the per-job time limit decides the optimum: every job reaches the lowest best-type level"
+    elif policy == "max_throughput":
+        has_deadline = problem.slos is not None and bool(np.isfinite(problem.slos).any())
+        if has_deadline or (options.get("normalize_by_cost") and problem.costs is None):
+            return None
+        value = problem.throughputs / (problem.costs if options.get("normalize_by_cost") else 1.0)
+        result = max_throughput_closed_form(problem, value * problem.runnable)
+        why = "every job fits on its best GPU type"
+    else:
+        return None
+    return None if result is None else Choice("closed_form", {}, why + " (certified by the dual bound)", result)
+
+
+def technique_extras(choice: Choice, extras: Mapping[str, Any]) -> dict[str, str]:
+    """``technique`` and ``technique_reason`` for a result's extras (a price decomposition that
+    did not certify and fell back to the plain LP is reported as ``plain``)."""
+    fallback = extras.get("price_decomposition")
+    if choice.technique == "price_decomposition" and isinstance(fallback, Mapping) and not fallback.get("certified"):
+        return {"technique": "plain",
+                "technique_reason": f"{choice.reason}; price decomposition did not certify quickly: solved the LP"}
+    return {"technique": choice.technique, "technique_reason": choice.reason}
