@@ -4,7 +4,9 @@ Usage: count_steps.py OUTPUT [--sleep-s S] [--crash-at STEP] [--ignore-stop] [--
 
 The checkpoint records the output file's length, and a resumed run truncates the
 file to it, so the file lists every step exactly once even when a run is killed
-between writing a step and checkpointing it. ``--crash-at`` exits with status 3
+between writing a step and checkpointing it. Each step's line and its checkpoint
+are one fenced commit (``client.fenced()``), so a stale copy of the job that
+survived its scheduler cannot add a line either. ``--crash-at`` exits with status 3
 before running that step; ``--ignore-stop`` ignores SIGTERM and keeps stepping
 past its lease (it must be killed); ``--env-out PREFIX`` writes the environment of rank r as JSON to PREFIX.r.
 """
@@ -44,15 +46,17 @@ def main() -> int:
     # to the size of a checkpoint rank 0 has since moved past
     with open(args.output if lease.rank == 0 else os.devnull, "a+b") as out:
         if lease.rank == 0:
-            out.truncate(size)
+            with client.fenced():
+                out.truncate(size)
         for step in client.steps(start):
             if args.crash_at is not None and step == args.crash_at:
                 return 3
             time.sleep(args.sleep_s)
-            if lease.rank == 0:
-                out.write(f"{step}\n".encode())
-                out.flush()
-            client.save_checkpoint({"step": step + 1, "output_bytes": out.tell()})  # written by rank 0 only
+            with client.fenced():
+                if lease.rank == 0:
+                    out.write(f"{step}\n".encode())
+                    out.flush()
+                client.save_checkpoint({"step": step + 1, "output_bytes": out.tell()})  # written by rank 0 only
     return 0
 
 
