@@ -134,11 +134,11 @@ def _job_config(entry: Any, k: int, path: str | Path) -> JobConfig:
     elif not (isinstance(command, str) and command.strip()):
         raise bad("command", "must be a command line or a non-empty list of arguments")
     total = _integer(entry["total_steps"])
-    if total is None or total < 1:
-        raise bad("total_steps", "must be a positive integer")
+    if total is None or not 1 <= total <= 2 ** 53:
+        raise bad("total_steps", "must be an integer from 1 to 2**53")
     scale = _integer(entry.get("scale_factor", 1))
-    if scale is None or scale < 1:
-        raise bad("scale_factor", "must be a positive integer")
+    if scale is None or not 1 <= scale <= 2 ** 20:
+        raise bad("scale_factor", "must be an integer from 1 to 2**20")
     weight = entry.get("priority_weight", 1.0)
     if not _number(weight) or not 0 < float(weight) < math.inf:
         raise bad("priority_weight", "must be a positive number")
@@ -425,7 +425,8 @@ class Scheduler:
     rejected : mapping of job name to message
         Jobs of the job file that were left out (see :func:`load_jobs`): reported as failed.
     retry_failed : bool
-        Run again the jobs the journal says failed (else they stay failed, and a line says how to retry).
+        Run again the jobs the journal says failed, with their entry of the job file when it has one
+        (else they stay failed, and a line says how to retry).
 
     A job that can run on none of the cluster's GPU types fails with a message; the others run.
 
@@ -448,6 +449,7 @@ class Scheduler:
             s.config = _with_env(s.config, from_file.get(name))
             if s.status == "failed" and retry_failed:
                 s.status, s.finished, s.message = "pending", None, ""
+                s.config = from_file.get(name, s.config)  # the operator's fix
             elif s.status == "failed":
                 self._say(f"job {name} failed in an earlier run on {state.path} ({s.message}); pass --retry-failed "
                           "to run it again")
