@@ -239,6 +239,10 @@ class StateStore:
         self._lock_fd = _lock(self.path)
         try:
             self.created = not self.path.exists()
+            left = [f"{self.path}{x}" for x in ("-wal", "-shm") if self.created and os.path.exists(f"{self.path}{x}")]
+            if left:
+                raise StateError(f"the journal {self.path} is missing but {' and '.join(left)} remain: restore the "
+                                 "journal, or move these files and the work directory away to start afresh")
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             os.chmod(self.path, 0o600)
             self.db = sqlite3.connect(str(self.path), isolation_level=None)
