@@ -381,7 +381,7 @@ class LocalExecutor(Executor):
         self.jobs: dict[Hashable, JobSpec] = dict(jobs)
         self.devices = list(devices)
         self.work_dir = Path(work_dir)
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.grace_s = float(grace_s)
         self.max_retries = int(max_retries)
         self.retry_backoff_s = float(retry_backoff_s)
@@ -398,7 +398,6 @@ class LocalExecutor(Executor):
         self._start_error: dict[Hashable, str] = {}  # launches whose command could not be started
         self._ckpt_cache: dict[Hashable, tuple[tuple[str, int, int], int]] = {}
         self._last_reap = time.monotonic()
-        self.work_dir.chmod(0o700)
         become_subreaper()
         self._reap_orphans()
 

@@ -79,16 +79,25 @@ def load_jobs(path: str | Path, *, invalid: dict[str, str] | None = None) -> lis
     can run. A file that is unreadable as a whole, duplicate names and names that would share a
     job directory always raise.
     """
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidProblemError(f"{path} is not a text file (byte {err.start} is not UTF-8)", field="jobs") from None
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         try:
             import yaml
         except ImportError:
             raise InvalidProblemError(f"{path} is not JSON; install PyYAML (pip install 'allocopt[runtime]') "
                                       "to read YAML", field="jobs") from None
-        doc = yaml.safe_load(text)
+        try:
+            doc = yaml.safe_load(text)
+        except (yaml.YAMLError, RecursionError) as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f", line {mark.line + 1}" if mark is not None else ""
+            raise InvalidProblemError(f"{path}{where}: not valid YAML or JSON: "
+                                      f"{getattr(err, 'problem', None) or err}", field="jobs") from None
     if not isinstance(doc, Mapping) or not isinstance(doc.get("jobs"), list) or not doc["jobs"]:
         raise InvalidProblemError(f"{path} must hold 'jobs: [{{name, command, total_steps, ...}}, ...]'",
                                   field="jobs")

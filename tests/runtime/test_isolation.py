@@ -14,6 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from allocopt.cluster import Cluster
 from allocopt.errors import InvalidProblemError
@@ -152,3 +154,50 @@ def test_ctrl_c_stops_the_jobs_with_one_line_and_the_rerun_resumes(tmp_path: Pat
     for n in ("a", "b"):
         assert steps_written(tmp_path / f"{n}.txt") == list(range(400))
     assert os.stat(journals[0]).st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("text", ["jobs: [\n\t- a", "jobs: [{name: a, command: x, total_steps: 1}", "[1, 2]",
+                                  "jobs: {}", "\x00\x01\x02", "jobs: [" * 5000])
+def test_malformed_job_files_are_typed_errors(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(text)
+    with pytest.raises(InvalidProblemError, match=str(path)):
+        load_jobs(path, invalid={})
+
+
+def test_an_entry_that_is_not_a_mapping_is_that_entrys_error(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text("jobs:\n  - 5\n  - {name: ok, command: 'true', total_steps: 1}\n")
+    invalid: dict[str, str] = {}
+    assert [j.name for j in load_jobs(path, invalid=invalid)] == ["ok"] and "job 0" in invalid["#0"]
+
+
+def test_binary_job_file_is_a_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InvalidProblemError, match="not a text file"):
+        load_jobs(path)
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**30), st.floats(allow_nan=True),
+                    st.text(max_size=8))
+entries = st.dictionaries(st.sampled_from(["name", "command", "total_steps", "scale_factor", "priority_weight",
+                                           "throughputs", "gpu_types", "env", "bogus"]),
+                          st.one_of(scalars, st.lists(scalars, max_size=3),
+                                    st.dictionaries(st.text(max_size=4), scalars, max_size=3)), max_size=9)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(entries, min_size=1, max_size=4))
+def test_any_job_entries_load_or_fail_with_a_typed_error(tmp_path: Path, jobs: list[dict]) -> None:
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps({"jobs": jobs}))
+    invalid: dict[str, str] = {}
+    try:
+        loaded = load_jobs(path, invalid=invalid)
+    except InvalidProblemError:
+        return
+    assert len(loaded) + len(invalid) == len(jobs)
+    for job in loaded:
+        assert 1 <= job.total_steps and job.scale_factor >= 1 and job.priority_weight > 0
+        assert all(isinstance(v, str) for v in job.env.values())
