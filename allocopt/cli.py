@@ -130,8 +130,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--ray-address", metavar="ADDR",
                    help="Ray cluster to connect to (e.g. auto or HOST:6379; default: start a local instance)")
     r.add_argument("--round-seconds", type=float, default=30.0, metavar="S", help="round length (default: 30)")
-    r.add_argument("--state", required=True, metavar="STATE.db", help="SQLite journal; reused to resume")
+    r.add_argument("--state", metavar="STATE.db",
+                   help="SQLite journal, reused to resume (default: one per job file under $XDG_STATE_HOME/allocopt, "
+                        "~/.local/state/allocopt without it)")
     r.add_argument("--work-dir", metavar="DIR", help="job files, logs, checkpoints (default: STATE.db.d)")
+    r.add_argument("--retry-failed", action="store_true",
+                   help="run again the jobs that failed in an earlier run on this --state")
+    r.add_argument("--journal-env", action="store_true",
+                   help="keep the jobs' env values in the journal (default: names only; values are read from JOBS)")
     r.add_argument("--grace-s", type=float, default=2.0, metavar="S",
                    help="seconds from a stop request to SIGKILL (default: 2)")
     r.add_argument("--max-retries", type=int, default=2, help="restarts of a crashing job (default: 2)")
@@ -360,35 +366,55 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 # ----- allocopt run ---------------------------------------------------------------------
 def _run_jobs(args: argparse.Namespace) -> int:
+    import signal
+
     from allocopt.runtime.devices import devices_for_cluster
     from allocopt.runtime.local import LocalExecutor
-    from allocopt.runtime.loop import Scheduler, StateStore, load_jobs, parse_cluster
+    from allocopt.runtime.loop import (Scheduler, StateStore, default_state_path, load_jobs, lock_work_dir,
+                                       parse_cluster)
 
     if args.ray_address is not None and args.executor != "ray":
         raise _UsageError("--ray-address needs --executor ray")
     get_policy(args.policy)
+    invalid: dict[str, str] = {}
     try:
-        jobs = load_jobs(args.jobs)
+        jobs = load_jobs(args.jobs, invalid=invalid)
     except OSError as err:
         raise _UsageError(f"cannot read job file {args.jobs}: {err.strerror or err}") from None
     gpus = parse_cluster(args.cluster)
-    work_dir = args.work_dir or f"{args.state}.d"
-    if args.executor == "ray":
-        from allocopt.runtime.ray_executor import RayExecutor
+    state_path = args.state or default_state_path(args.jobs)
+    work_dir = args.work_dir or f"{state_path}.d"
+    print(f"allocopt run: state {state_path}, work directory {work_dir}", file=sys.stderr)
 
-        executor: LocalExecutor = RayExecutor({}, gpus, work_dir, address=args.ray_address, grace_s=args.grace_s,
-                                              max_retries=args.max_retries)
-    else:
-        executor = LocalExecutor({}, devices_for_cluster(gpus), work_dir, grace_s=args.grace_s,
-                                 max_retries=args.max_retries)
-    state = StateStore(args.state)
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    state = None
     try:
+        state = StateStore(state_path, store_env=args.journal_env)  # locked before any job process is touched
+        lock_work_dir(work_dir)  # held until exit
+        if args.executor == "ray":
+            from allocopt.runtime.ray_executor import RayExecutor
+
+            executor: LocalExecutor = RayExecutor({}, gpus, work_dir, address=args.ray_address, grace_s=args.grace_s,
+                                                  max_retries=args.max_retries)
+        else:
+            executor = LocalExecutor({}, devices_for_cluster(gpus), work_dir, grace_s=args.grace_s,
+                                     max_retries=args.max_retries)
         with _solver_output_to_stderr():
             scheduler = Scheduler(jobs, Cluster(gpus), executor, state, policy=args.policy,
-                                  round_seconds=args.round_seconds, out=sys.stderr)
+                                  round_seconds=args.round_seconds, out=sys.stderr, rejected=invalid,
+                                  retry_failed=args.retry_failed)
             report = scheduler.run(args.max_rounds)
+    except KeyboardInterrupt:
+        print(f"allocopt: interrupted: the jobs were stopped, their progress is kept in {state_path}; rerun the "
+              "same command to resume", file=sys.stderr)
+        return 130
     finally:
-        state.close()
+        signal.signal(signal.SIGTERM, previous)
+        if state is not None:
+            state.close()
     print(json.dumps(report, indent=2, default=str))
     return EXIT_FAILURE if any(j["status"] == "failed" for j in report["jobs"].values()) else 0
 

@@ -120,5 +120,10 @@ class TimeLimitError(NotOptimalError):
     """The solver stopped at its time limit before proving optimality."""
 
 
+class StateError(AllocoptError, RuntimeError):
+    """The scheduler's state (journal, its lock, its work directory) is in use by another scheduler,
+    missing, replaced or unreadable; the message names the file and what to do."""
+
+
 class AllocoptWarning(UserWarning):
     """Warnings raised by allocopt (e.g. falling back to another backend)."""

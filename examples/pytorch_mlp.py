@@ -1,12 +1,13 @@
 """A real PyTorch training job under allocopt's executor: a small MLP on synthetic regression data.
 
-Runs stand-alone (``python examples/pytorch_mlp.py``) or as a job of
-``allocopt run examples/jobs.yaml ...``. It uses the job-side client: takes its
-lease, resumes from the latest checkpoint (model, optimizer, RNG and step), runs
-steps until the job's total steps, the lease's end or a stop request, and
-checkpoints atomically every ``--checkpoint-every`` steps and when it stops.
-With WORLD_SIZE > 1 it trains data-parallel with torch.distributed (NCCL on
-GPUs, gloo on CPU).
+Runs stand-alone (``python examples/pytorch_mlp.py``: ``--steps`` steps, no
+checkpoints, nothing written) or as a job of ``allocopt run examples/jobs.yaml ...``.
+It uses the job-side client: takes its lease, resumes from the latest checkpoint
+(model, optimizer, RNG and step), runs steps until the job's total steps, the
+lease's end or a stop request, and checkpoints atomically every
+``--checkpoint-every`` steps and when it stops. Under ``allocopt run`` on ``cpu``
+devices it uses the threads its device share allows. With WORLD_SIZE > 1 it
+trains data-parallel with torch.distributed (NCCL on GPUs, gloo on CPU).
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--checkpoint-every", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=500, help="steps of a stand-alone run (allocopt run sets them)")
     args = parser.parse_args()
 
     lease = client.lease()
+    if lease.num_threads is not None:
+        torch.set_num_threads(lease.num_threads)
     use_cuda = torch.cuda.is_available()
     device = torch.device(f"cuda:{lease.local_rank}" if use_cuda else "cpu")
     if use_cuda:
@@ -57,7 +61,7 @@ def main() -> None:
         client.save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()})
 
     done = start
-    for step in client.steps(start, samples_per_step=args.batch_size * lease.world_size):
+    for step in client.steps(start, samples_per_step=args.batch_size * lease.world_size, total=args.steps):
         x = torch.randn(args.batch_size, args.features, device=device, generator=generator)
         with torch.no_grad():
             y = teacher(x)
@@ -68,6 +72,8 @@ def main() -> None:
         if (step + 1) % args.checkpoint_every == 0:
             checkpoint(step + 1)
             client.report(loss=loss.item(), step=step + 1)
+            if lease.checkpoint_dir is None:
+                print(f"step {step + 1}: loss {loss.item():.4f}", flush=True)
         done = step + 1
     if done != start:
         checkpoint(done)  # the lease ended or a stop was requested: save progress before exiting

@@ -28,6 +28,12 @@ stand-alone, to its total steps):
 ``ALLOCOPT_GPU_TYPE``        type of those devices
 ``ALLOCOPT_SYNC_FILE``       with several ranks: rank 0 publishes which steps may run there, and
                              the other ranks follow it, so all ranks stop at the same step
+``ALLOCOPT_EPOCH``           this launch's lease epoch: commits (checkpoints, :func:`fenced` blocks)
+                             are refused once the executor issued a newer one
+``ALLOCOPT_FENCE_DIR``       where the job's epoch file and epoch lock live
+``ALLOCOPT_SCHEDULER_PID``   the process that started this one (and ``..._TICKS``, its start time):
+                             when it is gone the job stops as on a stop request
+``ALLOCOPT_NUM_THREADS``     CPU threads this rank's device share allows (also in ``OMP_NUM_THREADS``...)
 ``RANK`` ``WORLD_SIZE`` ``LOCAL_RANK`` ``MASTER_ADDR`` ``MASTER_PORT`` ``CUDA_VISIBLE_DEVICES``
 ==========================================================================================
 
@@ -37,24 +43,42 @@ extends the lease (the process keeps going, no restart) or asks it to stop
 ``event`` (``start``, ``step``, ``paused``, ``resumed``, ``metrics``, ``exit``),
 ``t`` (epoch seconds), ``step`` (steps completed), ``samples``, ``ckpt`` (step of
 the last checkpoint saved) and ``seq`` (lease number).
+
+Exactly-once progress: a copy of the job whose lease was taken away (its
+scheduler died and a new one relaunched the job) is refused at its next commit
+with :class:`StaleLeaseError` and ends quietly; :func:`steps` raises it as soon
+as it notices. Side effects other than checkpoints that must happen exactly
+once (appending to a log, writing results) belong in a ``with client.fenced():``
+block together with the checkpoint that records them.
+
+Checkpoint files carry a header (magic, step, payload length, SHA-256); a
+torn, truncated or garbage file is skipped and the newest valid one loads.
+Stand-alone (no ``ALLOCOPT_CHECKPOINT_DIR``) nothing is saved or loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import hashlib
 import json
 import os
 import pickle
 import signal
+import struct
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from allocopt.runtime.fence import StaleLeaseError, read_epoch
+from allocopt.runtime.fence import fenced as _fenced
+
 _PROGRESS_INTERVAL_S = 0.05  # step records are written at most this often (pauses and exits always)
 _POLL_S = 0.01  # how often a paused job looks for an extension or a stop request
 _KEEP_CHECKPOINTS = 2
+_WATCH_S = 0.1  # how often a running job checks its epoch and that the process that started it lives
 
 
 @dataclass(frozen=True)
@@ -62,7 +86,9 @@ class Lease:
     """This process's lease, from the environment (see the module docstring).
 
     ``max_steps``/``total_steps``/``lease_end`` are None when unlimited;
-    ``lease_end`` is in epoch seconds.
+    ``lease_end`` is in epoch seconds; ``checkpoint_dir`` is None stand-alone (no checkpoints);
+    ``epoch`` is None without an executor (no fence); ``num_threads`` is None when the executor
+    sets no limit.
     """
 
     job_id: str
@@ -74,9 +100,11 @@ class Lease:
     max_steps: int | None
     total_steps: int | None
     lease_end: float | None
-    checkpoint_dir: str
+    checkpoint_dir: str | None
     devices: tuple[str, ...]
     gpu_type: str | None
+    epoch: int | None = None
+    num_threads: int | None = None
 
     @property
     def seconds_left(self) -> float | None:
@@ -98,13 +126,15 @@ def lease() -> Lease:
                  master_addr=os.environ.get("MASTER_ADDR", "127.0.0.1"), master_port=_int("MASTER_PORT", 29500) or 0,
                  max_steps=_int("ALLOCOPT_MAX_STEPS"), total_steps=_int("ALLOCOPT_TOTAL_STEPS"),
                  lease_end=float(end) if end.strip() else None,
-                 checkpoint_dir=os.environ.get("ALLOCOPT_CHECKPOINT_DIR", os.path.join(os.getcwd(), "checkpoints")),
-                 devices=tuple(d for d in devices.split(",") if d), gpu_type=os.environ.get("ALLOCOPT_GPU_TYPE"))
+                 checkpoint_dir=os.environ.get("ALLOCOPT_CHECKPOINT_DIR") or None,
+                 devices=tuple(d for d in devices.split(",") if d), gpu_type=os.environ.get("ALLOCOPT_GPU_TYPE"),
+                 epoch=_int("ALLOCOPT_EPOCH"), num_threads=_int("ALLOCOPT_NUM_THREADS"))
 
 
-# ----- stop requests ------------------------------------------------------------------
+# ----- stop requests and the fence ------------------------------------------------------
 _signalled = False
 _last_ckpt: int | None = None
+_watch = {"t": 0.0, "orphaned": False}
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -112,10 +142,54 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     _signalled = True
 
 
+def _starter_gone() -> bool:
+    """Whether the process that started this one (the executor) is gone; checked every ``_WATCH_S``."""
+    pid = _int("ALLOCOPT_SCHEDULER_PID")
+    if pid is None or _watch["orphaned"]:
+        return bool(_watch["orphaned"])
+    now = time.monotonic()
+    if now - _watch["t"] < _WATCH_S:
+        return False
+    _watch["t"] = now
+    ticks = os.environ.get("ALLOCOPT_SCHEDULER_TICKS", "")
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        gone = fields[0] in ("Z", "X") or bool(ticks and fields[19] != ticks)
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            gone = os.path.isdir("/proc")
+        except ProcessLookupError:
+            gone = True
+        except PermissionError:
+            gone = False
+    except IndexError:
+        gone = False
+    _watch["orphaned"] = gone
+    return gone
+
+
 def stop_requested() -> bool:
-    """True once the executor asked this job to stop (SIGTERM or the stop file)."""
+    """True once the executor asked this job to stop (SIGTERM or the stop file), or is gone."""
     stop_file = os.environ.get("ALLOCOPT_STOP_FILE")
-    return _signalled or bool(stop_file and os.path.exists(stop_file))
+    return _signalled or bool(stop_file and os.path.exists(stop_file)) or _starter_gone()
+
+
+def fenced() -> contextlib.AbstractContextManager[None]:
+    """A block that commits as this launch: it runs holding the job's epoch lock, and raises
+    :class:`StaleLeaseError` instead when another launch holds the lease. Re-entrant;
+    :func:`save_checkpoint` runs inside one. Without an executor it just runs the block."""
+    return _fenced(os.environ.get("ALLOCOPT_FENCE_DIR") or None, _int("ALLOCOPT_EPOCH"))
+
+
+def check_lease() -> None:
+    """Raise :class:`StaleLeaseError` when this launch's epoch is no longer current."""
+    directory, epoch = os.environ.get("ALLOCOPT_FENCE_DIR"), _int("ALLOCOPT_EPOCH")
+    if directory and epoch is not None:
+        current = read_epoch(directory)
+        if current != epoch:
+            raise StaleLeaseError(epoch, current)
 
 
 # ----- progress -----------------------------------------------------------------------
@@ -165,19 +239,21 @@ class _LeaseFile:
         return new
 
 
-def steps(start: int = 0, *, samples_per_step: int | None = None) -> Iterator[int]:
+def steps(start: int = 0, *, samples_per_step: int | None = None, total: int | None = None) -> Iterator[int]:
     """Yield step numbers from ``start`` until the job's total steps, a stop request, or a lease end
     that is not extended; report progress as it goes.
 
     Installs a SIGTERM handler that only sets a flag: the loop ends after the
     current step. ``samples_per_step`` (e.g. the global batch size) adds a
-    ``samples`` count to progress records.
+    ``samples`` count to progress records. ``total``: the total steps of a
+    stand-alone run (``ALLOCOPT_TOTAL_STEPS``, set by the executor, wins).
+    Raises :class:`StaleLeaseError` when another launch took over the lease.
     """
     global _signalled
     _signalled = False
     signal.signal(signal.SIGTERM, _on_sigterm)
     info = lease()
-    total = info.total_steps
+    total = info.total_steps if info.total_steps is not None else total
     sync = os.environ.get("ALLOCOPT_SYNC_FILE") if info.world_size > 1 else None
     if sync and info.rank != 0:
         yield from _follow(start, sync, samples_per_step)
@@ -185,12 +261,16 @@ def steps(start: int = 0, *, samples_per_step: int | None = None) -> Iterator[in
     renew_wait_s = float(os.environ.get("ALLOCOPT_RENEW_WAIT_S", "30"))
     leases = _LeaseFile()
     limit = None if leases.max_steps is None else start + int(leases.max_steps)
-    step, last_emit = start, 0.0
+    step, last_emit, last_check = start, 0.0, time.monotonic()
+    check_lease()
     _emit({"event": "start", "step": step, "pid": os.getpid(), "seq": leases.seq, "ckpt": _last_ckpt})
     reason = "done"
     while True:
         if total is not None and step >= total:
             break
+        if time.monotonic() - last_check >= _WATCH_S:
+            check_lease()
+            last_check = time.monotonic()
         if stop_requested():
             reason = "stop"
             break
@@ -226,9 +306,13 @@ def _publish(path: str | None, upto: int, state: str, seq: int) -> None:
 
 def _follow(start: int, path: str, samples_per_step: int | None) -> Iterator[int]:
     """Ranks > 0: run exactly the steps rank 0 runs, pause and stop with it."""
-    step, last_emit, paused = start, 0.0, False
+    step, last_emit, paused, last_check = start, 0.0, False, time.monotonic()
+    check_lease()
     _emit({"event": "start", "step": step, "pid": os.getpid(), "seq": 0, "ckpt": _last_ckpt})
     while True:
+        if time.monotonic() - last_check >= _WATCH_S:
+            check_lease()
+            last_check = time.monotonic()
         try:
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)
@@ -248,6 +332,9 @@ def _follow(start: int, path: str, samples_per_step: int | None) -> Iterator[int
             continue
         if doc is not None and doc["state"] not in ("run", "paused"):
             reason = doc["state"]
+            break
+        if _starter_gone():  # rank 0 will not publish anything any more
+            reason = "stop"
             break
         if doc is not None and doc["state"] == "paused" and not paused:
             _emit({"event": "paused", "step": step, "samples": _samples(step, samples_per_step), "seq": doc["seq"],
@@ -278,21 +365,55 @@ def _await_extension(leases: _LeaseFile, step: int, samples_per_step: int | None
 
 
 # ----- checkpoints --------------------------------------------------------------------
+_MAGIC = b"ALLOCKP1"
+_HEADER = struct.Struct("<8sQQ32s")  # magic, step, payload length, SHA-256 of the payload
+_SUFFIX = ".ckpt"
+
+
 def _checkpoint_files(directory: str) -> list[str]:
     """Checkpoint files, newest (highest step) first."""
-    return sorted(glob.glob(os.path.join(directory, "ckpt-*.pkl")), reverse=True)
+    return sorted(glob.glob(os.path.join(glob.escape(directory), f"ckpt-*{_SUFFIX}")), reverse=True)
 
 
 def checkpoint_step(path: str) -> int:
     """The step a checkpoint file name records."""
-    return int(os.path.basename(path)[len("ckpt-"):-len(".pkl")])
+    return int(os.path.basename(path)[len("ckpt-"):-len(_SUFFIX)])
+
+
+def read_checkpoint(path: str) -> dict[str, Any] | None:
+    """``{"step", "state"}`` of a checkpoint file, or None when it is not a complete, intact checkpoint
+    of the step its name says (bad header, wrong length, checksum mismatch, unreadable payload)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(_HEADER.size)
+            if len(header) != _HEADER.size:
+                return None
+            magic, step, length, digest = _HEADER.unpack(header)
+            if magic != _MAGIC or length != os.fstat(f.fileno()).st_size - _HEADER.size:
+                return None
+            payload = f.read(length)
+        if len(payload) != length or hashlib.sha256(payload).digest() != digest or step != checkpoint_step(path):
+            return None
+        data = pickle.loads(payload)
+    except Exception:  # noqa: BLE001 - any unreadable file is skipped, the next older one is tried
+        return None
+    if not isinstance(data, dict) or data.get("step") != step or "state" not in data:
+        return None
+    return data
 
 
 def save_checkpoint(state: Any, *, step: int | None = None, all_ranks: bool = False) -> str | None:
-    """Write ``state`` atomically (temporary file, fsync, ``os.replace``) to the checkpoint directory.
+    """Write ``state`` atomically (temporary file, fsync, ``os.replace``) to the checkpoint directory,
+    as a commit of this launch (see :func:`fenced`).
 
     ``step`` (steps completed) defaults to ``state["step"]``. Only rank 0 writes
-    unless ``all_ranks``. Keeps the newest two checkpoints. Returns the path (None on other ranks).
+    unless ``all_ranks``. Keeps the newest two checkpoints. Returns the path (None on other ranks,
+    or stand-alone without ``ALLOCOPT_CHECKPOINT_DIR``).
+
+    Raises
+    ------
+    StaleLeaseError
+        When another launch of the job holds the lease: nothing is written.
     """
     global _last_ckpt
     if step is None:
@@ -300,41 +421,50 @@ def save_checkpoint(state: Any, *, step: int | None = None, all_ranks: bool = Fa
             raise ValueError("save_checkpoint needs step=... unless state is a dict with a 'step' key")
         step = int(state["step"])
     info = lease()
-    if info.rank != 0 and not all_ranks:
+    if (info.rank != 0 and not all_ranks) or info.checkpoint_dir is None:
         _last_ckpt = step
         return None
     directory = info.checkpoint_dir if info.rank == 0 else os.path.join(info.checkpoint_dir, f"rank{info.rank}")
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"ckpt-{step:012d}.pkl")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, f"ckpt-{step:012d}{_SUFFIX}")
+    payload = pickle.dumps({"step": step, "state": state}, protocol=pickle.HIGHEST_PROTOCOL)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-ckpt-")
     try:
         with os.fdopen(fd, "wb") as f:
-            pickle.dump({"step": step, "state": state}, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.write(_HEADER.pack(_MAGIC, step, len(payload), hashlib.sha256(payload).digest()))
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with fenced():
+            os.replace(tmp, path)
+            for old in _checkpoint_files(directory)[_KEEP_CHECKPOINTS:]:
+                os.unlink(old)
+            for torn in glob.glob(os.path.join(glob.escape(directory), ".tmp-ckpt-*")):
+                with contextlib.suppress(OSError):
+                    os.unlink(torn)  # left by killed writers: one launch writes here at a time
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _last_ckpt = step
-    for old in _checkpoint_files(directory)[_KEEP_CHECKPOINTS:]:
-        os.unlink(old)
     return path
 
 
 def load_checkpoint(*, all_ranks: bool = False) -> Any:
-    """The state of the newest readable checkpoint, or None when there is none."""
+    """The state of the newest intact checkpoint, or None when there is none."""
     global _last_ckpt
     info = lease()
+    if info.checkpoint_dir is None:
+        return None
     directory = info.checkpoint_dir if info.rank == 0 or not all_ranks else \
         os.path.join(info.checkpoint_dir, f"rank{info.rank}")
     for path in _checkpoint_files(directory):
-        try:
-            with open(path, "rb") as f:
-                data = pickle.load(f)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            continue
-        _last_ckpt = int(data["step"])
-        return data["state"]
+        data = read_checkpoint(path)
+        if data is not None:
+            _last_ckpt = int(data["step"])
+            return data["state"]
     return None
+
+
+__all__ = ["Lease", "StaleLeaseError", "check_lease", "checkpoint_step", "fenced", "lease", "load_checkpoint",
+           "read_checkpoint", "report", "save_checkpoint", "steps", "stop_requested"]

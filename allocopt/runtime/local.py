@@ -3,15 +3,29 @@
 Per job and lease, the job's command runs once per rank (``scale_factor`` ranks,
 torchrun-style variables) with ``CUDA_VISIBLE_DEVICES`` set to exactly the job's
 GPUs (empty for ``cpu`` pseudo-devices; ``ALLOCOPT_DEVICES`` names them either
-way), in its own process group. The job talks to the executor through files in
+way), in its own session. The job talks to the executor through files in
 ``work_dir/jobs/<job>/`` (see :mod:`allocopt.runtime.client`): a lease file it
 re-reads (so a lease is extended without a restart), a stop file, and one
-JSON-lines progress file per rank.
+JSON-lines progress file per rank, all named by the launch's lease epoch.
+
+Exactly-once progress: each launch gets a new lease epoch
+(:mod:`allocopt.runtime.fence`) and a stale copy's commits are refused; every
+rank's whole process tree (:class:`allocopt.runtime.procs.ProcessTree`: its
+session, its descendants, the holders of its launch token) is contained: the
+executor is their subreaper, each rank dies with the executor (the death-signal
+race closed), and a restarted executor kills the trees recorded in each job's
+``pids.json`` before it launches anything.
 
 At a lease's end a job pauses; the next round either extends it (same process)
 or stops it: stop file, then SIGTERM, then SIGKILL, all within ``grace_s``;
-every process of the group is confirmed gone before its devices are reused.
+every process of the tree is confirmed gone before its devices are reused.
 Device holding intervals are appended to ``work_dir/devices.jsonl``.
+
+Bare ``python``/``python3`` in a job's command runs the executor's own
+interpreter (``sys.executable``; its directory leads ``PATH`` for shell
+commands); give a path to use another one. Ranks on ``cpu`` pseudo-devices get
+``OMP_NUM_THREADS`` (and MKL, OpenBLAS, ``ALLOCOPT_NUM_THREADS``) set to their
+share of this machine's cores, unless the job's ``env`` sets them.
 
 Where a rank's process runs is the one thing other executors change: they
 override :meth:`LocalExecutor._start_ranks` with their own
@@ -21,8 +35,8 @@ environment with :func:`job_environment` and :func:`rank_environment`.
 
 from __future__ import annotations
 
-import ctypes
 import json
+import logging
 import os
 import re
 import signal
@@ -30,6 +44,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,9 +55,17 @@ from allocopt.errors import InvalidProblemError
 from allocopt.runtime import client
 from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
+from allocopt.runtime.fence import issue_epoch
+from allocopt.runtime.procs import (LAUNCH_VAR, ProcessTree, become_subreaper, contain_child, process_table,
+                                    reap_children, start_ticks)
 from allocopt.throughput.online import ThroughputEstimator
 
+log = logging.getLogger(__name__)
+
 POLL_S = 0.01  # seconds between checks of a job's processes and progress
+_REAP_S = 1.0  # seconds between sweeps for exited orphans of running jobs
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                "VECLIB_MAXIMUM_THREADS", "ALLOCOPT_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -88,7 +111,7 @@ class ExecutorStats:
 
 
 class RankProcess(ABC):
-    """One rank's process, leader of its own process group, wherever it runs.
+    """One rank's process, leader of its own session, and the process tree it started, wherever it runs.
 
     ``pid`` is its process id (on its node).
     """
@@ -101,34 +124,36 @@ class RankProcess(ABC):
 
     @abstractmethod
     def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to the process group (no error when it is gone)."""
+        """Send ``sig`` to every process of the tree (no error when they are gone)."""
 
     @abstractmethod
     def group_alive(self) -> bool:
-        """Whether any process of the group is still alive."""
+        """Whether any process of the tree is still alive (exited ones waiting to be reaped are not)."""
 
     @abstractmethod
     def reap(self) -> None:
-        """Once the group is gone: collect the exit status and free what the process held."""
+        """Once the tree is gone: collect the exit statuses and free what the processes held."""
 
 
 class _LocalProcess(RankProcess):
-    """A rank started with :class:`subprocess.Popen` on this machine."""
+    """A rank started with :class:`subprocess.Popen` on this machine, and its process tree."""
 
-    def __init__(self, popen: subprocess.Popen):
+    def __init__(self, popen: subprocess.Popen, token: str):
         self.popen, self.pid = popen, popen.pid
+        self.tree = ProcessTree(popen.pid, start_ticks(popen.pid), token)
 
     def poll(self) -> int | None:
         return self.popen.poll()
 
     def signal_group(self, sig: int) -> None:
-        signal_process_group(self.pid, sig)
+        self.tree.signal(sig)
 
     def group_alive(self) -> bool:
-        return process_group_alive(self.pid)
+        return self.tree.alive()
 
     def reap(self) -> None:
         self.popen.wait()
+        reap_children(self.tree.members())
 
 
 @dataclass
@@ -216,52 +241,26 @@ def _safe_name(job_id: Hashable) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(job_id)) or "job"
 
 
+def job_directory_name(job_id: Hashable) -> str:
+    """The name of the job's directory under ``work_dir/jobs``.
+
+    Raises
+    ------
+    InvalidProblemError
+        For names that would not be a directory of their own (``"."``, ``".."``).
+    """
+    name = _safe_name(job_id)
+    if name in (".", ".."):
+        raise InvalidProblemError(f"job name {str(job_id)!r} cannot name a job directory; rename the job",
+                                  field="name", job=job_id)
+    return name
+
+
 def free_port() -> int:
     """A TCP port free on this machine now (for ``MASTER_PORT``)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _start_ticks(pid: int) -> str | None:
-    """Process start time (clock ticks since boot) from /proc, to tell a pid from a reused one."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-# resolved here, not in the forked child: loading a library after fork can deadlock in a threaded process
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGKILL when the executor dies (Linux), so a scheduler
-    killed between launching a job and recording its pid leaves no orphan behind; jobs resume
-    from their checkpoints when the scheduler restarts."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def process_group_alive(pgid: int) -> bool:
-    """Whether any process of the group is alive (a group of another user counts as alive)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def signal_process_group(pgid: int, sig: int) -> None:
-    """Send ``sig`` to the process group; no error when it is gone."""
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -271,16 +270,23 @@ def _write_json_atomic(path: Path, data: Any) -> None:
 
 
 def job_environment(job_id: Hashable, spec: JobSpec, lease: Lease, job_dir: Path, t0: float,
-                    renew_wait_s: float) -> dict[str, str | None]:
-    """The variables every rank of a lease gets (see :mod:`allocopt.runtime.client`); None: unset."""
+                    renew_wait_s: float, epoch: int, num_threads: int | None = None) -> dict[str, str | None]:
+    """The variables every rank of a lease gets (see :mod:`allocopt.runtime.client`); None: unset.
+
+    ``epoch`` is the launch's lease epoch (it names the launch's files); ``num_threads``, when given,
+    sets the thread-pool variables the job's own ``env`` does not set.
+    """
     world = len(lease.gpu_ids)
-    return {**{str(k): str(v) for k, v in spec.env.items()},
+    threads = {} if num_threads is None else {k: str(num_threads) for k in _THREAD_VARS}
+    return {**threads, **{str(k): str(v) for k, v in spec.env.items()},
             "ALLOCOPT_JOB_ID": str(job_id), "ALLOCOPT_TOTAL_STEPS": str(spec.total_steps),
-            "ALLOCOPT_LEASE_END": repr(t0 + lease.max_seconds), "ALLOCOPT_LEASE_FILE": str(job_dir / "lease.json"),
+            "ALLOCOPT_LEASE_END": repr(t0 + lease.max_seconds),
+            "ALLOCOPT_LEASE_FILE": str(job_dir / f"lease-e{epoch}.json"),
             "ALLOCOPT_STOP_FILE": str(job_dir / "stop"), "ALLOCOPT_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
             "ALLOCOPT_RENEW_WAIT_S": repr(renew_wait_s), "ALLOCOPT_GPU_TYPE": lease.gpu_type,
-            "ALLOCOPT_SYNC_FILE": str(job_dir / "sync.json") if world > 1 else None,
+            "ALLOCOPT_SYNC_FILE": str(job_dir / f"sync-e{epoch}.json") if world > 1 else None,
             "ALLOCOPT_MAX_STEPS": None if lease.max_steps is None else str(lease.max_steps),
+            "ALLOCOPT_EPOCH": str(epoch), "ALLOCOPT_FENCE_DIR": str(job_dir),
             "WORLD_SIZE": str(world), "PYTHONUNBUFFERED": "1"}
 
 
@@ -306,13 +312,40 @@ def merge_environment(inherited: Mapping[str, str], *parts: Mapping[str, str | N
 
 
 def start_process(command: Sequence[str] | str, env: Mapping[str, str], cwd: str | None,
-                  log_file: Path) -> subprocess.Popen:
-    """Start a rank in its own session (process group), output appended to ``log_file``; on Linux
-    it is killed when the starting process dies."""
+                  log_file: Path, token: str | None = None) -> tuple[subprocess.Popen, str]:
+    """Start a rank in its own session, output appended to ``log_file``; return it and its launch
+    token (``token`` or a new one; in its environment as ``ALLOCOPT_LAUNCH``, see :class:`ProcessTree`).
+
+    On Linux the rank is killed when the starting process dies, and never outlives it: the
+    parent is checked again after the death signal is armed. Bare ``python``/``python3`` runs this
+    process's interpreter. Raises OSError when the command cannot be started.
+    """
+    parent, token = os.getpid(), token or new_token()
+    env = {**env, LAUNCH_VAR: token, "ALLOCOPT_SCHEDULER_PID": str(parent),
+           "ALLOCOPT_SCHEDULER_TICKS": str(start_ticks(parent) or "")}
+    if isinstance(command, str):
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)])
+    elif command and command[0] in ("python", "python3"):
+        command = [sys.executable, *command[1:]]
     with open(log_file, "ab") as log:
-        return subprocess.Popen(command, shell=isinstance(command, str), env=dict(env), cwd=cwd,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+        popen = subprocess.Popen(command, shell=isinstance(command, str), env=env, cwd=cwd,
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, preexec_fn=lambda: contain_child(parent))
+    return popen, token
+
+
+def new_token() -> str:
+    """A fresh launch token."""
+    return uuid.uuid4().hex
+
+
+def cpu_threads(devices: int) -> int:
+    """Threads per ``cpu`` pseudo-device: this process's cores shared among ``devices`` of them."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, devices))
 
 
 class LocalExecutor(Executor):
@@ -348,7 +381,7 @@ class LocalExecutor(Executor):
         self.jobs: dict[Hashable, JobSpec] = dict(jobs)
         self.devices = list(devices)
         self.work_dir = Path(work_dir)
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.grace_s = float(grace_s)
         self.max_retries = int(max_retries)
         self.retry_backoff_s = float(retry_backoff_s)
@@ -361,11 +394,28 @@ class LocalExecutor(Executor):
         self._retry_at: dict[Hashable, float] = {}
         self._failed_for_good: dict[Hashable, str] = {}
         self._released: dict[Hashable, _Job] = {}  # jobs whose processes ended during the current round
+        self._epochs: dict[Hashable, int] = {}  # lease epoch of each job's current launch
+        self._start_error: dict[Hashable, str] = {}  # launches whose command could not be started
+        self._ckpt_cache: dict[Hashable, tuple[tuple[str, int, int], int]] = {}
+        self._last_reap = time.monotonic()
+        become_subreaper()
         self._reap_orphans()
 
     # ----- public helpers ------------------------------------------------------------
     def add_job(self, job_id: Hashable, spec: JobSpec) -> None:
-        """Register (or replace the spec of) a job."""
+        """Register (or replace the spec of) a job.
+
+        Raises
+        ------
+        InvalidProblemError
+            When the job's directory name is unusable or another job's (names equal after
+            replacing characters other than letters, digits, ``_.-`` by ``_``).
+        """
+        name = job_directory_name(job_id)
+        for other in self.jobs:
+            if other != job_id and _safe_name(other) == name:
+                raise InvalidProblemError(f"jobs {str(other)!r} and {str(job_id)!r} would share the job directory "
+                                          f"{name!r}; rename one of them", field="name", job=job_id)
         self.jobs[job_id] = spec
 
     def now(self) -> float:
@@ -384,10 +434,26 @@ class LocalExecutor(Executor):
         """Standard output and error of a rank."""
         return self.job_dir(job_id) / f"rank{rank}.log"
 
+    def progress_file(self, job_id: Hashable, rank: int, epoch: int | None = None) -> Path:
+        """The JSON-lines progress of a rank in the launch of lease ``epoch`` (default: the latest launch)."""
+        epoch = self._epochs.get(job_id, 0) if epoch is None else epoch
+        return self.job_dir(job_id) / f"progress-e{epoch}-rank{rank}.jsonl"
+
     def checkpointed_steps(self, job_id: Hashable) -> int:
-        """Steps recorded by the job's newest checkpoint (0 when none)."""
-        files = client._checkpoint_files(str(self.checkpoint_dir(job_id)))
-        return client.checkpoint_step(files[0]) if files else 0
+        """Steps recorded by the job's newest intact checkpoint (0 when none)."""
+        for path in client._checkpoint_files(str(self.checkpoint_dir(job_id))):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            key = (path, st.st_size, st.st_mtime_ns)
+            cached = self._ckpt_cache.get(job_id)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            if client.read_checkpoint(path) is not None:
+                self._ckpt_cache[job_id] = (key, client.checkpoint_step(path))
+                return client.checkpoint_step(path)
+        return 0
 
     def failed(self, job_id: Hashable) -> str | None:
         """Why the job failed for good (retries exhausted), or None."""
@@ -445,6 +511,7 @@ class LocalExecutor(Executor):
                 break
             if now >= end and all(j in outcomes or j not in self._running for j in pending):
                 break
+            self._reap_exited_orphans()
             time.sleep(POLL_S)
         overrun = [j for j in pending if j not in outcomes and j in self._running]
         if overrun:  # did not pause at its lease end within grace_s: preempt it
@@ -494,22 +561,32 @@ class LocalExecutor(Executor):
             rank.records = [rec for rec in rank.records if rec[2] == "paused"][-1:]
         job.seq += 1
         job.round_start_step, job.round_start_t, job.restarted = job.step, t0, False
-        _write_json_atomic(self.job_dir(lease.job_id) / "lease.json", self._lease_doc(job.seq, lease, t0))
+        _write_json_atomic(self.job_dir(lease.job_id) / f"lease-e{self._epochs[lease.job_id]}.json",
+                           self._lease_doc(job.seq, lease, t0))
 
     def _launch(self, lease: Lease, t0: float, restarted: bool = True) -> None:
         spec = self.jobs[lease.job_id]
         jdir = self.job_dir(lease.job_id)
         (jdir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        for name in ("stop", "sync.json"):
-            (jdir / name).unlink(missing_ok=True)
+        epoch = self._epochs[lease.job_id] = issue_epoch(str(jdir))  # every earlier launch is fenced off
+        (jdir / "stop").unlink(missing_ok=True)
+        for pattern in ("lease-e*.json", "sync-e*.json", "progress-e*-rank*.jsonl"):
+            for old in jdir.glob(pattern):
+                old.unlink(missing_ok=True)
         seq = 1
-        _write_json_atomic(jdir / "lease.json", self._lease_doc(seq, lease, t0))
-        progress = [jdir / f"progress-rank{r}.jsonl" for r in range(len(lease.gpu_ids))]
+        _write_json_atomic(jdir / f"lease-e{epoch}.json", self._lease_doc(seq, lease, t0))
+        progress = [self.progress_file(lease.job_id, r, epoch) for r in range(len(lease.gpu_ids))]
         for path in progress:
             path.write_bytes(b"")
-        env = job_environment(lease.job_id, spec, lease, jdir, t0, self.renew_wait_s)
-        ranks = self._start_ranks(lease, spec, env, progress)
+        cpu = all(self.devices[g].gpu_type == CPU_TYPE for g in lease.gpu_ids)
+        threads = cpu_threads(sum(d.gpu_type == CPU_TYPE for d in self.devices)) if cpu else None
+        env = job_environment(lease.job_id, spec, lease, jdir, t0, self.renew_wait_s, epoch, threads)
         self.stats.launches += 1
+        try:
+            ranks = self._start_ranks(lease, spec, env, progress)
+        except OSError as err:  # the command cannot be started (not found, not executable...)
+            ranks = []
+            self._start_error[lease.job_id] = f"cannot start {spec.command!r}: {err.strerror or err}"
         self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq, None, t0,
                                            restarted)
 
@@ -520,23 +597,47 @@ class LocalExecutor(Executor):
         devices = [self.devices[g] for g in lease.gpu_ids]
         gpu = not all(d.gpu_type == CPU_TYPE for d in devices)
         ids, port = [str(d.index) for d in devices], free_port()
-        ranks, pids = [], []
-        for r in range(len(devices)):
-            # CUDA numbers devices like NVML and nvidia-smi
-            order = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if gpu else {}
-            rank_env = merge_environment(os.environ, env, rank_environment(r, r, len(devices), "127.0.0.1", port, ids,
-                                                                           gpu, progress[r]), order)
-            launched = time.time()
-            proc = start_process(spec.command, rank_env, spec.cwd, self.log_file(lease.job_id, r))
-            self.stats.popen_s.append(time.time() - launched)
-            ranks.append(Rank(_LocalProcess(proc), progress[r], launched))
-            pids.append({"pid": proc.pid, "ticks": _start_ticks(proc.pid), "gpu_ids": list(lease.gpu_ids),
-                         "launched": launched})
-        _write_json_atomic(self.job_dir(lease.job_id) / "pids.json", pids)
+        ranks: list[Rank] = []
+        pids: list[dict[str, Any]] = []
+        try:
+            for r in range(len(devices)):
+                # CUDA numbers devices like NVML and nvidia-smi
+                order = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if gpu else {}
+                rank_env = merge_environment(os.environ, env, rank_environment(r, r, len(devices), "127.0.0.1", port,
+                                                                               ids, gpu, progress[r]), order)
+                launched, token = time.time(), new_token()
+                # the journal of what to kill should this executor die, written before the fork: a process
+                # of the launch not yet recorded by pid is found by its token
+                pids.append({"pid": None, "ticks": None, "token": token, "gpu_ids": list(lease.gpu_ids),
+                             "launched": launched})
+                _write_json_atomic(self.job_dir(lease.job_id) / "pids.json", pids)
+                proc, _ = start_process(spec.command, rank_env, spec.cwd, self.log_file(lease.job_id, r), token)
+                self.stats.popen_s.append(time.time() - launched)
+                local = _LocalProcess(proc, token)
+                ranks.append(Rank(local, progress[r], launched))
+                pids[-1].update(pid=proc.pid, ticks=local.tree.ticks)
+            _write_json_atomic(self.job_dir(lease.job_id) / "pids.json", pids)
+        except OSError:
+            for rank in ranks:
+                rank.proc.signal_group(signal.SIGKILL)
+            for rank in ranks:
+                rank.proc.reap()
+            (self.job_dir(lease.job_id) / "pids.json").unlink(missing_ok=True)
+            raise
         return ranks
 
     def _check(self, job: _Job, messages: dict[Hashable, str]) -> RoundOutcome | None:
-        """The job's outcome once its processes ended (reaping them); None while any rank runs."""
+        """The job's outcome once its processes ended (reaping them); None while any rank runs.
+
+        A launch counts as a failure (retried with backoff, failed for good after ``max_retries``)
+        when its command cannot start, a rank exits with an error, or the job exits on its own
+        before its total steps without a stop request or a lease end (a job that stops early, or
+        does not run its steps through the client).
+        """
+        error = self._start_error.pop(job.job_id, None)
+        if error is not None:
+            self._release(job)
+            return self._crashed(job, error, messages)
         codes = [r.proc.poll() for r in job.ranks]
         if all(c is None for c in codes):
             return None
@@ -544,25 +645,32 @@ class LocalExecutor(Executor):
             self._stop([job.job_id])
             for rank in job.ranks:
                 rank.read()
-            return self._crashed(job, codes, messages)
+            log = self.log_file(job.job_id, 0)
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+            return self._crashed(job, f"exit status {[c for c in codes if c]}" + (f": {' | '.join(tail)}" if tail
+                                                                                    else ""), messages)
         if any(c is None for c in codes):
             return None
         for rank in job.ranks:
             rank.read()
         self._release(job)
-        spec = self.jobs[job.job_id]
-        done = all(r.exit_reason == "done" or (r.exit_reason is None and not r.records) for r in job.ranks)
-        if done or (job.step is not None and job.step >= spec.total_steps):
+        total = self.jobs[job.job_id].total_steps
+        if (job.step is not None and job.step >= total) or all(r.exit_reason == "done" for r in job.ranks):
             self._failures.pop(job.job_id, None)
             return RoundOutcome.COMPLETED
-        return RoundOutcome.PREEMPTED
+        if job.stopping or all(r.exit_reason in ("lease", "stop") for r in job.ranks):
+            return RoundOutcome.PREEMPTED
+        if not any(r.records for r in job.ranks):
+            problem = (f"exited with status 0 without reporting any progress: run the steps through "
+                       f"allocopt.runtime.client.steps() (see examples/pytorch_mlp.py); log {self.log_file(job.job_id, 0)}")
+        else:
+            problem = (f"exited with status 0 at step {job.step} of {total}, before its lease ended and without "
+                       f"a stop request; a job runs until client.steps() ends")
+        return self._crashed(job, problem, messages)
 
-    def _crashed(self, job: _Job, codes: list[int | None], messages: dict[Hashable, str]) -> RoundOutcome:
+    def _crashed(self, job: _Job, text: str, messages: dict[Hashable, str]) -> RoundOutcome:
         n = self._failures.get(job.job_id, 0) + 1
         self._failures[job.job_id] = n
-        log = self.log_file(job.job_id, 0)
-        tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
-        text = f"exit status {[c for c in codes if c]}" + (f": {' | '.join(tail)}" if tail else "")
         if n > self.max_retries:
             self._failed_for_good[job.job_id] = f"failed {n} times, last {text}"
             messages[job.job_id] = self._failed_for_good[job.job_id]
@@ -599,24 +707,44 @@ class LocalExecutor(Executor):
             self.stats.stop_s.append(time.time() - t_req)
 
     def _release(self, job: _Job) -> None:
-        """Kill what is left of the job's process groups, confirm they are gone, log the device interval."""
+        """Kill what is left of the job's process trees, confirm they are gone, fence the launch off
+        (a new lease epoch), log the device interval."""
         for rank in job.ranks:
             rank.proc.signal_group(signal.SIGKILL)
         limit = time.time() + 10.0
         while any(r.proc.group_alive() for r in job.ranks) and time.time() < limit:
             time.sleep(POLL_S)
+            for rank in job.ranks:
+                rank.proc.signal_group(signal.SIGKILL)  # what was forked meanwhile
         for rank in job.ranks:
             if rank.proc.group_alive():
-                raise RuntimeError(f"processes of job {job.job_id!r} (group {rank.proc.pid}) survived SIGKILL")
+                raise RuntimeError(f"processes of job {job.job_id!r} (launched as pid {rank.proc.pid}) survived "
+                                   "SIGKILL for 10 s")
         for rank in job.ranks:
             rank.proc.reap()
-        self._log_interval(job.job_id, job.gpu_ids, [r.proc.pid for r in job.ranks],
-                           min(r.launched_t for r in job.ranks))
         jdir = self.job_dir(job.job_id)
+        issue_epoch(str(jdir))
+        if job.ranks:
+            self._log_interval(job.job_id, job.gpu_ids, [r.proc.pid for r in job.ranks],
+                               min(r.launched_t for r in job.ranks))
         (jdir / "pids.json").unlink(missing_ok=True)
         (jdir / "stop").unlink(missing_ok=True)
         self._running.pop(job.job_id, None)
         self._released[job.job_id] = job
+
+    def _reap_exited_orphans(self) -> None:
+        """Every ``_REAP_S``: collect the exit status of processes of running jobs re-parented to this
+        executor (their parent exited), so that they do not linger as zombies."""
+        now = time.monotonic()
+        if now - self._last_reap < _REAP_S:
+            return
+        self._last_reap = now
+        local = [r.proc for j in self._running.values() for r in j.ranks if isinstance(r.proc, _LocalProcess)]
+        if local:
+            table = process_table()
+            keep = frozenset(p.pid for p in local)
+            for proc in local:
+                reap_children([m for m in proc.tree.members(table) if m.zombie], keep)
 
     def _log_interval(self, job_id: Hashable, gpu_ids: Sequence[int], pids: Sequence[int], start: float) -> None:
         with open(self.work_dir / "devices.jsonl", "a", encoding="utf-8") as f:
@@ -663,33 +791,28 @@ class LocalExecutor(Executor):
         return (s_last - first[1]) / (t_last - first[0])
 
     def _reap_orphans(self) -> None:
-        """Stop processes an earlier executor on this work_dir launched and never confirmed gone."""
+        """Kill the process trees an earlier executor on this work_dir launched and never confirmed
+        gone (found through each job's ``pids.json``: session, descendants, launch token), and fence
+        them off with a new lease epoch."""
         for pid_file in sorted((self.work_dir / "jobs").glob("*/pids.json")):
             try:
                 entries = json.loads(pid_file.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                trees = [ProcessTree(e.get("pid"), e.get("ticks"), e.get("token") or "-") for e in entries]
+            except (OSError, ValueError, AttributeError, TypeError):
+                log.warning("unreadable process journal %s: its processes cannot be found", pid_file)
                 continue
-            live = [e for e in entries if _start_ticks(e["pid"]) is not None and _start_ticks(e["pid"]) == e["ticks"]]
-            if live:
-                (pid_file.parent / "stop").touch()
-                for sig, wait in ((None, self.grace_s / 2), (signal.SIGTERM, self.grace_s / 2),
-                                  (signal.SIGKILL, 10.0)):
-                    if sig is not None:
-                        for e in live:
-                            signal_process_group(e["pid"], sig)
-                    limit = time.time() + wait
-                    while time.time() < limit and any(process_group_alive(e["pid"]) for e in live):
-                        time.sleep(POLL_S)
-            for e in entries:
-                if process_group_alive(e["pid"]) and _start_ticks(e["pid"]) == e["ticks"]:
-                    raise RuntimeError(f"left-over job process {e['pid']} survived SIGKILL")
+            for tree in trees:
+                tree.kill()
+            issue_epoch(str(pid_file.parent))
+            for tree in trees:  # anything the trees forked while they were killed
+                tree.kill()
             if entries:
-                self._log_interval(pid_file.parent.name, entries[0]["gpu_ids"], [e["pid"] for e in entries],
+                self._log_interval(pid_file.parent.name, entries[0]["gpu_ids"], [e.get("pid") for e in entries],
                                    min(e["launched"] for e in entries))
             (pid_file.parent / "stop").unlink(missing_ok=True)
             pid_file.unlink()
 
 
 __all__ = ["POLL_S", "ExecutorStats", "JobSpec", "LocalExecutor", "Rank", "RankProcess", "free_port",
-           "job_environment", "merge_environment", "process_group_alive", "rank_environment", "signal_process_group",
+           "cpu_threads", "job_directory_name", "job_environment", "merge_environment", "new_token", "rank_environment",
            "start_process"]

@@ -12,12 +12,21 @@ resumes every job from its last checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
+import logging
+import math
+import os
+import signal
 import sqlite3
 import sys
+import threading
 import time
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+import uuid
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,9 +34,11 @@ import numpy as np
 
 from allocopt.cluster import Cluster
 from allocopt.engine import Engine
-from allocopt.errors import InvalidProblemError
+from allocopt.errors import DataFileError, InvalidProblemError, StateError
 from allocopt.runtime.executor import Lease, RoundOutcome
-from allocopt.runtime.local import JobSpec, LocalExecutor
+from allocopt.runtime.local import JobSpec, LocalExecutor, _safe_name, job_directory_name
+
+log = logging.getLogger(__name__)
 
 #: Steps/s assumed for a job on a GPU type it may run on, until it gives a hint or is measured there.
 DEFAULT_STEPS_PER_S = 1.0
@@ -60,37 +71,121 @@ class JobConfig:
         return JobSpec(self.name, self.command, self.total_steps, self.env)
 
 
-def load_jobs(path: str | Path) -> list[JobConfig]:
-    """Jobs from a YAML (needs PyYAML: the ``runtime`` extra) or JSON file ``{"jobs": [{...}, ...]}``."""
-    text = Path(path).read_text(encoding="utf-8")
+def load_jobs(path: str | Path, *, invalid: dict[str, str] | None = None) -> list[JobConfig]:
+    """Jobs from a YAML (needs PyYAML: the ``runtime`` extra) or JSON file ``{"jobs": [{...}, ...]}``.
+
+    A job with a bad field raises InvalidProblemError naming the file, the job and the field; with
+    ``invalid`` (a dict) it is left out and ``invalid[name]`` says why instead, so the other jobs
+    can run. A file that is unreadable as a whole, duplicate names and names that would share a
+    job directory always raise.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise InvalidProblemError(f"{path} is not a text file (byte {err.start} is not UTF-8)", field="jobs") from None
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         try:
             import yaml
         except ImportError:
             raise InvalidProblemError(f"{path} is not JSON; install PyYAML (pip install 'allocopt[runtime]') "
                                       "to read YAML", field="jobs") from None
-        doc = yaml.safe_load(text)
+        try:
+            doc = yaml.safe_load(text)
+        except (yaml.YAMLError, RecursionError) as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f", line {mark.line + 1}" if mark is not None else ""
+            raise InvalidProblemError(f"{path}{where}: not valid YAML or JSON: "
+                                      f"{getattr(err, 'problem', None) or err}", field="jobs") from None
     if not isinstance(doc, Mapping) or not isinstance(doc.get("jobs"), list) or not doc["jobs"]:
         raise InvalidProblemError(f"{path} must hold 'jobs: [{{name, command, total_steps, ...}}, ...]'",
                                   field="jobs")
-    known = set(JobConfig.__dataclass_fields__)
-    jobs = []
+    jobs, dirs = [], {}
     for k, entry in enumerate(doc["jobs"]):
-        if not isinstance(entry, Mapping) or not {"name", "command", "total_steps"} <= set(entry):
-            raise InvalidProblemError(f"job {k} of {path} needs name, command and total_steps", field="jobs")
-        unknown = sorted(set(entry) - known)
-        if unknown:
-            raise InvalidProblemError(f"job {entry['name']!r} has unknown key(s) {unknown}; known: {sorted(known)}",
-                                      field="jobs", job=entry["name"])
-        jobs.append(JobConfig(**{**entry, "name": str(entry["name"]), "total_steps": int(entry["total_steps"]),
-                                 "scale_factor": int(entry.get("scale_factor", 1)),
-                                 "priority_weight": float(entry.get("priority_weight", 1.0))}))
-    names = [j.name for j in jobs]
-    if len(set(names)) != len(names):
-        raise InvalidProblemError(f"job names must be distinct in {path}", field="jobs")
+        name = str(entry["name"]) if isinstance(entry, Mapping) and "name" in entry else f"#{k}"
+        other = dirs.get(_safe_name(name))
+        if other is not None:
+            raise InvalidProblemError(f"{path}: jobs {other!r} and {name!r} " + (
+                "have the same name" if other == name else f"would share the job directory {_safe_name(name)!r}")
+                + "; rename one of them", field="name", job=name)
+        dirs[_safe_name(name)] = name
+        try:
+            job_directory_name(name)
+            jobs.append(_job_config(entry, k, path))
+        except InvalidProblemError as err:
+            if invalid is None:
+                raise
+            invalid[name] = str(err)
     return jobs
+
+
+def _job_config(entry: Any, k: int, path: str | Path) -> JobConfig:
+    """One validated job entry; InvalidProblemError naming the file, job and field otherwise."""
+    if not isinstance(entry, Mapping) or not {"name", "command", "total_steps"} <= set(entry):
+        raise InvalidProblemError(f"{path}: job {k} needs name, command and total_steps", field="jobs")
+    name = str(entry["name"])
+
+    def bad(field_name: str, what: str) -> InvalidProblemError:
+        return InvalidProblemError(f"{path}: job {name!r}: {field_name} {what}, got {entry.get(field_name)!r}",
+                                   field=field_name, job=name)
+
+    known = set(JobConfig.__dataclass_fields__)
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise InvalidProblemError(f"{path}: job {name!r} has unknown key(s) {unknown}; known: {sorted(known)}",
+                                  field="jobs", job=name)
+    if not name.strip():
+        raise bad("name", "must not be empty")
+    command = entry["command"]
+    if isinstance(command, list) and command and all(_scalar(c) for c in command):
+        command = [str(c) for c in command]
+    elif not (isinstance(command, str) and command.strip()):
+        raise bad("command", "must be a command line or a non-empty list of arguments")
+    total = _integer(entry["total_steps"])
+    if total is None or not 1 <= total <= 2 ** 53:
+        raise bad("total_steps", "must be an integer from 1 to 2**53")
+    scale = _integer(entry.get("scale_factor", 1))
+    if scale is None or not 1 <= scale <= 2 ** 20:
+        raise bad("scale_factor", "must be an integer from 1 to 2**20")
+    weight = entry.get("priority_weight", 1.0)
+    if not _number(weight) or not 0 < float(weight) < math.inf:
+        raise bad("priority_weight", "must be a positive number")
+    throughputs = entry.get("throughputs")
+    if throughputs is not None and not (isinstance(throughputs, Mapping) and all(
+            isinstance(t, str) and _number(v) and 0 <= float(v) < math.inf for t, v in throughputs.items())):
+        raise bad("throughputs", "must map GPU types to steps/s >= 0")
+    gpu_types = entry.get("gpu_types")
+    if gpu_types is not None and not (isinstance(gpu_types, list) and gpu_types
+                                      and all(isinstance(t, str) for t in gpu_types)):
+        raise bad("gpu_types", "must be a non-empty list of GPU type names")
+    env = entry.get("env") or {}
+    if not (isinstance(env, Mapping) and all(isinstance(key, str) and key and "=" not in key and _scalar(v)
+                                             for key, v in env.items())):
+        raise bad("env", "must map variable names to strings or numbers")
+    return JobConfig(name, command, total, scale, float(weight),
+                     None if throughputs is None else {t: float(v) for t, v in throughputs.items()},
+                     None if gpu_types is None else list(gpu_types),
+                     {key: str(v).lower() if isinstance(v, bool) else str(v) for key, v in env.items()})
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float)) and not (isinstance(value, float) and not math.isfinite(value))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an int when it is one (also ``5.0``), else None (strings, booleans, fractions, nan)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def parse_cluster(text: str) -> dict[str, int]:
@@ -112,6 +207,7 @@ CREATE TABLE IF NOT EXISTS jobs (name TEXT PRIMARY KEY, config TEXT NOT NULL, st
 CREATE TABLE IF NOT EXISTS rounds (idx INTEGER PRIMARY KEY, start REAL NOT NULL, end REAL NOT NULL,
     leases TEXT NOT NULL, results TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS engine (id INTEGER PRIMARY KEY CHECK (id = 0), document TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -132,24 +228,90 @@ class JobState:
 
 
 class StateStore:
-    """The scheduler's journal in SQLite: jobs and rounds, each round committed in one transaction."""
+    """The scheduler's journal in SQLite: jobs and rounds, each round committed in one transaction.
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.db = sqlite3.connect(str(self.path), isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(_SCHEMA)
+    Held exclusively (``flock`` on ``PATH.lock``, which names the holder's PID) while open; the
+    files are created 0600; the journal is checked at open (``quick_check``) and before every
+    commit (still the same file on disk, its write-ahead log too). Jobs' ``env`` values are
+    journaled only with ``store_env`` (else their names, the values come from the job file).
+
+    Raises
+    ------
+    StateError
+        Another scheduler holds the journal; it was deleted or replaced while open.
+    DataFileError
+        The file is not a readable allocopt journal.
+    """
+
+    def __init__(self, path: str | Path, *, store_env: bool = False):
+        self.path, self.store_env = Path(path), store_env
+        self._lock_fd = _lock(self.path)
+        try:
+            self.created = not self.path.exists()
+            left = [f"{self.path}{x}" for x in ("-wal", "-shm") if self.created and os.path.exists(f"{self.path}{x}")]
+            if left:
+                raise StateError(f"the journal {self.path} is missing but {' and '.join(left)} remain: restore the "
+                                 "journal, or move these files and the work directory away to start afresh")
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            os.chmod(self.path, 0o600)
+            self.db = sqlite3.connect(str(self.path), isolation_level=None)
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=FULL")
+                check = self.db.execute("PRAGMA quick_check").fetchone()[0]
+                if check != "ok":
+                    raise sqlite3.DatabaseError(check)
+                self.db.executescript(_SCHEMA)
+                row = self.db.execute("SELECT value FROM meta WHERE key = 'id'").fetchone()
+                if row is None:
+                    self.db.execute("INSERT INTO meta VALUES ('id', ?)", (uuid.uuid4().hex,))
+                    row = self.db.execute("SELECT value FROM meta WHERE key = 'id'").fetchone()
+                self.journal_id: str = row[0]
+            except sqlite3.DatabaseError as err:
+                self.db.close()
+                raise DataFileError(f"not a readable allocopt journal ({err}); move it away to start afresh, "
+                                    "or pass another --state", path=self.path) from None
+            for suffix in ("-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(f"{self.path}{suffix}", 0o600)
+            self._files = self._identity()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _identity(self) -> dict[str, tuple[int, int] | None]:
+        out: dict[str, tuple[int, int] | None] = {}
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                st = os.stat(f"{self.path}{suffix}")
+                out[suffix] = (st.st_dev, st.st_ino)
+            except FileNotFoundError:
+                out[suffix] = None
+        return out
+
+    def verify(self) -> None:
+        """Raise StateError when the journal (or its write-ahead log) was deleted or replaced since
+        the last commit: what is written now would be lost."""
+        now = self._identity()
+        for suffix, before in self._files.items():
+            if before is not None and now[suffix] != before:
+                raise StateError(f"the journal {self.path}{suffix} was deleted or replaced while allocopt run was "
+                                 "using it; its jobs were stopped (their progress is in their checkpoints). Restore "
+                                 "the file, or move the work directory away to start afresh, and rerun")
 
     def load(self) -> dict[str, JobState]:
         """Every journaled job, in the order they were first written."""
         out = {}
-        for row in self.db.execute("SELECT name, config, status, steps_done, received, submitted, finished, "
-                                   "placement, measured, restarts, message FROM jobs ORDER BY rowid"):
-            placement = json.loads(row[7]) if row[7] else None
-            out[row[0]] = JobState(JobConfig(**json.loads(row[1])), row[2], row[3], json.loads(row[4]), row[5],
-                                   row[6], (placement[0], tuple(placement[1])) if placement else None,
-                                   json.loads(row[8]), row[9], row[10])
+        try:
+            for row in self.db.execute("SELECT name, config, status, steps_done, received, submitted, finished, "
+                                       "placement, measured, restarts, message FROM jobs ORDER BY rowid"):
+                placement = json.loads(row[7]) if row[7] else None
+                out[row[0]] = JobState(JobConfig(**json.loads(row[1])), row[2], row[3], json.loads(row[4]), row[5],
+                                       row[6], (placement[0], tuple(placement[1])) if placement else None,
+                                       json.loads(row[8]), row[9], row[10])
+        except (sqlite3.DatabaseError, ValueError, TypeError, IndexError) as err:
+            raise DataFileError(f"a journaled job is unreadable ({err}); move the journal away to start afresh",
+                                path=self.path) from None
         return out
 
     def next_round(self) -> int:
@@ -164,11 +326,12 @@ class StateStore:
     def commit(self, jobs: Sequence[JobState], round_row: tuple[int, float, float, Any, Any] | None = None,
                engine: Mapping[str, Any] | None = None) -> None:
         """Write jobs (and a round, and the engine's state) atomically."""
+        self.verify()
         with self.db:
             self.db.execute("BEGIN")
             self.db.executemany(
                 "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(s.config.name, json.dumps(asdict(s.config)), s.status, s.steps_done, json.dumps(s.received),
+                [(s.config.name, json.dumps(self._config(s.config)), s.status, s.steps_done, json.dumps(s.received),
                   s.submitted, s.finished, json.dumps(s.placement) if s.placement else None,
                   json.dumps(s.measured), s.restarts, s.message) for s in jobs])
             if round_row is not None:
@@ -177,9 +340,81 @@ class StateStore:
                                 (idx, start, end, json.dumps(leases), json.dumps(results)))
             if engine is not None:
                 self.db.execute("INSERT OR REPLACE INTO engine VALUES (0, ?)", (json.dumps(engine),))
+        self._files = {suffix: now or self._files.get(suffix) for suffix, now in self._identity().items()}
+
+    def _config(self, config: JobConfig) -> dict[str, Any]:
+        doc = asdict(config)
+        if not self.store_env:
+            doc["env"] = {key: None for key in config.env}  # names only: values may be secrets
+        return doc
 
     def close(self) -> None:
+        """Close the journal and release its lock."""
         self.db.close()
+        os.close(self._lock_fd)
+
+
+def default_state_path(jobs_file: str | Path) -> Path:
+    """Where ``allocopt run JOBS`` journals without ``--state``: one file per job file, under
+    ``$XDG_STATE_HOME/allocopt`` (default ``~/.local/state/allocopt``), outside any source tree."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "allocopt"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    resolved = Path(jobs_file).resolve()
+    return base / f"{resolved.stem}-{hashlib.sha256(str(resolved).encode()).hexdigest()[:10]}.db"
+
+
+def lock_work_dir(work_dir: str | Path) -> int:
+    """Take the exclusive lock of a scheduler's work directory (``DIR/scheduler.lock``); return its
+    fd (closing it releases the lock). StateError naming the holder's PID when another one holds it."""
+    Path(work_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    return _lock(Path(work_dir) / "scheduler", what=f"the work directory {work_dir}")
+
+
+def _lock(path: Path, what: str | None = None) -> int:
+    """Take the exclusive lock of journal ``path`` (``PATH.lock`` holds the holder's PID); its fd."""
+    lock_path = Path(f"{path}.lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise StateError(f"cannot create the lock file {lock_path}: {err.strerror or err}; pass a --state in a "
+                         "writable directory") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StateError(f"{what or f'the journal {path}'} is in use by another scheduler (pid {holder}); stop it "
+                         "first, or pass another --state" + (" and --work-dir" if what else "")) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _with_env(journaled: JobConfig, from_file: JobConfig | None) -> JobConfig:
+    """A journaled job's config with its ``env`` values (journaled as names only) from the job file."""
+    if all(v is not None for v in journaled.env.values()):
+        return journaled
+    values = from_file.env if from_file is not None else {}
+    missing = sorted(k for k, v in journaled.env.items() if v is None and k not in values)
+    if missing:
+        log.warning("job %s: the values of env %s are not journaled and not in the job file; it runs without them",
+                    journaled.name, missing)
+    env = {k: v if v is not None else values[k] for k, v in journaled.env.items() if v is not None or k in values}
+    return replace(journaled, env=env)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM in the block (main thread only), so cleanup runs to its end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 # ----- the loop -------------------------------------------------------------------------
@@ -200,18 +435,37 @@ class Scheduler:
         Length of a round; the allocation is solved again at most once per
         :data:`RECOMPUTE_ROUNDS` rounds, when jobs finished or throughputs were measured.
     out : text stream for the status lines and the final report (None: silent).
+    rejected : mapping of job name to message
+        Jobs of the job file that were left out (see :func:`load_jobs`): reported as failed.
+    retry_failed : bool
+        Run again the jobs the journal says failed, with their entry of the job file when it has one
+        (else they stay failed, and a line says how to retry).
+
+    A job that can run on none of the cluster's GPU types fails with a message; the others run.
 
     Raises
     ------
-    InvalidProblemError
-        For a job that can run on none of the cluster's GPU types.
+    StateError
+        When ``executor.work_dir`` belongs to another journal (``state`` is new or was replaced).
     """
 
     def __init__(self, jobs: Sequence[JobConfig], cluster: Cluster, executor: LocalExecutor, state: StateStore, *,
-                 policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = sys.stdout):
+                 policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = sys.stdout,
+                 rejected: Mapping[str, str] | None = None, retry_failed: bool = False):
         self.cluster, self.executor, self.state = cluster, executor, state
         self.round_seconds, self.out = float(round_seconds), out
+        self._check_work_dir()
         self.jobs = state.load()
+        self.rejected = {n: m for n, m in (rejected or {}).items() if n not in self.jobs}
+        from_file = {c.name: c for c in jobs}
+        for name, s in self.jobs.items():
+            s.config = _with_env(s.config, from_file.get(name))
+            if s.status == "failed" and retry_failed:
+                s.status, s.finished, s.message = "pending", None, ""
+                s.config = from_file.get(name, s.config)  # the operator's fix
+            elif s.status == "failed":
+                self._say(f"job {name} failed in an earlier run on {state.path} ({s.message}); pass --retry-failed "
+                          "to run it again")
         for config in jobs:
             self.jobs.setdefault(config.name, JobState(config))
         self.engine = self._restored_engine(state.load_engine(), cluster, policy) or Engine(
@@ -224,14 +478,22 @@ class Scheduler:
                 if s.steps_done >= s.config.total_steps:
                     s.status, s.finished = "done", s.finished or time.time()
             s.placement = None  # a restarted scheduler holds no processes
+            throughputs = self._throughputs(s.config) if s.status == "pending" else None
+            if throughputs is not None and not any(v > 0 for v in throughputs.values()):
+                s.status, s.finished = "failed", time.time()
+                s.message = (f"can run on none of the cluster's GPU types {list(cluster.gpu_types)} (gpu_types "
+                             f"{s.config.gpu_types}, scale_factor {s.config.scale_factor}, throughputs "
+                             f"{s.config.throughputs}); allow a type the cluster has enough GPUs of")
             if s.status == "pending" and name not in self.engine:
-                self.engine.add_job(name, self._throughputs(s.config), scale_factor=s.config.scale_factor,
+                self.engine.add_job(name, throughputs, scale_factor=s.config.scale_factor,
                                     priority_weight=s.config.priority_weight)
                 for gpu_type, value in s.measured.items():
                     if gpu_type in cluster.gpu_types:
                         self.engine.observe_throughput(name, gpu_type, value)
             elif s.status != "pending" and name in self.engine:
                 self.engine.remove_job(name)
+        for name, message in self.rejected.items():
+            self._say(f"job {name} is not run: {message}")
         self.state.commit(list(self.jobs.values()), engine=self.engine.to_json())
         self.round_index = state.next_round()
         self.gpu_seconds_used = 0.0
@@ -252,17 +514,30 @@ class Scheduler:
 
     def _throughputs(self, config: JobConfig) -> dict[str, float]:
         """Steps/s the engine starts from: hints, else :data:`DEFAULT_STEPS_PER_S`, on the types the job
-        may use and fits on; 0 elsewhere."""
-        out = {t: float((config.throughputs or {}).get(t, DEFAULT_STEPS_PER_S))
-               if (config.gpu_types is None or t in config.gpu_types) and config.scale_factor <= n else 0.0
-               for t, n in zip(self.cluster.gpu_types, self.cluster.capacity.tolist())}
-        if not any(v > 0 for v in out.values()):
-            raise InvalidProblemError(
-                f"job {config.name!r} can run on none of the cluster's GPU types {list(self.cluster.gpu_types)} "
-                f"(gpu_types {config.gpu_types}, scale_factor {config.scale_factor}, throughputs "
-                f"{config.throughputs}); allow a type the cluster has enough GPUs of", field="gpu_types",
-                job=config.name)
-        return out
+        may use and fits on; 0 elsewhere (all 0: the job cannot run on this cluster)."""
+        return {t: float((config.throughputs or {}).get(t, DEFAULT_STEPS_PER_S))
+                if (config.gpu_types is None or t in config.gpu_types) and config.scale_factor <= n else 0.0
+                for t, n in zip(self.cluster.gpu_types, self.cluster.capacity.tolist())}
+
+    def _check_work_dir(self) -> None:
+        """The work directory remembers its journal's id: a work directory with jobs' files but a
+        new or another journal means the journal was lost or replaced."""
+        marker = self.executor.work_dir / "journal-id"
+        try:
+            known = marker.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            known = None
+        if known is None:
+            marker.write_text(self.state.journal_id + "\n", encoding="utf-8")
+        elif known != self.state.journal_id:
+            what = "is missing (a new one was created)" if self.state.created else "is another run's journal"
+            raise StateError(f"the journal {self.state.path} {what}: the work directory {self.executor.work_dir} "
+                             "belongs to another journal. Restore the journal, or move the work directory away to "
+                             "start afresh")
+
+    def _say(self, line: str) -> None:
+        if self.out is not None:
+            print(line, file=self.out, flush=True)
 
     def pending(self) -> list[str]:
         """Names of the jobs not yet done or failed."""
@@ -276,7 +551,9 @@ class Scheduler:
                 self.run_round()
                 rounds += 1
         finally:
-            self.executor.close()
+            with _signals_deferred():  # a second Ctrl-C must not leave jobs behind
+                self.executor.close()
+        self.state.verify()
         report = self.report()
         if self.out is not None:
             self._print_report(report)
@@ -327,10 +604,12 @@ class Scheduler:
         """Per job: status, steps, JCT (s, submission to completion, across restarts), restarts;
         utilization: GPU-seconds leased / (GPUs x wall seconds) of this scheduler run."""
         wall = max(time.time() - self.wall_start, 1e-9)
+        rejected = {n: {"status": "failed", "steps_done": 0, "total_steps": None, "jct_s": None, "restarts": 0,
+                        "received_s": {}, "measured_steps_per_s": {}, "message": m} for n, m in self.rejected.items()}
         return {"jobs": {n: {"status": s.status, "steps_done": s.steps_done, "total_steps": s.config.total_steps,
                              "jct_s": None if s.finished is None or s.status != "done" else s.finished - s.submitted,
                              "restarts": s.restarts, "received_s": s.received, "measured_steps_per_s": s.measured,
-                             "message": s.message} for n, s in self.jobs.items()},
+                             "message": s.message} for n, s in self.jobs.items()} | rejected,
                 "utilization": self.gpu_seconds_used / (wall * int(self.cluster.capacity.sum())),
                 "rounds": self.round_index, "executor": asdict(self.executor.stats)
                 | {"extension_fraction": self.executor.stats.extension_fraction}}
@@ -349,10 +628,16 @@ class Scheduler:
         print("\njob                 status    steps         JCT (s)  restarts", file=self.out)
         for n, j in report["jobs"].items():
             jct = "-" if j["jct_s"] is None else f"{j['jct_s']:.1f}"
-            print(f"{n:<19} {j['status']:<9} {j['steps_done']:>5}/{j['total_steps']:<6} {jct:>9}  {j['restarts']:>8}",
+            total = "-" if j["total_steps"] is None else j["total_steps"]
+            print(f"{n:<19} {j['status']:<9} {j['steps_done']:>5}/{total:<6} {jct:>9}  {j['restarts']:>8}",
                   file=self.out)
         stats = self.executor.stats
         med = lambda xs: f"{float(np.median(xs)):.3f}" if xs else "-"  # noqa: E731
         print(f"utilization {report['utilization']:.1%} over {report['rounds']} rounds; leases extended "
               f"{stats.extension_fraction:.0%}; median launch-to-first-step {med(stats.launch_to_first_step_s)} s, "
               f"stop {med(stats.stop_s)} s", file=self.out, flush=True)
+        failed = [n for n, j in report["jobs"].items() if j["status"] == "failed"]
+        if failed:
+            print(f"{len(failed)} job(s) failed: {', '.join(failed)}; see each job's message in the report and its "
+                  f"log ({self.executor.work_dir}/jobs/NAME/rank0.log). Fix them and rerun with --retry-failed to "
+                  "run them again", file=self.out, flush=True)

@@ -12,8 +12,9 @@ the custom resource ``accelerator_type:<gpu type>`` (the cluster's type names:
 for a real GPU type, one GPU (``num_gpus=1``, so Ray assigns it). The actors of a
 type are packed onto as few nodes as possible (one placement group per type), so
 consecutive ids share nodes as the scheduler's placement assumes. Each rank of a
-lease runs in the actor of its GPU id, as a process in its own group with the
-local executor's environment: ``CUDA_VISIBLE_DEVICES`` lists the GPUs Ray
+lease runs in the actor of its GPU id, as a process in its own session with the
+local executor's environment (and lease epoch fence; the actor is the subreaper
+of the rank's process tree): ``CUDA_VISIBLE_DEVICES`` lists the GPUs Ray
 assigned to the job's actors on that node, ``LOCAL_RANK`` counts the job's ranks
 on that node and ``MASTER_ADDR`` is rank 0's node. Actors outlive leases, so a
 restart costs a process start, not a Ray worker start. A rank whose actor died
@@ -40,7 +41,8 @@ from allocopt.errors import BackendNotInstalledError, InvalidProblemError
 from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import Lease
 from allocopt.runtime.local import (POLL_S, JobSpec, LocalExecutor, Rank, RankProcess, free_port, merge_environment,
-                                    process_group_alive, rank_environment, signal_process_group, start_process)
+                                    rank_environment, start_process)
+from allocopt.runtime.procs import ProcessTree, become_subreaper, reap_children, start_ticks
 
 try:
     import ray
@@ -65,12 +67,13 @@ class _DeviceActor:
     Every method is a coroutine, so all run on the actor's event-loop thread:
     a process is killed when that thread ends (``PR_SET_PDEATHSIG``). Ray
     restarts a dead actor (in its placement group bundle); the new one only
-    signals process groups it started itself.
+    signals process trees it started itself.
     """
 
     def __init__(self) -> None:
+        become_subreaper()
         self.procs: dict[int, subprocess.Popen] = {}  # running
-        self.started: set[int] = set()  # every process group this actor started
+        self.trees: dict[int, ProcessTree] = {}  # every process tree this actor started
 
     async def node(self) -> tuple[str, str, list[str]]:
         """Node id, node address and the GPU ids Ray assigned to this actor."""
@@ -82,9 +85,9 @@ class _DeviceActor:
 
     async def start(self, command: Sequence[str] | str, env: Sequence[Mapping[str, str | None]], cwd: str | None,
                     log_file: str) -> int:
-        proc = start_process(command, merge_environment(os.environ, *env), cwd, Path(log_file))
+        proc, token = start_process(command, merge_environment(os.environ, *env), cwd, Path(log_file))
         self.procs[proc.pid] = proc
-        self.started.add(proc.pid)
+        self.trees[proc.pid] = ProcessTree(proc.pid, start_ticks(proc.pid), token)
         return proc.pid
 
     async def wait_exit(self, pid: int) -> int:
@@ -95,11 +98,16 @@ class _DeviceActor:
         return code
 
     async def signal_group(self, pid: int, sig: int) -> None:
-        if pid in self.started:
-            signal_process_group(pid, sig)
+        if pid in self.trees:
+            self.trees[pid].signal(sig)
 
     async def group_alive(self, pid: int) -> bool:
-        return pid in self.started and process_group_alive(pid)
+        tree = self.trees.get(pid)
+        if tree is None:
+            return False
+        members = tree.members()
+        reap_children([m for m in members if m.zombie], frozenset(self.procs))
+        return any(not m.zombie for m in members)
 
 
 class _RayProcess(RankProcess):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -30,3 +31,30 @@ def assert_no_device_overlap(work_dir: Path) -> list[dict]:
         for (s1, e1, j1), (s2, e2, j2) in zip(ivs, ivs[1:]):
             assert e1 <= s2, f"device {g} held by {j1} until {e1} and by {j2} from {s2}"
     return intervals
+
+
+JOBS_DIR = Path(__file__).resolve().parents[1] / "jobs"
+REPO = str(Path(__file__).resolve().parents[2])
+
+
+def marked_processes(mark: str) -> list[int]:
+    """Live processes whose environment holds ``ALLOCOPT_TEST_MARK=<mark>`` (a test job's tree)."""
+    needle, out = f"ALLOCOPT_TEST_MARK={mark}".encode(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    out.append(int(name))
+        except (OSError, IndexError):
+            continue
+    return out
+
+
+def repo_env() -> dict[str, str]:
+    """This environment with the repository first on PYTHONPATH (for `python -m allocopt` subprocesses)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}

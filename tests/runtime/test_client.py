@@ -54,9 +54,9 @@ def test_checkpoints_are_atomic_and_the_newest_good_one_loads(monkeypatch: pytes
     for step in (1, 2, 3):
         client.save_checkpoint({"step": step, "w": [step] * 3})
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == ["ckpt-000000000002.pkl", "ckpt-000000000003.pkl"]  # the newest two, no temp files
+    assert files == ["ckpt-000000000002.ckpt", "ckpt-000000000003.ckpt"]  # the newest two, no temp files
     assert client.load_checkpoint() == {"step": 3, "w": [3, 3, 3]}
-    (tmp_path / "ckpt-000000000004.pkl").write_bytes(b"\x80\x05truncated")  # a torn write, as after a crash
+    (tmp_path / "ckpt-000000000004.ckpt").write_bytes(b"\x80\x05truncated")  # a torn write, as after a crash
     assert client.load_checkpoint()["step"] == 3
     with pytest.raises(ValueError, match="step"):
         client.save_checkpoint([1, 2])

@@ -50,7 +50,7 @@ def test_jobs_get_their_environment_and_devices(tmp_path: Path, monkeypatch: pyt
     # the step limit of the lease ended the round: exactly 5 steps, paused at step 5, then stopped at close
     assert result.outcome is RoundOutcome.PREEMPTED and result.steps == 5
     assert steps_written(tmp_path / "a.txt") == list(range(5)) and ex.checkpointed_steps("a") == 5
-    events = [json.loads(x) for x in (ex.job_dir("a") / "progress-rank0.jsonl").read_text().splitlines()]
+    events = [json.loads(x) for x in ex.progress_file("a", 0).read_text().splitlines()]
     assert [e["step"] for e in events if e["event"] == "paused"] == [5]
 
 
@@ -107,7 +107,7 @@ def test_lease_extension_keeps_the_same_process(tmp_path: Path) -> None:
     jobs = {"a": JobSpec("a", count_steps_command(out), 100_000)}
     ex = LocalExecutor(jobs, cpu_devices(1), tmp_path / "rt")
     results = [ex.run_round(_plan(k, 1.0, _lease("a", (0,), 1.0, extended=k > 0)))[0] for k in range(4)]
-    progress = ex.job_dir("a") / "progress-rank0.jsonl"
+    progress = ex.progress_file("a", 0)
     starts = [json.loads(x) for x in progress.read_text().splitlines() if '"start"' in x]
     ex.close()
     assert len(starts) == 1 and [r.restarted for r in results] == [True, False, False, False]
@@ -141,9 +141,9 @@ def test_ranks_of_a_job_pause_extend_and_stop_at_the_same_step(tmp_path: Path) -
     for k in range(3):  # time-based lease ends; the second and third rounds extend the lease
         results.append(ex.run_round(_plan(k, 2.0, _lease("a", (0, 1), 2.0, extended=k > 0)))[0])
     ex.close()
-    exits = [json.loads(x) for r in (0, 1) for x in (ex.job_dir("a") / f"progress-rank{r}.jsonl").read_text()
+    exits = [json.loads(x) for r in (0, 1) for x in ex.progress_file("a", r).read_text()
              .splitlines() if '"exit"' in x]
-    pauses = [[json.loads(x)["step"] for x in (ex.job_dir("a") / f"progress-rank{r}.jsonl").read_text()
+    pauses = [[json.loads(x)["step"] for x in ex.progress_file("a", r).read_text()
                .splitlines() if '"paused"' in x] for r in (0, 1)]
     assert len(exits) == 2 and exits[0]["step"] == exits[1]["step"] == len(steps_written(out))
     assert pauses[0] == pauses[1] and len(pauses[0]) == 3  # every rank paused at the same step

@@ -89,6 +89,7 @@ def test_crashing_job_is_marked_failed_and_the_others_finish(tmp_path: Path) -> 
     assert report["jobs"]["ok"]["status"] == "done" and report["jobs"]["ok"]["steps_done"] == 50
     bad = report["jobs"]["bad"]
     assert bad["status"] == "failed" and "failed 2 times" in bad["message"] and bad["steps_done"] == 5
+    state.close()  # the journal is held exclusively while open
     assert StateStore(tmp_path / "state.db").load()["bad"].status == "failed"  # journaled
 
 
@@ -111,9 +112,13 @@ def test_scheduler_rounds_come_from_the_engine(tmp_path: Path) -> None:
     assert {lease[0] for lease in leases[0]} < set(totals)  # three jobs, two devices: one waits in round 0
     assert all(len({g for lease in r for g in lease[2]}) == sum(len(lease[2]) for lease in r) for r in leases)
     assert_no_device_overlap(tmp_path / "rt")
-    with pytest.raises(InvalidProblemError, match="'big' can run on none"):
-        Scheduler([JobConfig("big", ["true"], 1, scale_factor=3)], Cluster({"cpu": 2}),
-                  LocalExecutor({}, cpu_devices(2), tmp_path / "rt2"), StateStore(tmp_path / "s2.db"), out=None)
+    # a job too big for the cluster fails with a message; the others run (it used to stop the whole run)
+    report = Scheduler([JobConfig("big", ["true"], 1, scale_factor=3),
+                        JobConfig("ok", count_steps_command(tmp_path / "ok.txt"), 20)], Cluster({"cpu": 2}),
+                       LocalExecutor({}, cpu_devices(2), tmp_path / "rt2"), StateStore(tmp_path / "s2.db"),
+                       out=None).run(max_rounds=5)
+    assert report["jobs"]["big"]["status"] == "failed" and "can run on none" in report["jobs"]["big"]["message"]
+    assert report["jobs"]["ok"]["status"] == "done" and steps_written(tmp_path / "ok.txt") == list(range(20))
 
 
 def test_restarted_scheduler_keeps_the_engines_round_state(tmp_path: Path) -> None:
@@ -130,8 +135,11 @@ def test_restarted_scheduler_keeps_the_engines_round_state(tmp_path: Path) -> No
 
     first = scheduler()
     first.run(max_rounds=3)
+    first.state.close()  # the journal is held exclusively while open
     before = first.engine.to_json()["rounds"]
     assert before["round_index"] == 3
-    again = scheduler().engine.to_json()["rounds"]
+    second = scheduler()
+    again = second.engine.to_json()["rounds"]
+    second.state.close()
     assert again["round_index"] == 3 and again["jobs"] == before["jobs"] and again["pending"] == []
     assert scheduler("max_throughput").engine.to_json()["rounds"]["round_index"] == 0  # another policy: fresh
