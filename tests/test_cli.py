@@ -119,15 +119,15 @@ def test_policy_options_are_parsed_as_json(tmp_path):
 
 @pytest.mark.parametrize("document, fragments", [
     ('{"cluster": {"gpus": {"v100": 1}},\n "jobs": [\n  {"id": "a", "throughputs": {"v100": 1.0,}}]}',
-     ["problem.json: invalid JSON at line 3, column"]),
+     ["problem.json, line 3: invalid JSON at column"]),
     ({"cluster": {"gpus": {"v100": 1}}, "jobs": [{"id": "a", "throughputs": {"v100": 1.0, "a100": 2.0}}]},
      ["job 'a'", "unknown GPU type", "a100"]),
     ({"cluster": {"gpus": {"v100": 1, "k80": 1}},
       "jobs": [{"id": "a", "throughputs": {"v100": 1.0, "k80": 1.0}},
                {"id": "b", "throughputs": {"v100": 2.0, "k80": -1.0}}]},
-     ["throughput of job 'b'", "'k80'", "-1.0"]),
+     ["jobs[1].throughputs.k80 (id 'b')", "-1.0"]),
     ({"cluster": {"gpus": {"v100": 1}}, "jobs": [{"id": "a", "throughputs": {"v100": "fast"}}]},
-     ["job 'a'", "non-numeric throughput", "fast"]),
+     ["jobs[0].throughputs.v100 (id 'a')", "'fast'"]),
     ({"jobs": []}, ["'cluster'"]),
 ], ids=["bad-json", "unknown-gpu-type", "negative-throughput", "non-numeric-throughput", "no-cluster"])
 def test_malformed_problem_exits_2(tmp_path, document, fragments):

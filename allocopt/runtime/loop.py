@@ -25,7 +25,8 @@ import numpy as np
 
 from allocopt.cluster import Cluster
 from allocopt.engine import Engine
-from allocopt.errors import InvalidProblemError
+from allocopt.documents import parse_json, parse_yaml, read_text
+from allocopt.errors import DataFileError, InvalidProblemError
 from allocopt.runtime.executor import Lease, RoundOutcome
 from allocopt.runtime.local import JobSpec, LocalExecutor
 
@@ -61,36 +62,95 @@ class JobConfig:
 
 
 def load_jobs(path: str | Path) -> list[JobConfig]:
-    """Jobs from a YAML (needs PyYAML: the ``runtime`` extra) or JSON file ``{"jobs": [{...}, ...]}``."""
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
+    """Jobs from a YAML (needs PyYAML: the ``runtime`` extra) or JSON file ``{"jobs": [{...}, ...]}``.
+
+    Raises
+    ------
+    DataFileError
+        For a file that cannot be read, is not UTF-8 text or not valid JSON/YAML (naming the line).
+    InvalidProblemError
+        For a malformed job (``field`` and ``job`` name it; the message names the file, the job's
+        index and, for YAML, its line).
+    """
+    text = read_text(path, what="the job file")
+    if str(path).lower().endswith(".json"):
+        doc = parse_json(text, path)
+    else:
         try:
-            import yaml
-        except ImportError:
-            raise InvalidProblemError(f"{path} is not JSON; install PyYAML (pip install 'allocopt[runtime]') "
-                                      "to read YAML", field="jobs") from None
-        doc = yaml.safe_load(text)
+            doc = parse_json(text, path)
+        except DataFileError:
+            doc = parse_yaml(text, path)
     if not isinstance(doc, Mapping) or not isinstance(doc.get("jobs"), list) or not doc["jobs"]:
         raise InvalidProblemError(f"{path} must hold 'jobs: [{{name, command, total_steps, ...}}, ...]'",
                                   field="jobs")
     known = set(JobConfig.__dataclass_fields__)
     jobs = []
     for k, entry in enumerate(doc["jobs"]):
+        where = f"{path}, job {k}" + (f" (line {line})" if (line := _yaml_item_line(text, k)) else "")
         if not isinstance(entry, Mapping) or not {"name", "command", "total_steps"} <= set(entry):
-            raise InvalidProblemError(f"job {k} of {path} needs name, command and total_steps", field="jobs")
-        unknown = sorted(set(entry) - known)
+            raise InvalidProblemError(f"{where}: a job needs name, command and total_steps", field="jobs")
+        unknown = sorted(set(entry) - known, key=str)
         if unknown:
-            raise InvalidProblemError(f"job {entry['name']!r} has unknown key(s) {unknown}; known: {sorted(known)}",
-                                      field="jobs", job=entry["name"])
-        jobs.append(JobConfig(**{**entry, "name": str(entry["name"]), "total_steps": int(entry["total_steps"]),
-                                 "scale_factor": int(entry.get("scale_factor", 1)),
-                                 "priority_weight": float(entry.get("priority_weight", 1.0))}))
+            raise InvalidProblemError(f"{where}: job {entry['name']!r} has unknown key(s) {unknown}; known: "
+                                      f"{sorted(known)}", field="jobs", job=entry["name"])
+        jobs.append(_job_config(entry, where))
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise InvalidProblemError(f"job names must be distinct in {path}", field="jobs")
     return jobs
+
+
+def _job_config(entry: Mapping[str, Any], where: str) -> JobConfig:
+    """A JobConfig from one job object of a job file; InvalidProblemError naming the field otherwise."""
+    name = entry["name"]
+
+    def fail(field_name: str, expected: str) -> InvalidProblemError:
+        return InvalidProblemError(f"{where}: {field_name} of job {name!r} is {entry[field_name]!r}; {expected}",
+                                   field=field_name, job=name)
+
+    if isinstance(name, bool) or not isinstance(name, (str, int)) or not str(name).strip():
+        raise fail("name", "give a non-empty string")
+    command = entry["command"]
+    if not (isinstance(command, str) and command.strip()) and not (
+            isinstance(command, list) and command and all(isinstance(c, (str, int, float)) for c in command)):
+        raise fail("command", "give a shell string or a non-empty list of arguments")
+    counts = {}
+    for key, low in (("total_steps", 1), ("scale_factor", 1)):
+        value = entry.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 2**53:
+            raise fail(key, f"give an integer from {low} to {2**53}")
+        counts[key] = value
+    weight = entry.get("priority_weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+        raise fail("priority_weight", "give a positive finite number")
+    throughputs = entry.get("throughputs")
+    if throughputs is not None and not (isinstance(throughputs, Mapping) and all(
+            isinstance(t, str) and not isinstance(v, bool) and isinstance(v, (int, float)) and 0 <= v < float("inf")
+            for t, v in throughputs.items())):
+        raise fail("throughputs", "give a mapping of GPU type to steps/s >= 0")
+    gpu_types = entry.get("gpu_types")
+    if gpu_types is not None and not (isinstance(gpu_types, list) and all(isinstance(t, str) for t in gpu_types)):
+        raise fail("gpu_types", "give a list of GPU type names")
+    env = entry.get("env", {})
+    if not (isinstance(env, Mapping) and all(isinstance(k, str) and isinstance(v, (str, int, float))
+                                             and not isinstance(v, bool) for k, v in env.items())):
+        raise fail("env", "give a mapping of variable names to strings")
+    return JobConfig(**{**entry, "name": str(name), "command": command if isinstance(command, str)
+                        else [str(c) for c in command], **counts, "priority_weight": float(weight),
+                        "throughputs": None if throughputs is None else {t: float(v) for t, v in throughputs.items()},
+                        "env": {k: str(v) for k, v in env.items()}})
+
+
+def _yaml_item_line(text: str, k: int) -> int | None:
+    """1-based line of ``jobs[k]`` in a YAML job file, or None (JSON, or no PyYAML)."""
+    try:
+        import yaml
+
+        root = yaml.compose(text)
+        jobs = next(v for key, v in root.value if key.value == "jobs")
+        return jobs.value[k].start_mark.line + 1
+    except Exception:  # noqa: BLE001 - only a nicer message: any failure leaves the line out
+        return None
 
 
 def parse_cluster(text: str) -> dict[str, int]:
