@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import time
 from typing import Any
 
@@ -16,6 +17,8 @@ from allocopt.formulations import ModelSolver, PolicyResult, get_policy
 from allocopt.goodput_problem import GoodputProblem
 from allocopt.partitioning import Partitioning, solve_partitioned
 from allocopt.problem import Problem
+
+logger = logging.getLogger(__name__)
 
 
 def check_policy_options(pol: Any, options: dict[str, Any]) -> None:
@@ -174,4 +177,6 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
                                    timings=timings)
     if isinstance(allocation, Allocation):
         allocation = dataclasses.replace(allocation, warm_start=solver.warm_start_out() if pol.warm_starts else None)
+        if not allocation.success:  # best_effort: the caller gets it, the log says it is not optimal
+            logger.warning("%s: %s", allocation.status.value, allocation.message)
     return allocation

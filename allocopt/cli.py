@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -73,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except KeyboardInterrupt:
         return _interrupted()
-    with _logging(args.verbose - args.quiet):
+    with _logging(args.verbose - args.quietness):
         try:
             return args.run(args)
         except _UsageError as err:
@@ -149,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"allocopt {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log more to stderr (-v: progress and info, -vv: debug); before the command")
-    parser.add_argument("-q", "--quiet", action="count", default=0,
+    parser.add_argument("-q", "--quiet", dest="quietness", action="count", default=0,
                         help="log only errors to stderr (-qq: nothing but the error line); before the command")
     commands = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
@@ -373,9 +374,7 @@ def _run_solve(args: argparse.Namespace) -> int:
     with _solver_output_to_stderr():
         allocation = solve(problem, args.policy, backend=args.backend, time_limit_s=args.time_limit_s,
                            best_effort=args.best_effort, **options)
-    _write_json(allocation.to_json(), args.out)
-    if not allocation.success:
-        logger.warning("%s: %s", allocation.status.value, allocation.message)
+    _write_json(allocation.to_json(), args.out)  # a non-optimal status was logged as a warning by solve
     return 0
 
 
@@ -454,10 +453,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
     if args.ray_address is not None and args.executor != "ray":
         raise _UsageError("--ray-address needs --executor ray")
     get_policy(args.policy)
-    try:
-        jobs = load_jobs(args.jobs)
-    except OSError as err:
-        raise _UsageError(f"cannot read job file {args.jobs}: {err.strerror or err}") from None
+    jobs = load_jobs(args.jobs)
     gpus = parse_cluster(args.cluster)
     work_dir = args.work_dir or f"{args.state}.d"
     if args.executor == "ray":
@@ -468,14 +464,18 @@ def _run_jobs(args: argparse.Namespace) -> int:
     else:
         executor = LocalExecutor({}, devices_for_cluster(gpus), work_dir, grace_s=args.grace_s,
                                  max_retries=args.max_retries)
-    state = StateStore(args.state)
     try:
-        with _solver_output_to_stderr():
-            scheduler = Scheduler(jobs, Cluster(gpus), executor, state, policy=args.policy,
-                                  round_seconds=args.round_seconds, out=sys.stderr)
-            report = scheduler.run(args.max_rounds)
-    finally:
-        state.close()
+        state = StateStore(args.state)
+        try:
+            with _solver_output_to_stderr():
+                scheduler = Scheduler(jobs, Cluster(gpus), executor, state, policy=args.policy,
+                                      round_seconds=args.round_seconds, out=None if args.quietness else sys.stderr)
+                report = scheduler.run(args.max_rounds)
+        finally:
+            state.close()
+    except sqlite3.DatabaseError as err:
+        raise DataFileError(f"the state journal is not a usable SQLite database ({err}); move it away to start "
+                            "afresh, or point --state at another file", path=args.state) from None
     print(json.dumps(report, indent=2, default=str))
     return EXIT_FAILURE if any(j["status"] == "failed" for j in report["jobs"].values()) else 0
 
@@ -558,7 +558,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         engine = Engine(args.cluster, args.policy, args.backend)
     try:
         serve(args.host, args.port, engine, max_body_bytes=args.max_body_bytes, state_path=args.state,
-              quiet=args.quiet)
+              quiet=args.quiet or args.quietness > 0)
     except OSError as err:
         raise _UsageError(f"cannot serve on {args.host}:{args.port}: {err.strerror or err}") from None
     return 0

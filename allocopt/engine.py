@@ -607,7 +607,7 @@ class Engine:
         try:
             check_cluster_document(document.get("cluster"))
         except InvalidProblemError as err:
-            raise _state_error(err.field or "cluster", str(err)) from None
+            raise InvalidProblemError(f"engine state: {err}", field=err.field) from None
         try:
             engine = cls(Cluster.from_dict(document["cluster"]), document.get("policy", "max_min_fairness"),
                          document.get("backend", "highs"), policy_options=document.get("policy_options"),
@@ -736,7 +736,7 @@ class Engine:
         try:
             return cls.from_json(document)
         except AllocoptError as err:
-            raise DataFileError(f"invalid engine state: {err}", path=path) from None
+            raise DataFileError(f"invalid engine state: {str(err).removeprefix('engine state: ')}", path=path) from None
 
     def __repr__(self) -> str:
         with self._lock:

@@ -475,7 +475,7 @@ def test_state_files_name_the_path_and_line(tmp_path):
     with pytest.raises(DataFileError, match=r"state.json, line 2: not UTF-8"):
         allocopt.Engine.load(path)
     path.write_text(json.dumps(_set(mid_round_state(), "rounds.clock_s", -1.0)))
-    with pytest.raises(DataFileError, match=r"state.json: invalid engine state: engine state: rounds.clock_s"):
+    with pytest.raises(DataFileError, match=r"state.json: invalid engine state: rounds.clock_s"):
         allocopt.Engine.load(path)
 
 

@@ -56,6 +56,7 @@ against 3 s without it).
 from __future__ import annotations
 
 
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -69,6 +70,8 @@ from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem
 from allocopt.model import CompiledModel, Model
 from allocopt.solution import Solution
+
+logger = logging.getLogger(__name__)
 
 INTEGRALITY_TOL = 1e-9  # an LP value this close to 0 or 1 counts as integral
 FIXING_TOL = 1e-7  # margin of reduced-cost fixing, relative to the LP bound (LP duals carry round-off)
@@ -265,6 +268,8 @@ def _solve_relaxation_first(model: CompiledModel, solver: ModelSolver
         if found_gap <= guess + margin:
             break  # the point found is within the gap the fixing assumed, so the fixing was valid for it
         if valid:  # a point within the gap satisfies the fixing; not finding it means round-off: solve it whole
+            logger.info("sia: the reduced MILP missed a point within its assumed gap (round-off); "
+                        "solving the whole MILP over %d binaries", model.num_cols)
             return _whole_milp(model, solver, {"relaxation_integral": False, "fallback": "round-off",
                                                "milp_binaries": model.num_cols})
         guess, valid = min(found_gap, known_gap), True

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -268,7 +267,7 @@ class Scheduler:
     """
 
     def __init__(self, jobs: Sequence[JobConfig], cluster: Cluster, executor: LocalExecutor, state: StateStore, *,
-                 policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = sys.stdout):
+                 policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = None):
         self.cluster, self.executor, self.state = cluster, executor, state
         self.round_seconds, self.out = float(round_seconds), out
         self.jobs = state.load()
