@@ -9,8 +9,9 @@ import numpy as np
 from allocopt.errors import InvalidProblemError
 
 DEFAULT_GPUS_PER_NODE = 8
-#: Largest GPU count of a type (and GPUs per node) a Cluster accepts.
-MAX_COUNT = 2**53
+#: Largest GPU count of a type (and GPUs per node) a Cluster accepts: 1,048,576 (a cluster's GPUs are
+#: numbered one by one in placements and round plans).
+MAX_COUNT = 2**20
 
 
 class Cluster:

@@ -36,7 +36,7 @@ import numpy as np
 from allocopt.allocation import Allocation
 from allocopt.api import check_policy_options, solve
 from allocopt.backends import BACKENDS, SolveOptions
-from allocopt.cluster import DEFAULT_GPUS_PER_NODE, Cluster
+from allocopt.cluster import DEFAULT_GPUS_PER_NODE, MAX_COUNT, Cluster
 from allocopt.documents import parse_json, read_text
 from allocopt.errors import (AllocoptError, DataFileError, DuplicateJobError, InvalidOptionError, InvalidProblemError,
                              UnknownBackendError, UnknownJobError)
@@ -64,7 +64,7 @@ _FIELD_NAMES = {"scale_factors": "scale_factor", "priority_weights": "priority_w
 
 # Capacity of every GPU type in the cluster a single job is validated against: capacity is
 # checked when allocating (a job may wait for nodes to join), not when it is added.
-_VALIDATION_CAPACITY = 2**31
+_VALIDATION_CAPACITY = MAX_COUNT
 
 
 class Engine:
@@ -147,10 +147,11 @@ class Engine:
             raise InvalidOptionError(f"solve_options: best_effort must be true or false, got "
                                      f"{solve_options['best_effort']!r}")
         if (isinstance(recompute_min_seconds, bool) or not isinstance(recompute_min_seconds, numbers.Real)
-                or not 0 <= recompute_min_seconds < math.inf):
-            raise InvalidOptionError(f"recompute_min_seconds must be a finite number of seconds >= 0, got "
-                                     f"{recompute_min_seconds!r}")
-        if not (isinstance(throughput_smoothing, (int, float)) and 0 < throughput_smoothing <= 1):
+                or not 0 <= recompute_min_seconds <= MAX_ROUND_SECONDS):
+            raise InvalidOptionError(f"recompute_min_seconds must be a number of seconds from 0 to "
+                                     f"{MAX_ROUND_SECONDS:g}, got {recompute_min_seconds!r}")
+        if (isinstance(throughput_smoothing, bool) or not isinstance(throughput_smoothing, (int, float))
+                or not 0 < throughput_smoothing <= 1):
             raise InvalidOptionError(f"throughput_smoothing must be in (0, 1], got {throughput_smoothing!r}")
         # next_round's contract: jobs added between recomputes run on otherwise idle GPUs, an
         # allocation is installed at most once per recompute_min_seconds (time 0 included), and
@@ -441,10 +442,10 @@ class Engine:
             states = [self._round_jobs[job] for job in ids]
 
             def matrix(key: str, default: float) -> np.ndarray:
-                return np.array([[s[key].get(t, default) for t in types] for s in states]).reshape(len(ids), -1)
+                return np.array([[s[key].get(t, default) for t in types] for s in states]).reshape(len(ids), len(types))
 
             throughputs = np.array([[self._jobs[j]["throughputs"].get(t, 0.0) for t in types] for j in ids]
-                                   ).reshape(len(ids), -1)
+                                   ).reshape(len(ids), len(types))
             scale = np.array([int(self._jobs[j].get("scale_factor", 1)) for j in ids], dtype=np.int64)
             capacity = np.array([self._gpus[t] for t in types], dtype=np.int64)
             mechanism = PriorityMechanism(throughputs, scale, capacity, types, self.mechanism_options)
@@ -457,7 +458,7 @@ class Engine:
                 allocation = self.allocate()
                 row_of = {job: k for k, job in enumerate(allocation.job_ids)}
                 new = np.array([allocation.matrix[row_of[j]] if j in row_of else np.zeros(len(types))
-                                for j in ids]).reshape(len(ids), -1)
+                                for j in ids]).reshape(len(ids), len(types))
                 mechanism.reset(self._clock_s, rows, new)
                 self._last_reset_s, self._installed_version = self._clock_s, self.version
                 for k, state in enumerate(states):
@@ -522,9 +523,11 @@ class Engine:
                                                   job=result.job_id)
                     continue
                 run_s = result.run_seconds
-                if isinstance(run_s, bool) or not isinstance(run_s, numbers.Real) or not 0 <= run_s < math.inf:
-                    raise InvalidProblemError(f"run_seconds of job {result.job_id!r} is {run_s!r}; give finite "
-                                              "seconds >= 0", field="run_seconds", job=result.job_id)
+                if (isinstance(run_s, bool) or not isinstance(run_s, numbers.Real)
+                        or not 0 <= run_s <= MAX_ROUND_SECONDS):
+                    raise InvalidProblemError(f"run_seconds of job {result.job_id!r} is {run_s!r}; give seconds "
+                                              f"from 0 to {MAX_ROUND_SECONDS:g}", field="run_seconds",
+                                              job=result.job_id)
                 if result.measured_steps_per_s is not None:
                     _finite_non_negative(result.measured_steps_per_s, "measured_steps_per_s", result.job_id)
                 credits.append((result.job_id, self._pending[result.job_id], float(run_s)))
@@ -587,9 +590,13 @@ class Engine:
         if not isinstance(document, Mapping) or document.get("format") != STATE_FORMAT:
             raise InvalidProblemError(f"not an engine state document: 'format' must be {STATE_FORMAT!r}",
                                       field="format")
-        if document.get("format_version") != STATE_FORMAT_VERSION:
+        if document.get("format_version") != STATE_FORMAT_VERSION or isinstance(document["format_version"], bool):
             raise InvalidProblemError(f"unsupported engine state format_version {document.get('format_version')!r}; "
                                       f"this allocopt reads {STATE_FORMAT_VERSION}", field="format_version")
+        missing = [name for name in ("version", "policy", "backend", "cluster", "jobs") if name not in document]
+        if missing:
+            raise _state_error(missing[0], "is missing (a state document as Engine.to_json writes it has "
+                                           "version, policy, backend, cluster and jobs)")
         unknown = sorted(set(document) - _STATE_FIELDS, key=str)
         if unknown:
             raise _state_error(str(unknown[0]), f"is not a field of an engine state; known: {', '.join(sorted(_STATE_FIELDS))}")
@@ -602,7 +609,7 @@ class Engine:
             if not isinstance(document.get(name, ""), str):
                 raise _state_error(name, f"must be a string, got {document[name]!r}")
         for name in ("policy_options", "solve_options"):
-            if not isinstance(document.get(name) or {}, Mapping):
+            if not isinstance(document.get(name, {}), Mapping):
                 raise _state_error(name, f"must be an object, got {document[name]!r}")
         try:
             check_cluster_document(document.get("cluster"))
@@ -707,10 +714,11 @@ class Engine:
         for gpu_type, value in values.items():
             if not _known(gpu_type, self._gpus):
                 raise _state_error(f"{field}.{gpu_type}", f"names an unknown GPU type; the cluster's are {list(self._gpus)}")
-            ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+            ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and abs(value) <= MAX_CLOCK_SECONDS
             if not ok or (value < 0 and not negative):
-                raise _state_error(f"{field}.{gpu_type}", f"is {value!r}; give a finite number"
-                                                          + ("" if negative else " >= 0"))
+                raise _state_error(f"{field}.{gpu_type}", f"is {value!r}; give a number from "
+                                                          f"{-MAX_CLOCK_SECONDS if negative else 0:g} to "
+                                                          f"{MAX_CLOCK_SECONDS:g}")
             out[gpu_type] = float(value)
         return out
 
@@ -795,6 +803,11 @@ class Engine:
         return entry
 
 
+#: Longest round (and recompute interval), and the largest round clock a state may hold: seconds.
+#: Bounds keep every counter finite, so a state document is always valid JSON (no Infinity).
+MAX_ROUND_SECONDS = 1e9
+MAX_CLOCK_SECONDS = 1e15
+
 _STATE_FIELDS = {"format", "format_version", "version", "policy", "backend", "policy_options", "solve_options",
                  "throughput_smoothing", "cluster", "jobs", "measured", "round_seconds", "recompute_min_seconds",
                  "rounds"}
@@ -820,14 +833,15 @@ def _state_int(value: Any, field: str, limit: int = 2**63 - 1) -> int:
 
 
 def _state_seconds(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-        raise _state_error(field, f"is {value!r}; give a finite number of seconds >= 0")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= MAX_CLOCK_SECONDS:
+        raise _state_error(field, f"is {value!r}; give a number of seconds from 0 to {MAX_CLOCK_SECONDS:g}")
     return float(value)
 
 
 def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
-        raise InvalidOptionError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= MAX_ROUND_SECONDS:
+        raise InvalidOptionError(f"{name} must be a positive number of seconds up to {MAX_ROUND_SECONDS:g}, "
+                                 f"got {value!r}")
     return float(value)
 
 

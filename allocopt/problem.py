@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from allocopt.cluster import Cluster
+from allocopt.cluster import MAX_COUNT, Cluster
 from allocopt.errors import InvalidProblemError
 
 
@@ -85,14 +85,14 @@ def check_cluster_document(cluster: Any, path: str = "cluster") -> None:
     if not gpus:
         raise _schema_error(f"{path}.gpus", "must name at least one GPU type")
     for gpu_type, count in gpus.items():
-        if not _is_integer(count, 0):
-            raise _schema_error(f"{path}.gpus.{gpu_type}", f"is {count!r}; give an integer count 0..{MAX_DOCUMENT_INT}")
+        if not (_is_integer(count, 0) and count <= MAX_COUNT):
+            raise _schema_error(f"{path}.gpus.{gpu_type}", f"is {count!r}; give an integer count 0..{MAX_COUNT}")
     per_node = cluster.get("gpus_per_node", 1)
     counts = per_node.items() if isinstance(per_node, Mapping) else [(None, per_node)]
     for gpu_type, count in counts:
-        if not _is_integer(count, 1):
+        if not (_is_integer(count, 1) and count <= MAX_COUNT):
             where = f"{path}.gpus_per_node" + ("" if gpu_type is None else f".{gpu_type}")
-            raise _schema_error(where, f"is {count!r}; give an integer >= 1")
+            raise _schema_error(where, f"is {count!r}; give an integer 1..{MAX_COUNT}")
 
 
 def check_problem_document(data: Mapping) -> None:

@@ -190,10 +190,13 @@ def test_save_load_round_trip(tmp_path):
 @pytest.mark.parametrize("document, field", [
     ({"format": "other"}, "format"),
     ({"format": "allocopt-engine", "format_version": 99}, "format_version"),
-    ({"format": "allocopt-engine", "format_version": 1, "cluster": {"gpus": {"v100": 1}},
+    ({"format": "allocopt-engine", "format_version": 1, "version": 0, "policy": "max_min_fairness",
+      "backend": "highs", "cluster": {"gpus": {"v100": 1}},
       "jobs": [{"id": "a", "throughputs": {"v100": 1.0}, "colour": 1}]}, "jobs[0]"),
-    ({"format": "allocopt-engine", "format_version": 1, "cluster": {"gpus": {"v100": 1}},
+    ({"format": "allocopt-engine", "format_version": 1, "version": 0, "policy": "max_min_fairness",
+      "backend": "highs", "cluster": {"gpus": {"v100": 1}},
       "jobs": [{"id": "a", "throughputs": {"v100": 1.0}}], "measured": [["b", "v100"]]}, "measured"),
+    ({"format": "allocopt-engine", "format_version": 1, "cluster": {"gpus": {"v100": 1}}, "jobs": []}, "version"),
 ])
 def test_load_rejects_bad_documents(document, field):
     with pytest.raises(InvalidProblemError) as info:
