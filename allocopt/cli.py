@@ -177,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
                                         f"continuous-trace cluster ({_gpus(DEMO_CLUSTER)}), solve with "
                                         "each backend and compare.")
     d.add_argument("--jobs", type=_positive_int, default=100, help="number of jobs (default: %(default)s)")
-    d.add_argument("--seed", type=int, default=0, help="random seed of the workload (default: %(default)s)")
+    d.add_argument("--seed", type=_seed, default=0, help="random seed of the workload (default: %(default)s)")
     d.add_argument("--backends", type=_name_list, metavar="NAMES",
                    help="comma-separated backends to run (default: every installed one)")
     d.add_argument("--policy", default="max_min_fairness", help="scheduling policy (default: %(default)s)")
@@ -213,12 +213,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="local: processes on this machine's devices; ray: Ray actors (default: local)")
     r.add_argument("--ray-address", metavar="ADDR",
                    help="Ray cluster to connect to (e.g. auto or HOST:6379; default: start a local instance)")
-    r.add_argument("--round-seconds", type=float, default=30.0, metavar="S", help="round length (default: 30)")
+    r.add_argument("--round-seconds", type=_positive_float, default=30.0, metavar="S", help="round length (default: 30)")
     r.add_argument("--state", required=True, metavar="STATE.db", help="SQLite journal; reused to resume")
     r.add_argument("--work-dir", metavar="DIR", help="job files, logs, checkpoints (default: STATE.db.d)")
-    r.add_argument("--grace-s", type=float, default=2.0, metavar="S",
+    r.add_argument("--grace-s", type=_non_negative_float, default=2.0, metavar="S",
                    help="seconds from a stop request to SIGKILL (default: 2)")
-    r.add_argument("--max-retries", type=int, default=2, help="restarts of a crashing job (default: 2)")
+    r.add_argument("--max-retries", type=_non_negative_int, default=2, help="restarts of a crashing job (default: 2)")
     r.add_argument("--max-rounds", type=_positive_int, help="stop after this many rounds")
     r.set_defaults(run=_run_jobs)
 
@@ -248,12 +248,12 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--round-seconds", type=float, default=360.0, help="round length (default: %(default)s)")
     m.add_argument("--recompute-min-seconds", type=float, default=1920.0,
                    help="minimum seconds between allocation recomputes (default: %(default)s)")
-    m.add_argument("--restart-overhead-s", type=float, default=0.0,
+    m.add_argument("--restart-overhead-s", type=_non_negative_float, default=0.0,
                    help="seconds lost per restart (default: %(default)s)")
     m.add_argument("--mode", choices=("mechanism", "ideal"), default="mechanism",
                    help="rounds with the priority mechanism, or the fractional allocation applied directly")
     m.add_argument("--window", type=_index_pair, metavar="A,B", help="measure JCTs of jobs A..B-1 only")
-    m.add_argument("--seed", type=int, default=0, help="seed of random streams (default: %(default)s)")
+    m.add_argument("--seed", type=_seed, default=0, help="seed of random streams (default: %(default)s)")
     m.add_argument("--backend", default="highs", help="solver backend (default: %(default)s)")
     m.add_argument("--solver", metavar="NAME",
                    help="solver of --backend cvxpy (e.g. CLARABEL, an interior-point solver like the ECOS Gavel "
@@ -315,6 +315,46 @@ def _key_value(text: str) -> tuple[str, Any]:
         return key.strip(), parsed
     except (ValueError, RecursionError):
         return key.strip(), value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a seed, an integer >= 0, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 def _port(text: str) -> int:

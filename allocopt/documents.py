@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -99,6 +100,8 @@ def parse_yaml(text: str, path: Any) -> Any:
     except ImportError:
         raise DataFileError("not JSON, and reading YAML needs PyYAML: pip install 'allocopt[runtime]'",
                             path=path) from None
+    if _flow_depth(text) > MAX_DEPTH:  # PyYAML takes seconds, then recurses out, on deep [[[...
+        raise DataFileError(f"YAML nested too deeply (at most {MAX_DEPTH} levels)", path=path)
     try:
         document = yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:
@@ -112,6 +115,19 @@ def parse_yaml(text: str, path: Any) -> Any:
         raise DataFileError(f"invalid YAML: {_first_line(err)}", path=path) from None
     check_depth(document, path)
     return document
+
+
+_QUOTED = re.compile(r'"(?:\\.|[^"\\\n])*"|\'[^\'\n]*\'')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of [ and { in ``text`` outside quoted strings (YAML's flow collections)."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(_QUOTED.sub("", text)):
+        depth = depth + 1 if match.group() in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def check_depth(document: Any, path: Any, max_depth: int = MAX_DEPTH) -> None:
