@@ -10,9 +10,14 @@ array([[0.455, 0.   ],
 """
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# A quiet library: allocopt logs to the "allocopt" logger (children per module) and prints nothing;
+# an application (or the CLI's -v/-q) decides where records go.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 # Public names and their modules, imported on first use: a training script that
 # imports allocopt.runtime.client must not pay for scipy and the solvers.

@@ -2,6 +2,10 @@
 
 import sys
 
-from allocopt.cli import main
+try:
+    from allocopt.cli import main
+except KeyboardInterrupt:  # Ctrl-C while importing: the same one line as during a command
+    print("allocopt: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

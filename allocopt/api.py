@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import time
 from typing import Any
 
@@ -18,6 +19,37 @@ from allocopt.partitioning import Partitioning, solve_partitioned
 from allocopt.problem import Problem
 from allocopt.technique import choose, technique_extras
 from allocopt.verify import checked
+
+logger = logging.getLogger(__name__)
+
+
+def check_policy_options(pol: Any, options: dict[str, Any]) -> None:
+    """InvalidOptionError naming the option whose value has the wrong type for ``pol``'s default.
+
+    A flag (bool default) takes only true/false (a mapping too where the policy
+    accepts one, e.g. ``column_generation``), a number option a finite number
+    (an integer where the default is one), a string option a string.
+    """
+    hints = inspect.signature(pol.allocate).parameters
+    for name, value in options.items():
+        default = pol.options.get(name)
+        annotation = str(getattr(hints.get(name), "annotation", ""))
+        if isinstance(default, bool):
+            ok = isinstance(value, (bool, np.bool_)) or ("Mapping" in annotation and isinstance(value, dict))
+            expected = "true or false" + (" or an object of options" if "Mapping" in annotation else "")
+        elif isinstance(default, int):
+            ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            expected = "an integer"
+        elif isinstance(default, float):
+            ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+                  and bool(np.isfinite(value)))
+            expected = "a finite number"
+        elif isinstance(default, str):
+            ok, expected = isinstance(value, str), "a string"
+        else:
+            continue
+        if not ok:
+            raise InvalidOptionError(f"option {name} of policy {pol.name!r} must be {expected}, got {value!r}")
 
 
 def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "highs",
@@ -121,6 +153,9 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
         common = ", ".join(p for p in inspect.signature(solve).parameters if p not in ("problem", "policy", "policy_options"))
         raise InvalidOptionError(f"policy {policy!r} has no option(s) {unknown}; its options: {allowed}; "
                                  f"options of every policy: {common}")
+    check_policy_options(pol, policy_options)
+    if not isinstance(best_effort, (bool, np.bool_)):
+        raise InvalidOptionError(f"best_effort must be true or false, got {best_effort!r}")
     if warm_start is not None and (not isinstance(warm_start, Allocation) or warm_start.policy != pol.name):
         raise InvalidOptionError(f"warm_start must be an Allocation returned by allocopt.solve with policy "
                                  f"{pol.name!r}; got {type(warm_start).__name__}"
@@ -161,4 +196,6 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
     if isinstance(allocation, Allocation):
         allocation = dataclasses.replace(allocation, warm_start=solver.warm_start_out() if pol.warm_starts else None)
         allocation = checked(allocation, options, best_effort)
+        if not allocation.success:  # best_effort: the caller gets it, the log says it is not optimal
+            logger.warning("%s: %s", allocation.status.value, allocation.message)
     return allocation

@@ -5,9 +5,12 @@
 :meth:`allocopt.Allocation.to_json`); ``allocopt demo`` solves a realistic
 problem drawn from Gavel's measured throughputs with every installed backend.
 
-Exit codes: 0 success, 1 the solver failed or did not prove optimality,
-2 invalid input (arguments, problem file, options). Errors are one line on
-stderr, ``allocopt: error: ...``.
+Exit codes (:data:`EXIT_CODES`): 0 success, 1 the solver failed or did not
+prove optimality (or a job failed), 2 invalid input (arguments, options, any
+input file), 3 an internal error (a bug in allocopt), 130 interrupted (Ctrl-C).
+Errors are one line on stderr, ``allocopt: error: ...``, never a traceback
+(``-v`` adds the traceback of an internal error). Results go to stdout,
+diagnostics to stderr; ``-v``/``-q`` before the command set how much is logged.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
+import math
 import os
+import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -29,8 +35,9 @@ from allocopt.api import solve
 from allocopt.backends import BACKENDS, get_backend, installed_backends
 from allocopt.bench import add_parser as add_bench_parser
 from allocopt.cluster import Cluster
-from allocopt.errors import (AllocoptError, BackendNotInstalledError, InvalidOptionError, InvalidProblemError,
-                             LicenseError, NotOptimalError, SolverError, UnknownBackendError)
+from allocopt.documents import decode, parse_json, read_text
+from allocopt.errors import (AllocoptError, BackendNotInstalledError, DataFileError, InvalidOptionError,
+                             InvalidProblemError, LicenseError, NotOptimalError, SolverError, UnknownBackendError)
 from allocopt.formulations import POLICIES, get_policy
 from allocopt.problem import Problem
 from allocopt.throughput import ThroughputTable
@@ -38,7 +45,16 @@ from allocopt.throughput.goodput import DEFAULT_LOSS, DEFAULT_LOSS_SCALE, LOSSES
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
-_USAGE_ERRORS = (InvalidProblemError, InvalidOptionError, BackendNotInstalledError)
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+#: Exit status of each class of outcome (also in ``allocopt --help``).
+EXIT_CODES = {0: "success", EXIT_FAILURE: "the solver failed or did not prove optimality, or a job failed",
+              EXIT_USAGE: "invalid input (arguments, options, problem/job/trace/state files)",
+              EXIT_INTERNAL: "internal error (a bug in allocopt; -v shows the traceback)",
+              EXIT_INTERRUPTED: "interrupted (Ctrl-C)"}
+_USAGE_ERRORS = (InvalidProblemError, InvalidOptionError, DataFileError, BackendNotInstalledError)
+
+logger = logging.getLogger(__name__)
 
 #: The cluster of Gavel's continuous-trace experiments (Narayanan et al., OSDI 2020).
 DEMO_CLUSTER = {"v100": 36, "p100": 36, "k80": 36}
@@ -53,21 +69,89 @@ class _UsageError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
-    args = _parser().parse_args(argv)
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code (:data:`EXIT_CODES`)."""
     try:
-        return args.run(args)
-    except _UsageError as err:
-        return _error(str(err), EXIT_USAGE)
-    except AllocoptError as err:
-        return _error(str(err), EXIT_USAGE if isinstance(err, _USAGE_ERRORS) else EXIT_FAILURE)
+        args = _parser().parse_args(argv)
+    except KeyboardInterrupt:
+        return _interrupted()
+    with _logging(args.verbose - args.quietness):
+        try:
+            return args.run(args)
+        except _UsageError as err:
+            return _error(str(err), EXIT_USAGE)
+        except AllocoptError as err:
+            return _error(str(err), EXIT_USAGE if isinstance(err, _USAGE_ERRORS) else EXIT_FAILURE)
+        except KeyboardInterrupt:
+            return _interrupted()
+        except BrokenPipeError:  # stdout closed by the reader (e.g. `allocopt demo | head`)
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_FAILURE
+        except OSError as err:  # a file or socket the command was pointed at
+            where = f"{err.filename}: " if err.filename else ""
+            return _error(f"{where}{err.strerror or err}", EXIT_USAGE)
+        except RecursionError:
+            return _error("input nested too deeply", EXIT_USAGE)
+        except Exception as err:  # a bug: one line, the traceback with -v
+            logger.debug("internal error", exc_info=True)
+            return _error(f"internal error: {type(err).__name__}: {err} (a bug in allocopt; please report it, "
+                          "-v shows the traceback)", EXIT_INTERNAL)
+
+
+def _interrupted() -> int:
+    print("allocopt: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Log records as ``allocopt: LEVEL: message`` to the current ``sys.stderr``."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: D401 - follows sys.stderr when it is replaced (tests, redirection)
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"allocopt: {record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        return text
+
+
+@contextlib.contextmanager
+def _logging(verbosity: int) -> Iterator[None]:
+    """Log the "allocopt" loggers to stderr while a command runs: warnings by default,
+    info with -v, debug with -vv, errors only with -q; the library itself stays silent."""
+    package = logging.getLogger("allocopt")
+    level = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO}.get(
+        verbosity, logging.DEBUG if verbosity > 1 else logging.CRITICAL)
+    handler, saved = _StderrHandler(), (package.level, package.propagate)
+    package.addHandler(handler)
+    package.setLevel(level)
+    package.propagate = False
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(saved[0])
+        package.propagate = saved[1]
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="allocopt", description="Allocate heterogeneous GPU clusters among training jobs.",
-        epilog="Exit codes: 0 success, 1 solver failure or non-optimal result, 2 invalid input.")
+        epilog="Exit codes: " + ", ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + ".")
     parser.add_argument("--version", action="version", version=f"allocopt {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log more to stderr (-v: progress and info, -vv: debug); before the command")
+    parser.add_argument("-q", "--quiet", dest="quietness", action="count", default=0,
+                        help="log only errors to stderr (-qq: nothing but the error line); before the command")
     commands = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
     s = commands.add_parser("solve", help="solve a problem given as JSON, write the allocation as JSON",
@@ -93,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
                                         f"continuous-trace cluster ({_gpus(DEMO_CLUSTER)}), solve with "
                                         "each backend and compare.")
     d.add_argument("--jobs", type=_positive_int, default=100, help="number of jobs (default: %(default)s)")
-    d.add_argument("--seed", type=int, default=0, help="random seed of the workload (default: %(default)s)")
+    d.add_argument("--seed", type=_seed, default=0, help="random seed of the workload (default: %(default)s)")
     d.add_argument("--backends", type=_name_list, metavar="NAMES",
                    help="comma-separated backends to run (default: every installed one)")
     d.add_argument("--policy", default="max_min_fairness", help="scheduling policy (default: %(default)s)")
@@ -129,7 +213,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="local: processes on this machine's devices; ray: Ray actors (default: local)")
     r.add_argument("--ray-address", metavar="ADDR",
                    help="Ray cluster to connect to (e.g. auto or HOST:6379; default: start a local instance)")
-    r.add_argument("--round-seconds", type=float, default=30.0, metavar="S", help="round length (default: 30)")
+    r.add_argument("--round-seconds", type=_positive_float, default=30.0, metavar="S", help="round length (default: 30)")
     r.add_argument("--state", metavar="STATE.db",
                    help="SQLite journal, reused to resume (default: one per job file under $XDG_STATE_HOME/allocopt, "
                         "~/.local/state/allocopt without it)")
@@ -138,9 +222,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="run again the jobs that failed in an earlier run on this --state")
     r.add_argument("--journal-env", action="store_true",
                    help="keep the jobs' env values in the journal (default: names only; values are read from JOBS)")
-    r.add_argument("--grace-s", type=float, default=2.0, metavar="S",
+    r.add_argument("--grace-s", type=_non_negative_float, default=2.0, metavar="S",
                    help="seconds from a stop request to SIGKILL (default: 2)")
-    r.add_argument("--max-retries", type=int, default=2, help="restarts of a crashing job (default: 2)")
+    r.add_argument("--max-retries", type=_non_negative_int, default=2, help="restarts of a crashing job (default: 2)")
     r.add_argument("--max-rounds", type=_positive_int, help="stop after this many rounds")
     r.set_defaults(run=_run_jobs)
 
@@ -170,12 +254,12 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--round-seconds", type=float, default=360.0, help="round length (default: %(default)s)")
     m.add_argument("--recompute-min-seconds", type=float, default=1920.0,
                    help="minimum seconds between allocation recomputes (default: %(default)s)")
-    m.add_argument("--restart-overhead-s", type=float, default=0.0,
+    m.add_argument("--restart-overhead-s", type=_non_negative_float, default=0.0,
                    help="seconds lost per restart (default: %(default)s)")
     m.add_argument("--mode", choices=("mechanism", "ideal"), default="mechanism",
                    help="rounds with the priority mechanism, or the fractional allocation applied directly")
     m.add_argument("--window", type=_index_pair, metavar="A,B", help="measure JCTs of jobs A..B-1 only")
-    m.add_argument("--seed", type=int, default=0, help="seed of random streams (default: %(default)s)")
+    m.add_argument("--seed", type=_seed, default=0, help="seed of random streams (default: %(default)s)")
     m.add_argument("--backend", default="highs", help="solver backend (default: %(default)s)")
     m.add_argument("--solver", metavar="NAME",
                    help="solver of --backend cvxpy (e.g. CLARABEL, an interior-point solver like the ECOS Gavel "
@@ -195,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
                             description="Serve POST /solve and the allocation engine's endpoints as JSON over HTTP "
                                         "(see the allocopt.server module documentation) until interrupted.")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    v.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0 picks a free one)")
+    v.add_argument("--port", type=_port, default=8000, help="port (default: %(default)s; 0 picks a free one)")
     v.add_argument("--cluster", type=_cluster_arg, metavar="JSON",
                    help='start the engine with this cluster, e.g. \'{"v100": 4, "k80": 8}\' '
                         '(else POST /engine configures it)')
@@ -232,10 +316,63 @@ def _key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key.strip(), json.loads(value)
-    except json.JSONDecodeError:
+    try:  # NaN, Infinity and 1e999 stay strings: the option's check rejects them by name
+        parsed = json.loads(value, parse_constant=lambda name: value)
+        if isinstance(parsed, float) and not math.isfinite(parsed):
+            parsed = value
+        return key.strip(), parsed
+    except (ValueError, RecursionError):
         return key.strip(), value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a seed, an integer >= 0, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -243,7 +380,7 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
+    if not 1 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
 
@@ -285,30 +422,21 @@ def _run_solve(args: argparse.Namespace) -> int:
     with _solver_output_to_stderr():
         allocation = solve(problem, args.policy, backend=args.backend, time_limit_s=args.time_limit_s,
                            best_effort=args.best_effort, **options)
-    _write_json(allocation.to_json(), args.out)
-    if not allocation.success:
-        print(f"allocopt: warning: {allocation.status.value}: {allocation.message}", file=sys.stderr)
+    _write_json(allocation.to_json(), args.out)  # a non-optimal status was logged as a warning by solve
     return 0
 
 
 def _read_problem(source: str) -> Problem:
-    name = "<stdin>" if source == "-" else source
+    if source == "-":
+        name, text = "<stdin>", decode(sys.stdin.buffer.read(), "<stdin>")
+    else:
+        name, text = source, read_text(source, what="problem file")
     try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except OSError as err:
-        raise _UsageError(f"cannot read problem file {source}: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise _UsageError(f"{name} is not UTF-8 text: {err}") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise _UsageError(f"{name}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
-    try:
-        return Problem.from_json(document)
-    except AllocoptError:
-        raise
-    except (TypeError, ValueError) as err:  # malformed values Problem.from_json does not name itself
-        raise _UsageError(f"{name}: invalid problem: {err}") from None
+        return Problem.from_json(parse_json(text, name))
+    except AllocoptError as err:
+        if isinstance(err, DataFileError):
+            raise
+        raise DataFileError(str(err), path=name) from None
 
 
 # ----- allocopt demo --------------------------------------------------------------------
@@ -404,9 +532,13 @@ def _run_jobs(args: argparse.Namespace) -> int:
                                      max_retries=args.max_retries)
         with _solver_output_to_stderr():
             scheduler = Scheduler(jobs, Cluster(gpus), executor, state, policy=args.policy,
-                                  round_seconds=args.round_seconds, out=sys.stderr, rejected=invalid,
+                                  round_seconds=args.round_seconds, out=None if args.quietness else sys.stderr,
+                                  rejected=invalid,
                                   retry_failed=args.retry_failed)
             report = scheduler.run(args.max_rounds)
+    except sqlite3.DatabaseError as err:
+        raise DataFileError(f"the state journal is not a usable SQLite database ({err}); move it away to start "
+                            "afresh, or point --state at another file", path=state_path) from None
     except KeyboardInterrupt:
         print(f"allocopt: interrupted: the jobs were stopped, their progress is kept in {state_path}; rerun the "
               "same command to resume", file=sys.stderr)
@@ -497,7 +629,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         engine = Engine(args.cluster, args.policy, args.backend)
     try:
         serve(args.host, args.port, engine, max_body_bytes=args.max_body_bytes, state_path=args.state,
-              quiet=args.quiet)
+              quiet=args.quiet or args.quietness > 0)
     except OSError as err:
         raise _UsageError(f"cannot serve on {args.host}:{args.port}: {err.strerror or err}") from None
     return 0
@@ -518,7 +650,7 @@ def _run_fit_profiles(args: argparse.Namespace) -> int:
             profile = load_application(args.profile_dir, app, gpu_type)
             held = profile.heldout_error(loss=args.loss, loss_scale=args.loss_scale)
         except ProfileFormatError as err:
-            print(f"allocopt: warning: skipped {app} on {gpu_type}: {err}", file=sys.stderr)
+            logger.warning("skipped %s on %s: %s", app, gpu_type, err)
             results.append({"application": app, "gpu_type": gpu_type, "median_abs_rel_error": None,
                             "n_heldout": 0, "error": str(err)})
             rows.append([app, gpu_type, "-", "0", "skipped"])

@@ -9,6 +9,9 @@ import numpy as np
 from allocopt.errors import InvalidProblemError
 
 DEFAULT_GPUS_PER_NODE = 8
+#: Largest GPU count of a type (and GPUs per node) a Cluster accepts: 1,048,576 (a cluster's GPUs are
+#: numbered one by one in placements and round plans).
+MAX_COUNT = 2**20
 
 
 class Cluster:
@@ -62,9 +65,9 @@ class Cluster:
         for j, t in enumerate(self.gpu_types):
             value = mapping[t]
             ok = isinstance(value, (int, np.integer)) or (isinstance(value, float) and value.is_integer())
-            if not ok or isinstance(value, bool) or value < 0 or (value == 0 and not allow_zero):
+            if not ok or isinstance(value, bool) or value < 0 or (value == 0 and not allow_zero) or value > MAX_COUNT:
                 bound = "a non-negative" if allow_zero else "a positive"
-                raise InvalidProblemError(f"{field}[{t!r}] must be {bound} integer, got {value!r}",
+                raise InvalidProblemError(f"{field}[{t!r}] must be {bound} integer up to {MAX_COUNT}, got {value!r}",
                                           field=field)
             out[j] = int(value)
         return out

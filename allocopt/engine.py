@@ -34,15 +34,16 @@ from typing import Any
 import numpy as np
 
 from allocopt.allocation import Allocation
-from allocopt.api import solve
-from allocopt.backends import BACKENDS
-from allocopt.cluster import DEFAULT_GPUS_PER_NODE, Cluster
-from allocopt.errors import (DuplicateJobError, InvalidOptionError, InvalidProblemError, UnknownBackendError,
-                             UnknownJobError)
+from allocopt.api import check_policy_options, solve
+from allocopt.backends import BACKENDS, SolveOptions
+from allocopt.cluster import DEFAULT_GPUS_PER_NODE, MAX_COUNT, Cluster
+from allocopt.documents import parse_json, read_text
+from allocopt.errors import (AllocoptError, DataFileError, DuplicateJobError, InvalidOptionError, InvalidProblemError,
+                             UnknownBackendError, UnknownJobError)
 from allocopt.formulations import get_policy
 from allocopt.mechanism.placement import GpuLayout, place
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
-from allocopt.problem import Problem
+from allocopt.problem import Problem, check_cluster_document
 from allocopt.runtime.executor import JobRoundResult, Lease, RoundPlan
 
 #: ``format`` of the engine's state document (:meth:`Engine.to_json`).
@@ -63,7 +64,7 @@ _FIELD_NAMES = {"scale_factors": "scale_factor", "priority_weights": "priority_w
 
 # Capacity of every GPU type in the cluster a single job is validated against: capacity is
 # checked when allocating (a job may wait for nodes to join), not when it is added.
-_VALIDATION_CAPACITY = 2**31
+_VALIDATION_CAPACITY = MAX_COUNT
 
 
 class Engine:
@@ -134,9 +135,23 @@ class Engine:
         for name, options in (("policy_options", policy_options), ("solve_options", solve_options)):
             try:
                 json.dumps(options, allow_nan=False)
-            except (TypeError, ValueError) as err:
+            except (TypeError, ValueError, RecursionError) as err:
                 raise InvalidOptionError(f"{name} must hold JSON values (the engine saves them): {err}") from None
-        if not (isinstance(throughput_smoothing, (int, float)) and 0 < throughput_smoothing <= 1):
+        # the values are checked now, not at the first allocate()
+        check_policy_options(pol, policy_options)
+        try:
+            SolveOptions(**{k: v for k, v in solve_options.items() if k != "best_effort"})
+        except InvalidOptionError as err:
+            raise InvalidOptionError(f"solve_options: {err}") from None
+        if not isinstance(solve_options.get("best_effort", False), bool):
+            raise InvalidOptionError(f"solve_options: best_effort must be true or false, got "
+                                     f"{solve_options['best_effort']!r}")
+        if (isinstance(recompute_min_seconds, bool) or not isinstance(recompute_min_seconds, numbers.Real)
+                or not 0 <= recompute_min_seconds <= MAX_ROUND_SECONDS):
+            raise InvalidOptionError(f"recompute_min_seconds must be a number of seconds from 0 to "
+                                     f"{MAX_ROUND_SECONDS:g}, got {recompute_min_seconds!r}")
+        if (isinstance(throughput_smoothing, bool) or not isinstance(throughput_smoothing, (int, float))
+                or not 0 < throughput_smoothing <= 1):
             raise InvalidOptionError(f"throughput_smoothing must be in (0, 1], got {throughput_smoothing!r}")
         # next_round's contract: jobs added between recomputes run on otherwise idle GPUs, an
         # allocation is installed at most once per recompute_min_seconds (time 0 included), and
@@ -427,10 +442,10 @@ class Engine:
             states = [self._round_jobs[job] for job in ids]
 
             def matrix(key: str, default: float) -> np.ndarray:
-                return np.array([[s[key].get(t, default) for t in types] for s in states]).reshape(len(ids), -1)
+                return np.array([[s[key].get(t, default) for t in types] for s in states]).reshape(len(ids), len(types))
 
             throughputs = np.array([[self._jobs[j]["throughputs"].get(t, 0.0) for t in types] for j in ids]
-                                   ).reshape(len(ids), -1)
+                                   ).reshape(len(ids), len(types))
             scale = np.array([int(self._jobs[j].get("scale_factor", 1)) for j in ids], dtype=np.int64)
             capacity = np.array([self._gpus[t] for t in types], dtype=np.int64)
             mechanism = PriorityMechanism(throughputs, scale, capacity, types, self.mechanism_options)
@@ -443,7 +458,7 @@ class Engine:
                 allocation = self.allocate()
                 row_of = {job: k for k, job in enumerate(allocation.job_ids)}
                 new = np.array([allocation.matrix[row_of[j]] if j in row_of else np.zeros(len(types))
-                                for j in ids]).reshape(len(ids), -1)
+                                for j in ids]).reshape(len(ids), len(types))
                 mechanism.reset(self._clock_s, rows, new)
                 self._last_reset_s, self._installed_version = self._clock_s, self.version
                 for k, state in enumerate(states):
@@ -493,7 +508,10 @@ class Engine:
         ------
         InvalidProblemError
             When no round is awaiting results, for a job without a lease in that
-            round, or a negative or non-finite ``run_seconds``; nothing is recorded then.
+            round, a negative or non-finite ``run_seconds`` or
+            ``measured_steps_per_s``, or a measurement the job cannot take (e.g.
+            0 steps/s on its only GPU type). All or nothing: the engine is left
+            exactly as before the call then.
         """
         with self._lock:
             credits = []
@@ -505,16 +523,28 @@ class Engine:
                                                   job=result.job_id)
                     continue
                 run_s = result.run_seconds
-                if isinstance(run_s, bool) or not isinstance(run_s, numbers.Real) or not 0 <= run_s < math.inf:
-                    raise InvalidProblemError(f"run_seconds of job {result.job_id!r} is {run_s!r}; give finite "
-                                              "seconds >= 0", field="run_seconds", job=result.job_id)
+                if (isinstance(run_s, bool) or not isinstance(run_s, numbers.Real)
+                        or not 0 <= run_s <= MAX_ROUND_SECONDS):
+                    raise InvalidProblemError(f"run_seconds of job {result.job_id!r} is {run_s!r}; give seconds "
+                                              f"from 0 to {MAX_ROUND_SECONDS:g}", field="run_seconds",
+                                              job=result.job_id)
+                if result.measured_steps_per_s is not None:
+                    _finite_non_negative(result.measured_steps_per_s, "measured_steps_per_s", result.job_id)
                 credits.append((result.job_id, self._pending[result.job_id], float(run_s)))
+            saved = (dict(self._jobs), set(self._measured), self.version, self._pending,
+                     {job: dict(state["received_s"]) for job, state in self._round_jobs.items()})
             pending = self._pending
-            self._pending = {}
-            self._credit(credits)
-            for result in results:
-                if result.job_id in pending and result.measured_steps_per_s is not None:
-                    self.observe_throughput(result.job_id, pending[result.job_id], result.measured_steps_per_s)
+            try:
+                self._pending = {}
+                self._credit(credits)
+                for result in results:
+                    if result.job_id in pending and result.measured_steps_per_s is not None:
+                        self.observe_throughput(result.job_id, pending[result.job_id], result.measured_steps_per_s)
+            except BaseException:
+                self._jobs, self._measured, self.version, self._pending = saved[:4]
+                for job, received in saved[4].items():
+                    self._round_jobs[job]["received_s"] = received
+                raise
 
     def _credit(self, credits: Iterable[tuple[Hashable, str, float]]) -> None:
         """Add (job, GPU type, seconds) run times to the received-time counters; no round is pending after."""
@@ -546,66 +576,151 @@ class Engine:
     def from_json(cls, document: Mapping[str, Any]) -> Engine:
         """An engine in the state of ``document`` (as written by :meth:`to_json`).
 
+        Every field is checked here (``allocopt/schemas/engine_state.schema.json``
+        and the values' ranges): a state that loads can be allocated and
+        planned. Files (:meth:`load`) and the service's ``POST /engine`` go
+        through this one loader.
+
         Raises
         ------
         InvalidProblemError
-            For a document of another format or with malformed content.
+            For a document of another format or with malformed content; the
+            message and ``field`` name the offending field (e.g. ``rounds.clock_s``).
         """
         if not isinstance(document, Mapping) or document.get("format") != STATE_FORMAT:
             raise InvalidProblemError(f"not an engine state document: 'format' must be {STATE_FORMAT!r}",
                                       field="format")
-        if document.get("format_version") != STATE_FORMAT_VERSION:
+        if document.get("format_version") != STATE_FORMAT_VERSION or isinstance(document["format_version"], bool):
             raise InvalidProblemError(f"unsupported engine state format_version {document.get('format_version')!r}; "
                                       f"this allocopt reads {STATE_FORMAT_VERSION}", field="format_version")
+        missing = [name for name in ("version", "policy", "backend", "cluster", "jobs") if name not in document]
+        if missing:
+            raise _state_error(missing[0], "is missing (a state document as Engine.to_json writes it has "
+                                           "version, policy, backend, cluster and jobs)")
+        unknown = sorted(set(document) - _STATE_FIELDS, key=str)
+        if unknown:
+            raise _state_error(str(unknown[0]), f"is not a field of an engine state; known: {', '.join(sorted(_STATE_FIELDS))}")
         jobs, measured = document.get("jobs", []), document.get("measured", [])
         if not isinstance(jobs, list) or not all(isinstance(j, Mapping) and "id" in j for j in jobs):
             raise InvalidProblemError("'jobs' must be a list of job objects with an 'id'", field="jobs")
-        engine = cls(Cluster.from_dict(document.get("cluster")), document.get("policy", "max_min_fairness"),
-                     document.get("backend", "highs"), policy_options=document.get("policy_options"),
-                     solve_options=document.get("solve_options"),
-                     throughput_smoothing=document.get("throughput_smoothing", 1.0),
-                     round_seconds=document.get("round_seconds", 360.0),
-                     recompute_min_seconds=document.get("recompute_min_seconds", 1920.0))
+        if not isinstance(measured, list):
+            raise _state_error("measured", "must be a list of [job_id, gpu_type]")
+        for name in ("policy", "backend"):
+            if not isinstance(document.get(name, ""), str):
+                raise _state_error(name, f"must be a string, got {document[name]!r}")
+        for name in ("policy_options", "solve_options"):
+            if not isinstance(document.get(name, {}), Mapping):
+                raise _state_error(name, f"must be an object, got {document[name]!r}")
+        try:
+            check_cluster_document(document.get("cluster"))
+        except InvalidProblemError as err:
+            raise InvalidProblemError(f"engine state: {err}", field=err.field) from None
+        try:
+            engine = cls(Cluster.from_dict(document["cluster"]), document.get("policy", "max_min_fairness"),
+                         document.get("backend", "highs"), policy_options=document.get("policy_options"),
+                         solve_options=document.get("solve_options"),
+                         throughput_smoothing=document.get("throughput_smoothing", 1.0),
+                         round_seconds=document.get("round_seconds", 360.0),
+                         recompute_min_seconds=document.get("recompute_min_seconds", 1920.0))
+        except InvalidOptionError as err:
+            raise _state_error("options", str(err)) from None
         for k, job in enumerate(jobs):
-            unknown = sorted(set(job) - {"id", "throughputs", *JOB_FIELDS})
+            unknown = sorted(set(job) - {"id", "throughputs", *JOB_FIELDS}, key=str)
             if unknown or "throughputs" not in job:
                 raise InvalidProblemError(f"jobs[{k}] must have 'id' and 'throughputs' and no field(s) other than "
-                                          f"{', '.join(JOB_FIELDS)}; got {sorted(job)}", field=f"jobs[{k}]")
-            engine.add_job(job["id"], **{key: v for key, v in job.items() if key != "id"})
+                                          f"{', '.join(JOB_FIELDS)}; got {sorted(job, key=str)}", field=f"jobs[{k}]")
+            try:
+                engine.add_job(job["id"], **{key: v for key, v in job.items() if key != "id"})
+            except InvalidProblemError as err:
+                field = "id" if err.field == "job_id" else err.field
+                raise InvalidProblemError(f"jobs[{k}]: {err}", field=f"jobs[{k}].{field}", job=err.job) from None
         for cell in measured:
-            if not (isinstance(cell, list) and len(cell) == 2 and cell[0] in engine._jobs
-                    and cell[1] in engine._gpus):
+            if not (isinstance(cell, list) and len(cell) == 2 and _known(cell[0], engine._jobs)
+                    and _known(cell[1], engine._gpus)):
                 raise InvalidProblemError(f"'measured' entry {cell!r} must be [job_id, gpu_type] of a known job "
                                           "and type", field="measured")
             engine._measured.add((cell[0], cell[1]))
         version = document.get("version", engine.version)
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= 2**63 - 1:
             raise InvalidProblemError(f"'version' must be a non-negative integer, got {version!r}", field="version")
         engine.version = version
         engine._restore_rounds(document.get("rounds", {}))
         return engine
 
     def _restore_rounds(self, rounds: Any) -> None:
-        """Install the round state of a state document (see :meth:`to_json`)."""
-        try:
-            jobs = {job: {"allocation": {t: float(x) for t, x in state["allocation"].items()},
-                          "received_s": {t: float(x) for t, x in state["received_s"].items()},
-                          "deficit_s": {t: float(x) for t, x in state["deficit_s"].items()},
-                          "gpu_type": state["gpu_type"], "gpu_slots": [int(g) for g in state["gpu_slots"]]}
-                    for job, state in rounds.get("jobs", [])}
-            pending = {job: str(gpu_type) for job, gpu_type in rounds.get("pending", [])}
-            installed = rounds.get("installed_version")
-            last_reset = rounds.get("last_reset_s")
-            self._round_index = int(rounds.get("round_index", 0))
-            self._clock_s = float(rounds.get("clock_s", 0.0))
-            self._pending_seconds = float(rounds.get("pending_seconds", 0.0))
-            self._installed_version = None if installed is None else int(installed)
-            self._last_reset_s = None if last_reset is None else float(last_reset)
-        except (AttributeError, KeyError, TypeError, ValueError) as err:
-            raise InvalidProblemError(f"malformed 'rounds' state: {err!r}", field="rounds") from None
-        if not set(jobs) <= set(self._jobs) or not set(pending) <= set(jobs):
-            raise InvalidProblemError("'rounds' names jobs that are not in 'jobs'", field="rounds")
+        """Install the round state of a state document (see :meth:`to_json`), every field checked."""
+        if not isinstance(rounds, Mapping):
+            raise _state_error("rounds", "must be an object")
+        unknown = sorted(set(rounds) - {"round_index", "clock_s", "last_reset_s", "installed_version", "pending",
+                                        "pending_seconds", "jobs"}, key=str)
+        if unknown:
+            raise _state_error(f"rounds.{unknown[0]}", "is not a field of the round state")
+        round_index = _state_int(rounds.get("round_index", 0), "rounds.round_index")
+        clock_s = _state_seconds(rounds.get("clock_s", 0.0), "rounds.clock_s")
+        pending_seconds = _state_seconds(rounds.get("pending_seconds", 0.0), "rounds.pending_seconds")
+        installed, last_reset = rounds.get("installed_version"), rounds.get("last_reset_s")
+        if installed is not None:
+            installed = _state_int(installed, "rounds.installed_version")
+            if installed > self.version:
+                raise _state_error("rounds.installed_version", f"is {installed}, after the engine's version "
+                                                               f"{self.version}")
+        if last_reset is not None:
+            last_reset = _state_seconds(last_reset, "rounds.last_reset_s")
+            if last_reset > clock_s:
+                raise _state_error("rounds.last_reset_s", f"is {last_reset}, after the round clock {clock_s}")
+        entries = rounds.get("jobs", [])
+        if not isinstance(entries, list):
+            raise _state_error("rounds.jobs", "must be a list of [job_id, state]")
+        jobs: dict[Hashable, dict[str, Any]] = {}
+        for k, entry in enumerate(entries):
+            where = f"rounds.jobs[{k}]"
+            if not (isinstance(entry, list) and len(entry) == 2 and _known(entry[0], self._jobs)):
+                raise _state_error(where, "must be [job_id, state] of a job in 'jobs'")
+            job, state = entry
+            if job in jobs:
+                raise _state_error(where, f"repeats job {job!r}")
+            if not isinstance(state, Mapping) or set(state) != _ROUND_JOB_FIELDS:
+                raise _state_error(where, f"state must be an object with exactly {', '.join(sorted(_ROUND_JOB_FIELDS))}")
+            restored: dict[str, Any] = {}
+            for key in ("allocation", "received_s", "deficit_s"):
+                restored[key] = self._per_type(state[key], f"{where}.{key}", negative=key == "deficit_s")
+            gpu_type, slots = state["gpu_type"], state["gpu_slots"]
+            if gpu_type is not None and not _known(gpu_type, self._gpus):
+                raise _state_error(f"{where}.gpu_type", f"is {gpu_type!r}, not a GPU type of the cluster "
+                                                        f"{list(self._gpus)}")
+            if not isinstance(slots, list) or (gpu_type is None and slots):
+                raise _state_error(f"{where}.gpu_slots", "must be a list of GPU indices (empty without a gpu_type)")
+            restored["gpu_type"] = gpu_type
+            restored["gpu_slots"] = [_state_int(g, f"{where}.gpu_slots", 2**31) for g in slots]
+            jobs[job] = restored
+        pending_list = rounds.get("pending", [])
+        if not isinstance(pending_list, list):
+            raise _state_error("rounds.pending", "must be a list of [job_id, gpu_type]")
+        pending: dict[Hashable, str] = {}
+        for k, cell in enumerate(pending_list):
+            if not (isinstance(cell, list) and len(cell) == 2 and _known(cell[0], jobs) and _known(cell[1], self._gpus)):
+                raise _state_error(f"rounds.pending[{k}]", f"is {cell!r}; give [job_id, gpu_type] of a job in "
+                                                           "rounds.jobs and a GPU type of the cluster")
+            pending[cell[0]] = cell[1]
+        self._round_index, self._clock_s, self._pending_seconds = round_index, clock_s, pending_seconds
+        self._installed_version, self._last_reset_s = installed, last_reset
         self._round_jobs, self._pending = jobs, pending
+
+    def _per_type(self, values: Any, field: str, *, negative: bool) -> dict[str, float]:
+        """A per-GPU-type map of seconds or fractions from a state document, checked."""
+        if not isinstance(values, Mapping):
+            raise _state_error(field, "must be an object of GPU type to number")
+        out = {}
+        for gpu_type, value in values.items():
+            if not _known(gpu_type, self._gpus):
+                raise _state_error(f"{field}.{gpu_type}", f"names an unknown GPU type; the cluster's are {list(self._gpus)}")
+            ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and abs(value) <= MAX_CLOCK_SECONDS
+            if not ok or (value < 0 and not negative):
+                raise _state_error(f"{field}.{gpu_type}", f"is {value!r}; give a number from "
+                                                          f"{-MAX_CLOCK_SECONDS if negative else 0:g} to "
+                                                          f"{MAX_CLOCK_SECONDS:g}")
+            out[gpu_type] = float(value)
+        return out
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the state to ``path`` as JSON (atomically: a reader never sees a partial file)."""
@@ -617,13 +732,19 @@ class Engine:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Engine:
-        """An engine in the state saved at ``path`` by :meth:`save`."""
+        """An engine in the state saved at ``path`` by :meth:`save`.
+
+        Raises
+        ------
+        DataFileError
+            Naming ``path`` (and the line, for a syntax error), for a file that
+            cannot be read, is not JSON, or holds an invalid state (as :meth:`from_json`).
+        """
+        document = parse_json(read_text(path, what="the engine state"), path)
         try:
-            document = json.loads(Path(path).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise InvalidProblemError(f"{path}: invalid JSON at line {err.lineno}: {err.msg}",
-                                      field="document") from None
-        return cls.from_json(document)
+            return cls.from_json(document)
+        except AllocoptError as err:
+            raise DataFileError(f"invalid engine state: {str(err).removeprefix('engine state: ')}", path=path) from None
 
     def __repr__(self) -> str:
         with self._lock:
@@ -676,13 +797,51 @@ class Engine:
         try:
             Problem.from_json({"cluster": cluster, "jobs": [self._job_document(job_id, entry)]})
         except InvalidProblemError as err:
-            raise InvalidProblemError(str(err), field=_FIELD_NAMES.get(err.field, err.field), job=job_id) from None
+            field = (err.field or "").removeprefix("jobs[0].")  # a schema path within the one-job document
+            raise InvalidProblemError(str(err).replace("jobs[0].", "", 1), field=_FIELD_NAMES.get(field, field),
+                                      job=job_id) from None
         return entry
 
 
+#: Longest round (and recompute interval), and the largest round clock a state may hold: seconds.
+#: Bounds keep every counter finite, so a state document is always valid JSON (no Infinity).
+MAX_ROUND_SECONDS = 1e9
+MAX_CLOCK_SECONDS = 1e15
+
+_STATE_FIELDS = {"format", "format_version", "version", "policy", "backend", "policy_options", "solve_options",
+                 "throughput_smoothing", "cluster", "jobs", "measured", "round_seconds", "recompute_min_seconds",
+                 "rounds"}
+_ROUND_JOB_FIELDS = {"allocation", "received_s", "deficit_s", "gpu_type", "gpu_slots"}
+
+
+def _state_error(field: str, message: str) -> InvalidProblemError:
+    return InvalidProblemError(f"engine state: {field} {message}", field=field)
+
+
+def _known(key: Any, mapping: Mapping) -> bool:
+    """``key in mapping`` for keys of any type (unhashable ones are not in it)."""
+    try:
+        return key in mapping
+    except TypeError:
+        return False
+
+
+def _state_int(value: Any, field: str, limit: int = 2**63 - 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise _state_error(field, f"is {value!r}; give an integer from 0 to {limit}")
+    return value
+
+
+def _state_seconds(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= MAX_CLOCK_SECONDS:
+        raise _state_error(field, f"is {value!r}; give a number of seconds from 0 to {MAX_CLOCK_SECONDS:g}")
+    return float(value)
+
+
 def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
-        raise InvalidOptionError(f"{name} must be a positive finite number of seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= MAX_ROUND_SECONDS:
+        raise InvalidOptionError(f"{name} must be a positive number of seconds up to {MAX_ROUND_SECONDS:g}, "
+                                 f"got {value!r}")
     return float(value)
 
 

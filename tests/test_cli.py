@@ -119,15 +119,15 @@ def test_policy_options_are_parsed_as_json(tmp_path):
 
 @pytest.mark.parametrize("document, fragments", [
     ('{"cluster": {"gpus": {"v100": 1}},\n "jobs": [\n  {"id": "a", "throughputs": {"v100": 1.0,}}]}',
-     ["problem.json: invalid JSON at line 3, column"]),
+     ["problem.json, line 3: invalid JSON at column"]),
     ({"cluster": {"gpus": {"v100": 1}}, "jobs": [{"id": "a", "throughputs": {"v100": 1.0, "a100": 2.0}}]},
      ["job 'a'", "unknown GPU type", "a100"]),
     ({"cluster": {"gpus": {"v100": 1, "k80": 1}},
       "jobs": [{"id": "a", "throughputs": {"v100": 1.0, "k80": 1.0}},
                {"id": "b", "throughputs": {"v100": 2.0, "k80": -1.0}}]},
-     ["throughput of job 'b'", "'k80'", "-1.0"]),
+     ["jobs[1].throughputs.k80 (id 'b')", "-1.0"]),
     ({"cluster": {"gpus": {"v100": 1}}, "jobs": [{"id": "a", "throughputs": {"v100": "fast"}}]},
-     ["job 'a'", "non-numeric throughput", "fast"]),
+     ["jobs[0].throughputs.v100 (id 'a')", "'fast'"]),
     ({"jobs": []}, ["'cluster'"]),
 ], ids=["bad-json", "unknown-gpu-type", "negative-throughput", "non-numeric-throughput", "no-cluster"])
 def test_malformed_problem_exits_2(tmp_path, document, fragments):
@@ -226,3 +226,120 @@ def test_demo_is_deterministic_given_the_seed(capsys):
 
 def test_demo_rejects_unknown_backend():
     assert_clean_error(run_cli("demo", "--backends", "highs,cplex"), 2, "unknown backend(s) ['cplex']")
+
+
+# ----- every malformed input: one error line naming the file (and line), exit 2, no traceback ---------
+JOB = '{name: a, command: "true", total_steps: 3}'
+TRACE_LINE = "ResNet-18 (batch size 16)\tcmd\tdir\t--n\tFalse\t100\t1\t1.0\t-1\t0\n"
+
+
+@pytest.mark.parametrize("name, content, command, fragments", [
+    ("jobs.yaml", "jobs: [\n", ["run"], ["jobs.yaml, line 2: invalid YAML"]),
+    ("jobs.yaml", "jobs:\n  - name: a\n\tcommand: x\n", ["run"], ["jobs.yaml, line 3: invalid YAML", "'\\t'"]),
+    ("jobs.yaml", b"\x89PNG\r\n\x1a\n\x00\x00", ["run"], ["jobs.yaml, line 3: binary data"]),
+    ("jobs.yaml", b"jobs:\n  - {name: \xe9t\xe9, command: x, total_steps: 1}\n", ["run"],
+     ["jobs.yaml, line 2: not UTF-8"]),
+    ("jobs.yaml", "jobs:\n  - {name: a, command: x, total_steps: abc}\n", ["run"],
+     ["jobs.yaml, job 0 (line 2)", "total_steps of job 'a' is 'abc'"]),
+    ("jobs.yaml", "jobs:\n  - {name: a, command: x, total_steps: -5}\n", ["run"], ["total_steps of job 'a' is -5"]),
+    ("jobs.yaml", f"jobs:\n  - {JOB}\n  - {{name: b, command: x, total_steps: 1e300}}\n", ["run"],
+     ["job 1 (line 3)", "total_steps of job 'b'"]),
+    ("jobs.yaml", "jobs:\n  - {name: a, command: x, total_steps: " + "9" * 5000 + "}\n", ["run"],
+     ["jobs.yaml: invalid YAML", "too many digits"]),
+    ("jobs.json", '{"jobs": ' + "[" * 5000 + "]" * 5000 + "}", ["run"], ["jobs.json", "nested"]),
+    ("problem.json", '{"cluster": {"gpus": {"v100": 1e300}}, "jobs": []}', ["solve"], ["cluster.gpus.v100", "1e+300"]),
+    ("problem.json", '{"cluster": {"gpus": {"v100": ' + "9" * 5000 + '}}, "jobs": []}', ["solve"],
+     ["problem.json: invalid JSON", "too many digits"]),
+    ("problem.json", "[" * 100000 + "]" * 100000, ["solve"], ["problem.json", "nested too deeply"]),
+    ("problem.json", '{"cluster": {"gpus": {"v100": NaN}}, "jobs": []}', ["solve"], ["NaN is not a JSON number"]),
+    ("problem.json", b"\xff\xfe{\x00}\x00", ["solve"], ["problem.json, line 1: binary data"]),
+    ("problem.json", '{"cluster": {"gpus": {"v100": 2}, "nodes": 1}, "jobs": []}', ["solve"],
+     ["cluster has unknown field(s) ['nodes']"]),
+    ("problem.json", '{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": null, "throughputs": {"v100": 1}}]}',
+     ["solve"], ["jobs[0].id is None"]),
+    ("problem.json", '{"cluster": {"gpus": {"v100": 2}}, "jobs": [{"id": 1, "throughputs": {"v100": 1}, '
+                     '"scale_factor": "2"}]}', ["solve"], ["jobs[0].scale_factor (id 1) is '2'"]),
+    ("a.trace", b"ResNet-18\xff\tcmd\n", ["simulate", "--trace"], ["a.trace, line 1: not UTF-8"]),
+    ("a.trace", TRACE_LINE + TRACE_LINE.replace("\t100\t", "\t1e400\t"), ["simulate", "--trace"],
+     ["a.trace:2: total_steps is '1e400'"]),
+    ("w.csv", b"name,time,application,num_replicas,batch_size\nbert-0,0,bert,1,\xff\n", ["simulate", "--workload"],
+     ["w.csv, line 2: not UTF-8"]),
+    ("t.csv", b"model,scale_factor,gpu_type,throughput\nm,1,v100,\x00\n", ["simulate", "--generate", "3",
+                                                                             "--throughputs"], ["t.csv, line 2: binary"]),
+    ("state.json", '{"format": "allocopt-engine",\n "format_version": 1, "version": -1}', ["serve", "--state"],
+     ["state.json: invalid engine state: cluster must be an object"]),
+])
+def test_malformed_input_files_exit_2_naming_the_file(tmp_path, name, content, command, fragments):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    if command == ["run"]:
+        args = ["run", str(path), "--cluster", "cpu=1", "--state", str(tmp_path / "s.db")]
+    else:
+        args = [*command, str(path)]
+    assert_clean_error(run_cli(*args), 2, *fragments)
+
+
+def test_corrupted_state_journal_names_the_path(tmp_path):
+    jobs = write(tmp_path, f"jobs:\n  - {JOB}\n", "jobs.yaml")
+    state = tmp_path / "S.db"
+    state.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 16)
+    assert_clean_error(run_cli("run", str(jobs), "--cluster", "cpu=1", "--state", str(state)), 2,
+                       f"{state}: the state journal is not a usable SQLite database")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["solve", "P", "--option", "heterogeneity_aware=maybe"], "heterogeneity_aware of policy 'max_min_fairness' "
+                                                              "must be true or false, got 'maybe'"),
+    (["solve", "P", "--option", "threads=2.5"], "threads must be a positive integer"),
+    (["solve", "P", "--option", "mip_gap=NaN"], "mip_gap must be in [0, 1)"),
+    (["solve", "P", "--option", "verbose=1"], "verbose must be true or false"),
+    (["solve", "P", "--time-limit-s", "-1"], "time_limit_s must be a positive number"),
+    (["serve", "--port", "99999"], "expected a TCP port 0-65535, got '99999'"),
+    (["simulate", "--generate", "99999999999999999999999"], "expected a positive integer"),
+    (["simulate", "--generate", "3", "--cluster", "v100=1e300"], "expected TYPE=N"),
+])
+def test_bad_arguments_exit_2(tmp_path, args, fragment):
+    problem = str(write(tmp_path, SMALL))
+    result = run_cli(*[problem if a == "P" else a for a in args])
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert fragment in result.stderr.strip().splitlines()[-1]
+
+
+def test_exit_codes_are_documented_in_help():
+    text = " ".join(run_cli("--help").stdout.split())
+    for code, meaning in cli.EXIT_CODES.items():
+        assert f"{code} {' '.join(meaning.split())}" in text
+
+
+def test_ctrl_c_exits_130_with_one_line():
+    import signal
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "allocopt", "solve", "-"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_until_idle(process.pid)  # imported, blocked reading stdin
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    assert (out, err) == ("", "allocopt: interrupted\n")
+
+
+def _wait_until_idle(pid: int, timeout_s: float = 60.0) -> None:
+    """Until the process has used no CPU for 0.5 s (it is blocked), or timeout_s."""
+    import time
+
+    def cpu() -> int:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    deadline, last, since = time.monotonic() + timeout_s, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = cpu()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > 0.5:
+            return
+        time.sleep(0.05)

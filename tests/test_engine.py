@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import allocopt
-from allocopt.errors import DuplicateJobError, UnknownJobError
+from allocopt.errors import DataFileError, DuplicateJobError, UnknownJobError
 from allocopt.errors import InvalidOptionError, InvalidProblemError, UnknownBackendError, UnknownPolicyError
 from allocopt.mechanism.placement import GpuLayout
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome, RoundPlan
@@ -189,10 +190,13 @@ def test_save_load_round_trip(tmp_path):
 @pytest.mark.parametrize("document, field", [
     ({"format": "other"}, "format"),
     ({"format": "allocopt-engine", "format_version": 99}, "format_version"),
-    ({"format": "allocopt-engine", "format_version": 1, "cluster": {"gpus": {"v100": 1}},
+    ({"format": "allocopt-engine", "format_version": 1, "version": 0, "policy": "max_min_fairness",
+      "backend": "highs", "cluster": {"gpus": {"v100": 1}},
       "jobs": [{"id": "a", "throughputs": {"v100": 1.0}, "colour": 1}]}, "jobs[0]"),
-    ({"format": "allocopt-engine", "format_version": 1, "cluster": {"gpus": {"v100": 1}},
+    ({"format": "allocopt-engine", "format_version": 1, "version": 0, "policy": "max_min_fairness",
+      "backend": "highs", "cluster": {"gpus": {"v100": 1}},
       "jobs": [{"id": "a", "throughputs": {"v100": 1.0}}], "measured": [["b", "v100"]]}, "measured"),
+    ({"format": "allocopt-engine", "format_version": 1, "cluster": {"gpus": {"v100": 1}}, "jobs": []}, "version"),
 ])
 def test_load_rejects_bad_documents(document, field):
     with pytest.raises(InvalidProblemError) as info:
@@ -203,7 +207,7 @@ def test_load_rejects_bad_documents(document, field):
 def test_load_rejects_invalid_json(tmp_path):
     path = tmp_path / "engine.json"
     path.write_text("{not json")
-    with pytest.raises(InvalidProblemError, match="invalid JSON"):
+    with pytest.raises(DataFileError, match=r"engine.json, line 1: invalid JSON"):
         allocopt.Engine.load(path)
 
 
@@ -408,3 +412,97 @@ def test_shares_follow_the_allocation_when_it_is_recomputed_every_round():
         for lease in engine.next_round().leases:
             progress[lease.job_id] += speed[lease.gpu_type]
     assert min(progress.values()) >= 0.85 * max(progress.values())
+
+
+# ----- state documents are checked at load; record_round is all or nothing ---------------------
+
+def mid_round_state() -> dict:
+    """The state of an engine that planned a round whose results are not recorded yet."""
+    engine = round_engine()
+    engine.record_round(full_results(engine.next_round()))
+    engine.next_round()
+    return engine.to_json()
+
+
+def _set(document: dict, path: str, value) -> dict:
+    node = document
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    node[int(last) if isinstance(node, list) else last] = value
+    return document
+
+
+@pytest.mark.parametrize("path, value, field", [
+    ("rounds.round_index", -1, "rounds.round_index"),
+    ("rounds.clock_s", float("nan"), "rounds.clock_s"),
+    ("rounds.clock_s", float("inf"), "rounds.clock_s"),
+    ("rounds.pending_seconds", -5.0, "rounds.pending_seconds"),
+    ("rounds.installed_version", 10**6, "rounds.installed_version"),
+    ("rounds.last_reset_s", 1e12, "rounds.last_reset_s"),
+    ("rounds.pending.0.1", "a100", "rounds.pending[0]"),
+    ("rounds.jobs.0.1.gpu_type", "a100", "rounds.jobs[0].gpu_type"),
+    ("rounds.jobs.0.1.received_s", {"a100": 3.0}, "rounds.jobs[0].received_s.a100"),
+    ("rounds.jobs.0.1.received_s", {"v100": -3.0}, "rounds.jobs[0].received_s.v100"),
+    ("rounds.jobs.0.1.gpu_slots", [-1], "rounds.jobs[0].gpu_slots"),
+    ("rounds.jobs.0.0", ["j0"], "rounds.jobs[0]"),
+    ("rounds.extra", 1, "rounds.extra"),
+    ("measured", [[["j0"], "v100"]], "measured"),
+    ("solve_options", {"time_limit_s": "x"}, "options"),
+    ("solve_options", {"threads": True}, "options"),
+    ("policy_options", {"heterogeneity_aware": "maybe"}, "options"),
+    ("recompute_min_seconds", float("nan"), "options"),
+    ("cluster", {"gpus": {"v100": 4, "k80": 1e300}}, "cluster.gpus.k80"),
+    ("cluster", {"gpus": {"v100": 4, "k80": 4}, "extra": 1}, "cluster"),
+    ("jobs.0.scale_factor", "2", "jobs[0].scale_factor"),
+    ("jobs.0.id", None, "jobs[0].id"),
+    ("colour", "blue", "colour"),
+])
+def test_state_documents_are_checked_at_load(path, value, field):
+    document = _set(mid_round_state(), path, value)
+    with pytest.raises(InvalidProblemError) as info:
+        allocopt.Engine.from_json(document)
+    assert info.value.field == field, str(info.value)
+    assert field.split(".")[-1].split("[")[0] in str(info.value)
+
+
+def test_a_state_that_loads_can_allocate_and_plan():
+    restored = allocopt.Engine.from_json(mid_round_state())
+    restored.record_round([])
+    assert_valid_plan(restored, restored.next_round())
+
+
+def test_state_files_name_the_path_and_line(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_bytes(b'{"format": "allocopt-engine",\n "x": "\xff"}')
+    with pytest.raises(DataFileError, match=r"state.json, line 2: not UTF-8"):
+        allocopt.Engine.load(path)
+    path.write_text(json.dumps(_set(mid_round_state(), "rounds.clock_s", -1.0)))
+    with pytest.raises(DataFileError, match=r"state.json: invalid engine state: rounds.clock_s"):
+        allocopt.Engine.load(path)
+
+
+@pytest.mark.parametrize("bad", [
+    {"measured_steps_per_s": float("nan")},
+    {"measured_steps_per_s": -1.0},
+    {"measured_steps_per_s": 0.0, "only_type": True},  # no GPU type left on which the job runs
+    {"run_seconds": float("nan")},
+])
+def test_record_round_is_all_or_nothing(bad):
+    engine = allocopt.Engine({"v100": 4, "k80": 4}, round_seconds=60.0, recompute_min_seconds=0.0)
+    for k in range(4):
+        tput = {"v100": 10.0 + k} if k == 3 and bad.get("only_type") else {"v100": 10.0 + k, "k80": 3.0}
+        engine.add_job(f"j{k}", throughputs=tput)
+    plan = engine.next_round()
+    leases = sorted(plan.leases, key=lambda lease: lease.job_id != "j3")  # the bad result last
+    assert leases[0].job_id == "j3"
+    results = [JobRoundResult(lease.job_id, RoundOutcome.PREEMPTED, 5, 60.0, measured_steps_per_s=7.0)
+               for lease in leases[::-1]]
+    results[-1] = dataclasses.replace(results[-1], **{k: v for k, v in bad.items() if k != "only_type"})
+    before, version = engine.to_json(), engine.version
+    with pytest.raises(InvalidProblemError):
+        engine.record_round(results)
+    assert engine.to_json() == before and engine.version == version
+    results[-1] = dataclasses.replace(results[-1], run_seconds=60.0, measured_steps_per_s=9.0)
+    engine.record_round(results)  # the round is still pending: the corrected results are recorded
+    assert engine.get_job("j3")["throughputs"]["v100"] == 9.0

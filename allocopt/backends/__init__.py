@@ -7,15 +7,17 @@
 from __future__ import annotations
 
 import importlib
-import warnings
+import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from allocopt.backends.base import Backend, RawResult, SolveOptions
-from allocopt.errors import AllocoptWarning, LicenseError, UnknownBackendError
+from allocopt.errors import LicenseError, UnknownBackendError
 from allocopt.model import CompiledModel
 from allocopt.solution import Basis, Solution
+
+logger = logging.getLogger(__name__)
 
 _MODULES = {
     "highs": ("allocopt.backends.highs", "HighsBackend"),
@@ -68,8 +70,8 @@ def solve_model(model: CompiledModel, backend: str = "highs", options: SolveOpti
         try:
             return run(name)
         except LicenseError as err:
-            warnings.warn(f"backend 'auto': {name} cannot take this model ({err}); "
-                          f"falling back to {AUTO_ORDER[-1]}", AllocoptWarning, stacklevel=2)
+            logger.warning("backend 'auto': %s cannot take this model (%s); falling back to %s", name, err,
+                           AUTO_ORDER[-1])
     return run(AUTO_ORDER[-1])
 
 

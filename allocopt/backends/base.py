@@ -61,11 +61,17 @@ class SolveOptions:
     solver_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
+        def real(value: Any) -> bool:
+            return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+
+        if self.time_limit_s is not None and not (real(self.time_limit_s) and self.time_limit_s > 0):
             raise InvalidOptionError(f"time_limit_s must be a positive number of seconds, got {self.time_limit_s!r}")
-        if self.mip_gap is not None and not 0 <= self.mip_gap < 1:
+        if self.mip_gap is not None and not (real(self.mip_gap) and 0 <= self.mip_gap < 1):
             raise InvalidOptionError(f"mip_gap must be in [0, 1), got {self.mip_gap!r}")
-        if self.threads is not None and (not isinstance(self.threads, (int, np.integer)) or self.threads < 1):
+        if not isinstance(self.verbose, (bool, np.bool_)):
+            raise InvalidOptionError(f"verbose must be true or false, got {self.verbose!r}")
+        if self.threads is not None and (not isinstance(self.threads, (int, np.integer)) or isinstance(self.threads, bool)
+                                         or not 1 <= self.threads <= 2**16):
             raise InvalidOptionError(f"threads must be a positive integer, got {self.threads!r}")
         if not isinstance(self.solver_options, dict):
             raise InvalidOptionError("solver_options must be a dict of the solver's own option names to values")

@@ -11,14 +11,19 @@ workloads ship in ``allocopt/data/sia_workloads`` (see its README.md).
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from allocopt.documents import read_text
 from allocopt.errors import WorkloadFormatError
 from allocopt.throughput.profiles import discover
+
+#: Largest num_replicas and batch_size a workload may give.
+MAX_COUNT = 2**31 - 1
 
 #: Columns every Sia workload file must have.
 WORKLOAD_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
@@ -82,11 +87,11 @@ def read_sia_workload(path: str | Path, *, applications: Iterable[str] | str | P
     """
     path = Path(path)
     known = _known_applications(applications)
+    reader = csv.reader(io.StringIO(read_text(path, what="the workload", error=WorkloadFormatError), newline=""))
     try:
-        with path.open(newline="") as f:
-            rows = list(csv.reader(f))
-    except OSError as err:
-        raise WorkloadFormatError(f"cannot read the workload: {err.strerror or err}", path=path) from None
+        rows = list(reader)
+    except csv.Error as err:
+        raise WorkloadFormatError(f"not a CSV file: {err}", path=path, line=reader.line_num) from None
     if not rows or not any(cell.strip() for cell in rows[0]):
         raise WorkloadFormatError(f"empty file; expected a header {','.join(WORKLOAD_COLUMNS)}", path=path, line=1)
     header = [cell.strip() for cell in rows[0]]
@@ -147,8 +152,8 @@ def _job(cells: dict[str, str], path: Path, line: int, known: frozenset[str] | N
             value = float(text)
         except ValueError:
             raise fail(f"{column} {text!r} of job {name!r} is not a number") from None
-        if not (math.isfinite(value) and value >= 1 and value == int(value)):
-            raise fail(f"{column} {text!r} of job {name!r} must be a whole number >= 1")
+        if not (math.isfinite(value) and 1 <= value <= MAX_COUNT and value == int(value)):
+            raise fail(f"{column} {text!r} of job {name!r} must be a whole number from 1 to {MAX_COUNT}")
         counts[column] = int(value)
     return SiaWorkloadJob(name, time_s, application, counts["num_replicas"], counts["batch_size"], line)
 

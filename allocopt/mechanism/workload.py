@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -12,8 +11,13 @@ from os import PathLike
 import numpy as np
 
 from allocopt.cluster import Cluster
+from allocopt.documents import parse_json, read_text
 from allocopt.errors import InvalidProblemError
 from allocopt.throughput.table import DEFAULT_SCALE_FACTOR_PROBS, ThroughputTable
+
+#: Largest total_steps (and priority_weight) and scale_factor a trace line may give.
+MAX_TRACE_STEPS = 2**53
+MAX_TRACE_SCALE = 2**31 - 1
 
 #: Columns of a Gavel trace line (tab-separated).
 TRACE_COLUMNS: tuple[str, ...] = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir",
@@ -116,47 +120,54 @@ def read_gavel_trace(path: str | PathLike[str], table: ThroughputTable | None = 
     Raises
     ------
     TraceError
-        Missing columns, non-numeric or negative values, unknown models; the
-        message starts with ``path:line:``.
+        Missing columns, non-numeric, negative or too large values, unknown
+        models; the message starts with ``path:line:``.
+    DataFileError
+        For a file that cannot be read, a binary or a non-UTF-8 file (naming the line).
     """
     name = str(path)
     models, scales, steps, arrivals, weights, lines = [], [], [], [], [], []
-    with open(path, encoding="utf-8") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            fields = raw.rstrip("\r\n").split("\t")
-            if len(fields) != len(TRACE_COLUMNS):
-                raise TraceError(f"{name}:{number}: {len(fields)} tab-separated columns, expected "
-                                 f"{len(TRACE_COLUMNS)}: {', '.join(TRACE_COLUMNS)}", line=number, field="columns")
-            values = dict(zip(TRACE_COLUMNS, fields))
-            parsed = {}
-            for column, kind in (("total_steps", int), ("scale_factor", int), ("priority_weight", float),
-                                 ("arrival_time", float)):
-                try:
-                    parsed[column] = kind(values[column]) if kind is float else int(float(values[column]))
-                except ValueError:
-                    raise TraceError(f"{name}:{number}: {column} is {values[column]!r}, not a number",
-                                     line=number, field=column) from None
-            if parsed["arrival_time"] < 0 or not np.isfinite(parsed["arrival_time"]):
-                raise TraceError(f"{name}:{number}: arrival_time is {parsed['arrival_time']}; it must be >= 0 "
-                                 "seconds", line=number, field="arrival_time")
-            for column in ("total_steps", "scale_factor", "priority_weight"):
-                if not parsed[column] > 0:
-                    raise TraceError(f"{name}:{number}: {column} is {parsed[column]}; it must be positive",
-                                     line=number, field=column)
-            model = values["job_type"].strip()
-            if table is not None:
-                try:
-                    table.row(model, parsed["scale_factor"])
-                except InvalidProblemError as err:
-                    raise TraceError(f"{name}:{number}: {err}", line=number, field="job_type") from None
-            models.append(model)
-            scales.append(parsed["scale_factor"])
-            steps.append(parsed["total_steps"])
-            arrivals.append(parsed["arrival_time"])
-            weights.append(parsed["priority_weight"])
-            lines.append(number)
+    text = read_text(path, what="the trace")
+    for number, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        fields = raw.rstrip("\r\n").split("\t")
+        if len(fields) != len(TRACE_COLUMNS):
+            raise TraceError(f"{name}:{number}: {len(fields)} tab-separated columns, expected "
+                             f"{len(TRACE_COLUMNS)}: {', '.join(TRACE_COLUMNS)}", line=number, field="columns")
+        values = dict(zip(TRACE_COLUMNS, fields))
+        parsed = {}
+        for column, kind in (("total_steps", int), ("scale_factor", int), ("priority_weight", float),
+                             ("arrival_time", float)):
+            try:
+                parsed[column] = kind(values[column]) if kind is float else int(float(values[column]))
+            except (ValueError, OverflowError):
+                raise TraceError(f"{name}:{number}: {column} is {values[column]!r}, not a finite number",
+                                 line=number, field=column) from None
+        for column, limit in (("total_steps", MAX_TRACE_STEPS), ("scale_factor", MAX_TRACE_SCALE),
+                              ("priority_weight", MAX_TRACE_STEPS)):
+            if not parsed[column] <= limit:
+                raise TraceError(f"{name}:{number}: {column} is {values[column]!r}; it must be at most {limit}",
+                                 line=number, field=column)
+        if parsed["arrival_time"] < 0 or not np.isfinite(parsed["arrival_time"]):
+            raise TraceError(f"{name}:{number}: arrival_time is {parsed['arrival_time']}; it must be >= 0 "
+                             "seconds", line=number, field="arrival_time")
+        for column in ("total_steps", "scale_factor", "priority_weight"):
+            if not parsed[column] > 0:
+                raise TraceError(f"{name}:{number}: {column} is {parsed[column]}; it must be positive",
+                                 line=number, field=column)
+        model = values["job_type"].strip()
+        if table is not None:
+            try:
+                table.row(model, parsed["scale_factor"])
+            except InvalidProblemError as err:
+                raise TraceError(f"{name}:{number}: {err}", line=number, field="job_type") from None
+        models.append(model)
+        scales.append(parsed["scale_factor"])
+        steps.append(parsed["total_steps"])
+        arrivals.append(parsed["arrival_time"])
+        weights.append(parsed["priority_weight"])
+        lines.append(number)
     if not models:
         raise TraceError(f"{name}: no jobs in the trace", field="trace")
     arrival = np.array(arrivals)
@@ -173,23 +184,17 @@ def load_throughputs(path: str | PathLike[str]) -> ThroughputTable:
     name = str(path)
     if name.lower().endswith(".csv"):
         return ThroughputTable.from_csv(path)
-    with open(path, encoding="utf-8-sig") as fh:
-        head = fh.read(64).lstrip()
-    if not head.startswith("{"):
+    if not read_text(path, what="the throughput table").lstrip().startswith("{"):
         return ThroughputTable.from_json(path)
-    with open(path, encoding="utf-8-sig") as fh:
-        try:
-            raw = json.load(fh)
-        except json.JSONDecodeError as err:
-            raise InvalidProblemError(f"{name}:{err.lineno}:{err.colno}: invalid JSON: {err.msg}",
-                                      field="json") from None
+    raw = parse_json(read_text(path, what="the throughput table"), name)
     types = [t for t in raw if not t.endswith("_unconsolidated")]
     try:
         keys = list(raw[types[0]])
-        entries = [ast.literal_eval(k) for k in keys]
+        entries = [ast.literal_eval(k) if len(k) < 1000 else None for k in keys]
         values = [[float(raw[t][k]["null"]) for t in types] for k in keys]
         return ThroughputTable([(str(m), int(sf)) for m, sf in entries], types, values)
-    except (IndexError, KeyError, TypeError, ValueError, SyntaxError) as err:
+    except (IndexError, KeyError, TypeError, ValueError, SyntaxError, OverflowError, RecursionError,
+            MemoryError) as err:
         raise InvalidProblemError(f"{name}: not Gavel's throughputs layout {{gpu_type: {{\"('Model', s)\": "
                                   f"{{\"null\": steps_per_s}}}}}}: {err!r}", field="json") from None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
+from allocopt.errors import InvalidOptionError
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 
 ThroughputLookup = Callable[[Hashable, str, int], float]
@@ -41,7 +42,7 @@ class SimulatedExecutor(Executor):
         else:
             self._lookup = throughputs
         if not restart_overhead_s >= 0:
-            raise ValueError(f"restart_overhead_s must be >= 0, got {restart_overhead_s!r}")
+            raise InvalidOptionError(f"restart_overhead_s must be >= 0, got {restart_overhead_s!r}")
         self.restart_overhead_s = float(restart_overhead_s)
         self._pair_lookup = pair_throughputs
         self._now = 0.0

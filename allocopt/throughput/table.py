@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import difflib
 import functools
+import io
 import json
 import math
 import numbers
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from allocopt.cluster import Cluster
+from allocopt.documents import check_depth, read_text
 from allocopt.errors import BackendNotInstalledError, InvalidProblemError
 from allocopt.problem import PairThroughputs, Problem
 
@@ -244,8 +246,8 @@ class ThroughputTable:
             ``path:line:column`` (lines 1-based, the header is line 1).
         """
         name = str(path)
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.reader(fh)
+        reader = csv.reader(io.StringIO(read_text(path, what="the throughput table"), newline=""))
+        try:
             header = next((row for row in reader if row), None)
             if header is None:
                 raise InvalidProblemError(f"{name}:1: empty file; expected a header with columns "
@@ -266,6 +268,8 @@ class ThroughputTable:
                                               f"header has {len(header)}", field="header")
                 rows.append(row + [""] * (len(header) - len(row)))
                 lines.append(reader.line_num)
+        except csv.Error as err:
+            raise InvalidProblemError(f"{name}:{reader.line_num}: not a CSV file: {err}", field="csv") from None
         columns = {c: [row[position[c]] for row in rows] for c in MEASUREMENT_COLUMNS if c in position}
         return cls._from_columns(columns, len(rows), lambda k, c: f"{name}:{lines[k]}:{position[c] + 1}: "
                                  f"column {c!r}", lambda k: f"{name}:{lines[k]}")
@@ -280,8 +284,7 @@ class ThroughputTable:
         ``path:line`` (where the object starts) and the key.
         """
         name = str(path)
-        with open(path, encoding="utf-8-sig") as fh:
-            records, lines = _json_array(name, fh.read())
+        records, lines = _json_array(name, read_text(path, what="the throughput table"))
         for k, rec in enumerate(records):
             if not isinstance(rec, Mapping):
                 raise InvalidProblemError(f"{name}:{lines[k]}: element {k} is {type(rec).__name__}; give one "
@@ -385,7 +388,7 @@ class ThroughputTable:
                 if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
                     raise ValueError
                 x = float(value)
-            except ValueError:
+            except (ValueError, OverflowError):
                 raise fail(k, column, f"{value!r} is not a number") from None
             if not math.isfinite(x) or x < 0:
                 raise fail(k, column, f"{value!r} must be a finite number >= 0")
@@ -399,9 +402,9 @@ class ThroughputTable:
         for k in range(n_rows):
             model, gpu = text("model", k), text("gpu_type", k)
             scale = number("scale_factor", k)
-            if scale != int(scale) or scale < 1:
+            if scale != int(scale) or not 1 <= scale <= _MAX_SCALE_FACTOR:
                 raise fail(k, "scale_factor", f"{columns['scale_factor'][k]!r} must be an integer number of "
-                                              "GPUs >= 1")
+                                              f"GPUs from 1 to {_MAX_SCALE_FACTOR}")
             scale, tput = int(scale), number("throughput", k)
             other, other_tput = text("other_model", k, required=False), number("throughput_other", k, required=False)
             if (other is None) != (other_tput is None):
@@ -756,6 +759,7 @@ def _is_missing(value: Any) -> bool:
 
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_MAX_SCALE_FACTOR = 2**31 - 1
 
 
 def _json_array(name: str, text: str) -> tuple[list[Any], list[int]]:
@@ -785,6 +789,11 @@ def _json_array(name: str, text: str) -> tuple[list[Any], list[int]]:
             raise json.JSONDecodeError("extra data after the array", text, end)
     except json.JSONDecodeError as err:
         raise InvalidProblemError(f"{name}:{err.lineno}:{err.colno}: invalid JSON: {err.msg}", field="json") from None
+    except (ValueError, RecursionError):  # an integer over Python's digit limit, or absurd nesting
+        raise InvalidProblemError(f"{name}:{line}: invalid JSON: a number too long or values nested too deeply",
+                                  field="json") from None
+    for value, start in zip(values, lines):
+        check_depth(value, f"{name}:{start}")
     return values, lines
 
 
