@@ -6,7 +6,6 @@ import dataclasses
 import json
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +17,10 @@ import pytest
 import allocopt
 from allocopt.runtime.executor import JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.schemas import SCHEMAS, load_schema
-from allocopt.server import AllocoptServer
+from allocopt.server import ServiceOptions
+
+pytest.importorskip("uvicorn", reason="the service needs the 'service' extra (pip install 'allocopt[service]')")
+from allocopt.server.http import AllocoptServer  # noqa: E402
 from allocopt.throughput import ThroughputTable
 
 CLUSTER = {"v100": 4, "p100": 4, "k80": 4}
@@ -43,13 +45,9 @@ def gavel_problem_doc(num_jobs: int = 12, seed: int = 5) -> dict:
 @pytest.fixture
 def server() -> Iterator[AllocoptServer]:
     """The server class on a free loopback port, in a thread, with an engine and a 64 KiB body limit."""
-    srv = AllocoptServer(("127.0.0.1", 0), allocopt.Engine(CLUSTER), max_body_bytes=64 * 1024, quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=10)
+    with AllocoptServer(("127.0.0.1", 0), allocopt.Engine(CLUSTER),
+                        options=ServiceOptions(max_body_bytes=64 * 1024)) as srv:
+        yield srv
 
 
 def start_cli_server(*args: str) -> tuple[subprocess.Popen, str]:
@@ -239,16 +237,10 @@ def test_configure_and_restore_the_engine(server):
 
 
 def test_no_engine_configured_is_409():
-    srv = AllocoptServer(("127.0.0.1", 0), quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with AllocoptServer(("127.0.0.1", 0)) as srv:
         status, out = request(f"{srv.url}/engine/allocation")
         assert status == 409 and "POST /engine" in out["error"]
         assert request(f"{srv.url}/health")[1]["engine"] is False
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 # ----- bad requests ----------------------------------------------------------------------------------------
@@ -268,26 +260,26 @@ SMALL = {"cluster": {"gpus": {"v100": 1, "k80": 1}},
     ("POST", "/engine/jobs", {"id": "n", "throughputs": {"v100": 1.0}, "scale_factor": "two"}, 400,
      "scale_factor"),
     ("POST", "/engine/jobs", {"id": "n", "throughputs": {"v100": 1.0}, "colour": 1}, 400, "colour"),
-    ("POST", "/engine/jobs", {"id": {"x": 1}, "throughputs": {"v100": 1.0}}, 400, "job_id"),
+    ("POST", "/engine/jobs", {"id": {"x": 1}, "throughputs": {"v100": 1.0}}, 400, "id"),
     ("POST", "/engine/jobs", {"id": "a", "throughputs": {"v100": 1.0}}, 409, "job_id"),
     ("PATCH", "/engine/jobs/zz", {"priority_weight": 2.0}, 404, "job_id"),
     ("PATCH", "/engine/jobs/a", {"priority_weight": 0}, 400, "priority_weight"),
     ("DELETE", "/engine/jobs/zz", None, 404, "job_id"),
     ("POST", "/engine/jobs/a/throughput", {"gpu_type": "v100"}, 400, "steps_per_s"),
     ("POST", "/engine/jobs/a/throughput", {"gpu_type": "tpu", "steps_per_s": 1.0}, 400, "gpu_type"),
-    ("PUT", "/engine/capacity/v100", {"count": -2}, 400, "gpus"),
+    ("PUT", "/engine/capacity/v100", {"count": -2}, 400, "count"),
     ("PUT", "/engine/capacity/v100", {}, 400, "count"),
     ("POST", "/engine", {"cluster": {"gpus": {"v100": 1}}, "policy": "nope"}, 400, "policy"),
     ("POST", "/engine", {"policy": "max_min_fairness"}, 400, "cluster"),
     ("POST", "/solve", {**SMALL, "policy": "nope"}, 400, "policy"),
     ("POST", "/solve", {**SMALL, "backend": "nope"}, 400, "backend"),
-    ("POST", "/solve", {**SMALL, "options": {"nope": 1}}, 400, "options"),
+    ("POST", "/solve", {**SMALL, "options": {"nope": 1}}, 400, "options.nope"),
     ("POST", "/solve", {**SMALL, "options": {"backend": "highs"}}, 400, "options.backend"),
     ("POST", "/solve", {**SMALL, "options": [1]}, 400, "options"),
     ("POST", "/solve", {**SMALL, "policy": 3}, 400, "policy"),
-    ("POST", "/solve", {"jobs": []}, 400, "document"),
+    ("POST", "/solve", {"jobs": []}, 400, "cluster"),
     ("POST", "/solve", {**SMALL, "jobs": [{"id": "a", "throughputs": {"v100": -4.0, "k80": 1.0}}]}, 400,
-     "throughputs"),
+     "jobs[0].throughputs.v100"),
     ("GET", "/nope", None, 404, None),
     ("GET", "/schemas/nope", None, 404, "name"),
     ("DELETE", "/solve", None, 405, None),
@@ -305,7 +297,7 @@ def test_bad_requests_get_4xx_naming_the_field_and_change_nothing(server, method
 
 
 def test_oversized_body_is_413(server):
-    status, out = request(f"{server.url}/solve", "POST", raw=b" " * (server.max_body_bytes + 1))
+    status, out = request(f"{server.url}/solve", "POST", raw=b" " * (server.options.max_body_bytes + 1))
     assert status == 413 and "limit" in out["error"]
     assert request(f"{server.url}/health")[0] == 200
 
@@ -378,7 +370,9 @@ def round_results(plan: dict, fraction: float = 1.0) -> list[dict]:
 
 
 def test_rounds_over_http_match_the_engine(server):
-    twin = allocopt.Engine(CLUSTER, recompute_min_seconds=0.0)
+    # the service caps every engine's solves at its --solve-timeout (time_limit_s)
+    twin = allocopt.Engine(CLUSTER, recompute_min_seconds=0.0,
+                           solve_options={"time_limit_s": server.options.solve_timeout_s})
     server.engine = allocopt.Engine(CLUSTER, recompute_min_seconds=0.0)
     for k in range(6):
         job = {"id": f"j{k}", "throughputs": {"v100": 5.0, "k80": 1.0 + k}, "scale_factor": 1 + k % 2}
@@ -447,13 +441,7 @@ def test_bad_round_requests_get_4xx_and_change_nothing(server, path, body, statu
 
 
 def test_rounds_need_an_engine():
-    srv = AllocoptServer(("127.0.0.1", 0), quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with AllocoptServer(("127.0.0.1", 0)) as srv:
         assert request(f"{srv.url}/engine/rounds/next", "POST", {})[0] == 409
         assert request(f"{srv.url}/engine/rounds/0/results", "POST", [])[0] == 409
         assert request(f"{srv.url}/engine/rounds/next")[0] == 405
-    finally:
-        srv.shutdown()
-        srv.server_close()
