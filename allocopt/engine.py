@@ -427,10 +427,10 @@ class Engine:
             states = [self._round_jobs[job] for job in ids]
 
             def matrix(key: str, default: float) -> np.ndarray:
-                return np.array([[s[key].get(t, default) for t in types] for s in states]).reshape(len(ids), -1)
+                return np.array([[s[key].get(t, default) for t in types] for s in states]).reshape(len(ids), len(types))
 
             throughputs = np.array([[self._jobs[j]["throughputs"].get(t, 0.0) for t in types] for j in ids]
-                                   ).reshape(len(ids), -1)
+                                   ).reshape(len(ids), len(types))
             scale = np.array([int(self._jobs[j].get("scale_factor", 1)) for j in ids], dtype=np.int64)
             capacity = np.array([self._gpus[t] for t in types], dtype=np.int64)
             mechanism = PriorityMechanism(throughputs, scale, capacity, types, self.mechanism_options)
@@ -443,7 +443,7 @@ class Engine:
                 allocation = self.allocate()
                 row_of = {job: k for k, job in enumerate(allocation.job_ids)}
                 new = np.array([allocation.matrix[row_of[j]] if j in row_of else np.zeros(len(types))
-                                for j in ids]).reshape(len(ids), -1)
+                                for j in ids]).reshape(len(ids), len(types))
                 mechanism.reset(self._clock_s, rows, new)
                 self._last_reset_s, self._installed_version = self._clock_s, self.version
                 for k, state in enumerate(states):
