@@ -47,7 +47,7 @@ NonNegative = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
 Count = Annotated[int, Strict(), Field(ge=0)]
 PositiveInt = Annotated[int, Strict(), Field(ge=1)]
-Backend = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]
+Backend = Literal[(*BACKENDS, "auto")]  # type: ignore[valid-type]
 PerType = dict[str, NonNegative]
 
 
@@ -85,7 +85,9 @@ class Pair(_Model):
 
 
 class Problem(_Model):
-    """The input of ``allocopt solve`` and ``POST /solve``."""
+    """The input of ``allocopt solve`` and ``POST /solve`` (other top-level keys are allowed, as in the schema)."""
+
+    model_config = ConfigDict(extra="allow")
 
     cluster: Cluster
     jobs: list[Job]
@@ -96,6 +98,8 @@ class Problem(_Model):
 
 class SolveRequest(Problem):
     """``POST /solve``: a problem document, the policy, the backend and options of :func:`allocopt.solve`."""
+
+    model_config = ConfigDict(extra="forbid")
 
     policy: Str = "max_min_fairness"
     backend: Backend = "highs"

@@ -18,8 +18,8 @@ _REF = "#/components/schemas/{model}"
 @functools.lru_cache(maxsize=1)
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of every endpoint, with the request and response models as components."""
+    from allocopt.server import models
     from allocopt.server.app import OPERATIONS
-    from allocopt.server.models import Error
 
     components: dict[str, Any] = {}
 
@@ -34,6 +34,8 @@ def openapi_document() -> dict[str, Any]:
     def response(status: int, kind: Any) -> dict[str, Any]:
         return {"description": HTTPStatus(status).phrase, "content": {"application/json": {"schema": schema_of(kind)}}}
 
+    for document in (models.Problem, models.Allocation, models.RoundPlan, models.EngineState):
+        schema_of(document)  # the four documents of allocopt.schemas, whether or not an endpoint names them
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
         operation: dict[str, Any] = {"summary": op.summary, "operationId": op.handler.__name__,
@@ -47,7 +49,7 @@ def openapi_document() -> dict[str, Any]:
                                         "content": {"application/json": {"schema": schema_of(op.body)}}}
         responses = {str(status): response(status, kind) for status, kind in op.responses.items()}
         responses.setdefault("200", {"description": "OK"})
-        responses["default"] = response(400, Error) | {"description": "An error (see the error statuses)"}
+        responses["default"] = response(400, models.Error) | {"description": "An error (see the error statuses)"}
         operation["responses"] = responses
         operation["security"] = [] if op.public else [{}, {"bearer": []}]
         paths.setdefault(op.path, {})[op.method.lower()] = operation
