@@ -40,6 +40,7 @@ from allocopt.errors import (AllocoptError, BackendNotInstalledError, DataFileEr
                              InvalidProblemError, LicenseError, NotOptimalError, SolverError, UnknownBackendError)
 from allocopt.formulations import POLICIES, get_policy
 from allocopt.problem import Problem
+from allocopt.server.options import add_arguments as add_serve_arguments
 from allocopt.throughput import ThroughputTable
 from allocopt.throughput.goodput import DEFAULT_LOSS, DEFAULT_LOSS_SCALE, LOSSES
 
@@ -277,7 +278,7 @@ def _parser() -> argparse.ArgumentParser:
 
     v = commands.add_parser("serve", help="run the HTTP JSON service (solve and a shared allocation engine)",
                             description="Serve POST /solve and the allocation engine's endpoints as JSON over HTTP "
-                                        "(see the allocopt.server module documentation) until interrupted.")
+                                        "until interrupted; GET /openapi.json describes the endpoints (see docs/service.md).")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     v.add_argument("--port", type=_port, default=8000, help="port (default: %(default)s; 0 picks a free one)")
     v.add_argument("--cluster", type=_cluster_arg, metavar="JSON",
@@ -288,9 +289,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--state", metavar="FILE",
                    help="restore the engine from FILE if it exists (over --cluster) and save it there after "
                         "every change")
-    v.add_argument("--max-body-bytes", type=_positive_int, default=16 * 2**20, metavar="N",
-                   help="reject request bodies larger than N bytes with 413 (default: %(default)s)")
     v.add_argument("--quiet", action="store_true", help="do not log requests to stderr")
+    add_serve_arguments(v)
     v.set_defaults(run=_run_serve)
 
     add_bench_parser(commands)
@@ -621,14 +621,16 @@ def _cluster_arg(text: str) -> Cluster:
 def _run_serve(args: argparse.Namespace) -> int:
     from allocopt.engine import Engine
     from allocopt.server import serve
+    from allocopt.server.options import from_arguments, read_token
 
+    token = None if args.token_file is None else read_token(args.token_file)
     engine = None
     if args.state is not None and Path(args.state).exists():
         engine = Engine.load(args.state)
     elif args.cluster is not None:
         engine = Engine(args.cluster, args.policy, args.backend)
     try:
-        serve(args.host, args.port, engine, max_body_bytes=args.max_body_bytes, state_path=args.state,
+        serve(args.host, args.port, engine, options=from_arguments(args), state_path=args.state, token=token,
               quiet=args.quiet or args.quietness > 0)
     except OSError as err:
         raise _UsageError(f"cannot serve on {args.host}:{args.port}: {err.strerror or err}") from None

@@ -1,0 +1,307 @@
+"""Pydantic models of the service's request and response bodies.
+
+The four documents of :mod:`allocopt.schemas` have a model each (:class:`Problem`,
+:class:`Allocation`, :class:`EngineState`, :class:`RoundPlan`) with the same
+fields, required fields, types and bounds as the JSON Schema (checked by
+``tests/test_server.py``); the OpenAPI document (``GET /openapi.json``) is built
+from these models. Validation is strict: no string is read as a number, no
+float as an integer, no boolean as either. Job ids are strings or integers.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, Strict, StrictBool, WithJsonSchema
+
+from allocopt.backends import BACKENDS
+
+
+def _job_id(value: Any) -> str | int:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError("a job id must be a string or an integer")
+    return value
+
+
+def _entity(value: Any) -> str | int | None:
+    return None if value is None else _job_id(value)
+
+
+def _gpus_per_node(value: Any) -> int | dict[str, int]:
+    def count(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+    if count(value) or (isinstance(value, dict) and all(isinstance(k, str) and count(v) for k, v in value.items())):
+        return value
+    raise ValueError("gpus_per_node must be an integer >= 1 or an object of GPU type to an integer >= 1")
+
+
+JobId = Annotated[Any, PlainValidator(_job_id), WithJsonSchema({"type": ["string", "integer"]})]
+Entity = Annotated[Any, PlainValidator(_entity), WithJsonSchema({"type": ["string", "integer", "null"]})]
+GpusPerNode = Annotated[Any, PlainValidator(_gpus_per_node), WithJsonSchema(
+    {"oneOf": [{"type": "integer", "minimum": 1},
+               {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}}]})]
+Str = Annotated[str, Strict()]
+Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+NonNegative = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
+Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
+Count = Annotated[int, Strict(), Field(ge=0)]
+PositiveInt = Annotated[int, Strict(), Field(ge=1)]
+Backend = Literal[(*BACKENDS, "auto")]  # type: ignore[valid-type]
+PerType = dict[str, NonNegative]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----- the problem document (schema "problem") ------------------------------------------------------------------
+class Cluster(_Model):
+    """GPUs of each type (the key order is the GPU-type order) and GPUs per server (default 8)."""
+
+    gpus: dict[str, Count] = Field(min_length=1)
+    gpus_per_node: GpusPerNode = None
+
+
+class Job(_Model):
+    """A job: steps/s of the whole job on ``scale_factor`` GPUs of each type (0: cannot run there); times in s."""
+
+    id: JobId
+    throughputs: PerType
+    scale_factor: PositiveInt = None
+    priority_weight: Positive = None
+    num_steps_remaining: NonNegative = None
+    time_since_start_s: NonNegative = None
+    slo_s: Positive = None
+    time_isolated_s: NonNegative = None
+    entity: Entity = None
+
+
+class Pair(_Model):
+    """Space sharing: steps/s of each member of a pair of jobs sharing the same GPUs, per GPU type."""
+
+    jobs: list[JobId] = Field(min_length=2, max_length=2)
+    throughputs: dict[str, Annotated[list[NonNegative], Field(min_length=2, max_length=2)]]
+
+
+class Problem(_Model):
+    """The input of ``allocopt solve`` and ``POST /solve`` (other top-level keys are allowed, as in the schema)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    cluster: Cluster
+    jobs: list[Job]
+    costs: dict[str, Positive] = None
+    entity_weights: dict[str, Positive] = None
+    pairs: list[Pair] = None
+
+
+class SolveRequest(Problem):
+    """``POST /solve``: a problem document, the policy, the backend and options of :func:`allocopt.solve`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Str = "max_min_fairness"
+    backend: Backend = "highs"
+    options: dict[str, Any] = Field(default_factory=dict, description=(
+        "Policy options and the solve keywords time_limit_s, mip_gap, threads, best_effort, partitions."))
+
+
+# ----- the allocation document (schema "allocation") ------------------------------------------------------------
+class AllocationRow(_Model):
+    id: JobId
+    fractions: dict[str, Number]
+    effective_throughput: Number
+
+
+class PairFractions(_Model):
+    jobs: list[JobId] = Field(min_length=2, max_length=2)
+    fractions: dict[str, Number]
+
+
+class Timings(_Model):
+    model_build_s: NonNegative
+    solver_build_s: NonNegative
+    solve_s: NonNegative
+    total_s: NonNegative
+    num_solves: Count
+
+
+class Allocation(_Model):
+    """The output of ``allocopt solve`` and ``POST /solve``: each job's time fraction on each GPU type."""
+
+    policy: Str
+    backend: Str | None
+    status: Literal["optimal", "infeasible", "unbounded", "infeasible_or_unbounded", "time_limit", "error",
+                    "approximate"]
+    message: Str
+    objective: Number | None
+    gpu_types: list[Str]
+    allocation: list[AllocationRow]
+    pairs: list[PairFractions] = None
+    timings: Timings
+
+
+# ----- the round plan (schema "round_plan") ---------------------------------------------------------------------
+class Lease(_Model):
+    job_id: JobId
+    gpu_type: Str
+    gpu_ids: list[Count] = Field(min_length=1)
+    max_seconds: Positive
+    max_steps: Count | None = None
+    extended: StrictBool = False
+    co_located_with: Entity = None
+
+
+class RoundPlan(_Model):
+    """One round of the mechanism: the leases, and the jobs to stop."""
+
+    round_index: Count
+    start_s: NonNegative
+    round_seconds: Positive
+    leases: list[Lease]
+    stop: list[JobId]
+
+
+# ----- the engine state (schema "engine_state") -----------------------------------------------------------------
+class RoundJobState(_Model):
+    allocation: PerType
+    received_s: PerType
+    deficit_s: dict[str, Number]
+    gpu_type: Str | None
+    gpu_slots: list[Count]
+
+
+class Rounds(_Model):
+    round_index: Count = None
+    clock_s: NonNegative = None
+    last_reset_s: Number | None = None
+    installed_version: Annotated[int, Strict()] | None = None
+    pending: list[tuple[JobId, Str]] = None
+    pending_seconds: NonNegative = None
+    jobs: list[tuple[JobId, RoundJobState]] = None
+
+
+class EngineState(_Model):
+    """The engine's state document (``GET /engine``, ``allocopt serve --state``, :meth:`allocopt.Engine.save`)."""
+
+    format: Literal["allocopt-engine"]
+    format_version: Literal[1]
+    version: Count
+    policy: Str
+    backend: Backend
+    policy_options: dict[str, Any] = None
+    solve_options: dict[str, Any] = None
+    throughput_smoothing: Annotated[float, Strict(), Field(gt=0, le=1)] = None
+    cluster: Cluster
+    jobs: list[Job]
+    measured: list[tuple[JobId, Str]] = None
+    round_seconds: Positive = None
+    recompute_min_seconds: NonNegative = None
+    rounds: Rounds = None
+
+
+# ----- other requests -----------------------------------------------------------------------------------------------
+class EngineConfig(_Model):
+    """``POST /engine``: a new engine (or an :class:`EngineState` to restore)."""
+
+    cluster: Cluster
+    policy: Str = "max_min_fairness"
+    backend: Backend = "highs"
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    solve_options: dict[str, Any] = Field(default_factory=dict)
+    throughput_smoothing: Annotated[float, Strict(), Field(gt=0, le=1)] = 1.0
+
+
+class JobPatch(_Model):
+    """``PATCH /engine/jobs/{id}``: fields to change; ``throughputs`` updates the types it names; null resets."""
+
+    throughputs: PerType = None
+    scale_factor: PositiveInt | None = None
+    priority_weight: Positive | None = None
+    num_steps_remaining: NonNegative | None = None
+    time_since_start_s: NonNegative | None = None
+    slo_s: Positive | None = None
+    time_isolated_s: NonNegative | None = None
+    entity: Entity = None
+
+
+class Observation(_Model):
+    """``POST /engine/jobs/{id}/throughput``: a measured throughput."""
+
+    gpu_type: Str
+    steps_per_s: NonNegative
+
+
+class Capacity(_Model):
+    """``PUT /engine/capacity/{gpu_type}``: GPUs of the type now."""
+
+    count: Count
+    gpus_per_node: PositiveInt | None = None
+
+
+class NextRound(_Model):
+    """``POST /engine/rounds/next``; an empty body is ``{}``."""
+
+    round_seconds: Positive | None = None
+
+
+class RoundResult(_Model):
+    """What one job did in a round (:class:`allocopt.runtime.executor.JobRoundResult`)."""
+
+    job_id: JobId
+    outcome: Literal["completed", "preempted", "failed"]
+    steps: Count
+    run_seconds: NonNegative
+    measured_steps_per_s: NonNegative | None = None
+    restarted: StrictBool = False
+    message: Str = ""
+
+
+# ----- other responses ----------------------------------------------------------------------------------------------
+class Health(_Model):
+    status: Literal["ok"]
+    allocopt_version: Str
+    engine: StrictBool
+    engine_version: Count | None
+    num_jobs: Count | None
+
+
+class JobList(_Model):
+    jobs: list[Job]
+    engine_version: Count
+
+
+class EngineAllocation(_Model):
+    engine_version: Count
+    waiting_jobs: list[JobId]
+    allocation: Allocation
+
+
+class Removed(_Model):
+    removed: JobId
+    engine_version: Count
+
+
+class Observed(_Model):
+    steps_per_s: NonNegative
+    engine_version: Count
+
+
+class ClusterChanged(_Model):
+    cluster: Cluster
+    engine_version: Count
+
+
+class RoundRecorded(_Model):
+    round_index: Count
+    recorded: Count
+    engine_version: Count
+
+
+class Error(_Model):
+    """Every error: the message, the error class, and the request field it is about (null for none)."""
+
+    error: Str
+    type: Str
+    field: Str | None
