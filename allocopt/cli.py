@@ -421,11 +421,12 @@ def _run_simulate(args: argparse.Namespace) -> int:
     profiles = (args.profiles or shipped_profiles_dir()) if args.workload else None
     try:
         table = load_throughputs(args.throughputs) if args.throughputs else ThroughputTable.gavel()
+        cluster = Cluster(args.cluster, args.gpus_per_node or 8)
         workload = (args.workload if args.workload else read_gavel_trace(args.trace, table) if args.trace else
-                    generate_workload(table, args.generate, jobs_per_hour=args.jobs_per_hour, seed=args.seed))
+                    generate_workload(table, args.generate, jobs_per_hour=args.jobs_per_hour, seed=args.seed,
+                                      cluster=cluster))
     except OSError as err:
         raise _UsageError(f"cannot read {err.filename}: {err.strerror or err}") from None
-    cluster = Cluster(args.cluster, args.gpus_per_node or 8)
     with _solver_output_to_stderr():
         result = simulate(workload, cluster, args.policy, throughputs=table, round_seconds=args.round_seconds,
                           recompute_min_seconds=args.recompute_min_seconds, seed=args.seed, mode=args.mode,

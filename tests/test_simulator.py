@@ -87,6 +87,19 @@ def test_generator_is_seeded_and_follows_the_distributions():
     assert np.mean(minutes < 1000) == pytest.approx(0.8, abs=0.06)
 
 
+def test_generator_respects_the_cluster():
+    unbounded = generate_workload(TABLE, 200, jobs_per_hour=4.0, seed=0)
+    assert unbounded.scale_factors.max() == 8  # Gavel's distribution draws 8-GPU jobs
+    for cluster in ({"v100": 4, "p100": 4, "k80": 4}, {"v100": 1, "k80": 2}):
+        wl = generate_workload(TABLE, 200, jobs_per_hour=4.0, seed=0, cluster=cluster)
+        T = wl.throughputs(TABLE, list(cluster))
+        wl.check_fits(T, allocopt.Cluster(cluster))  # raises for a job no type can run
+        assert wl.scale_factors.max() == max(cluster.values())
+        assert (np.array([TABLE.throughput(m, s, "v100") for m, s in wl.jobs()]) > 0).all()
+    with pytest.raises(allocopt.errors.InvalidProblemError, match="reference_gpu_type 'h100'"):
+        generate_workload(TABLE, 5, jobs_per_hour=4.0, cluster={"v100": 1}, reference_gpu_type="h100")
+
+
 def test_window_restarts_and_overhead():
     wl = generate_workload(TABLE, 20, jobs_per_hour=4.0, seed=1, scale_factor_probs={1: 1.0})
     base = simulate(wl, {"v100": 2, "k80": 2}, "max_min_fairness_perf", window=(5, 15))

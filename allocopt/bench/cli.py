@@ -49,7 +49,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Time allocopt.solve for each policy, number of jobs, number of GPU types, backend and "
                     "technique, and the same policy written the straightforward way in cvxpy (as Gavel and Sia "
                     "do) solved by HiGHS in the same run; write JSON, CSV and log-log plots. --targets reports "
-                    "issue 7's targets instead. Times are wall-clock seconds; nothing is asserted.")
+                    "the scaling targets (the README's table) instead. Times are wall-clock seconds; nothing is "
+                    "asserted.")
     _arguments(p)
     p.set_defaults(run=main)
     return p
@@ -82,7 +83,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="CI smoke run: sizes 32,128, 3 types, highs (about 20 s on 2 cores)")
     p.add_argument("--targets", action="store_true",
-                   help="measure issue 7's targets (minutes: the target sizes and baselines at smaller sizes)")
+                   help="measure the scaling targets of the README's benchmark table (minutes: the target sizes "
+                        "and baselines at smaller sizes)")
     p.add_argument("--out", default="bench-results", metavar="DIR",
                    help="directory for bench.json, bench.csv, bench-<backend>.png (targets: targets.json, "
                         "targets.csv) (default: %(default)s)")

@@ -9,7 +9,6 @@ gives the same instance.
 from __future__ import annotations
 
 import math
-import os
 from importlib import resources
 from pathlib import Path
 
@@ -146,12 +145,6 @@ FALLBACK_TPUT = {"bert": (13.0, 26.9, 140.4), "cifar10": (1461.4, 3306.3, 10062.
                  "yolov3": (27.9, 13.5, 81.4), "ncf": (1537282.7, 1617380.8, 3057698.3)}
 _SIA_APPS = ("cifar10", "deepspeech2", "yolov3", "bert", "imagenet")
 _SIA_APP_PROBS = (0.8375, 0.0625, 0.04375, 0.0375, 0.01875)
-
-
-def default_data_dir() -> Path | None:
-    """``$ALLOCOPT_SHARED_DATA`` when set (Sia's and Gavel's released data), else None."""
-    value = os.environ.get("ALLOCOPT_SHARED_DATA")
-    return Path(value) if value else None
 
 
 def saturn_cluster(scale: int) -> Cluster:
