@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import allocopt
-from allocopt.errors import DuplicateJobError, UnknownJobError
+from allocopt.errors import DataFileError, DuplicateJobError, UnknownJobError
 from allocopt.errors import InvalidOptionError, InvalidProblemError, UnknownBackendError, UnknownPolicyError
 from allocopt.mechanism.placement import GpuLayout
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome, RoundPlan
@@ -203,8 +203,10 @@ def test_load_rejects_bad_documents(document, field):
 def test_load_rejects_invalid_json(tmp_path):
     path = tmp_path / "engine.json"
     path.write_text("{not json")
-    with pytest.raises(InvalidProblemError, match="invalid JSON"):
+    with pytest.raises(DataFileError, match="engine.json, line 1: invalid JSON"):
         allocopt.Engine.load(path)
+    with pytest.raises(DataFileError, match="cannot read the engine state file"):
+        allocopt.Engine.from_json(tmp_path / "missing.json")
 
 
 def test_concurrent_mutations_and_allocations_are_consistent():
