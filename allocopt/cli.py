@@ -411,6 +411,7 @@ def _index_pair(text: str) -> tuple[int, int]:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
+    from allocopt.extras import require_extra
     from allocopt.mechanism import generate_workload, simulate
     from allocopt.mechanism.workload import load_throughputs, read_gavel_trace
 
@@ -418,6 +419,10 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
     if args.profiles and not args.workload:
         raise _UsageError("--profiles goes with --workload (a Sia workload)")
+    if args.plot:  # optional extras are checked before the simulation runs
+        require_extra("matplotlib", "plot", "--plot")
+    if args.progress:
+        require_extra("tqdm", "progress", "--progress")
     profiles = (args.profiles or shipped_profiles_dir()) if args.workload else None
     try:
         table = load_throughputs(args.throughputs) if args.throughputs else ThroughputTable.gavel()
