@@ -12,7 +12,7 @@ array([[0.455, 0.   ],
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Public names and their modules, imported on first use: a training script that
 # imports allocopt.runtime.client must not pay for scipy and the solvers.

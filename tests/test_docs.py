@@ -157,3 +157,24 @@ def test_shell_block(block, scratch):
                           env={**scratch["env"], **block.env}, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, f"{block.where}:\n{block.code}\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n" \
                                  f"{proc.stderr[-4000:]}"
+
+
+def test_site_builds_without_warnings(scratch, tmp_path):
+    """mkdocs build --strict: every page, link and API reference resolves (notebooks rendered unexecuted:
+    tests/test_notebooks.py executes them; .ci/docs.sh builds the site with their outputs)."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    for plugin in ("material", "mkdocstrings_handlers.python", "mkdocs_jupyter"):
+        pytest.importorskip(plugin, reason="the docs extra is not installed: pip install -e '.[docs]'")
+    repo = scratch["repo"]
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=repo, env={**scratch["env"], "ALLOCOPT_DOCS_EXECUTE": "false",
+                                         "NO_MKDOCS_2_WARNING": "1"},
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "WARNING" not in proc.stderr, proc.stderr[-4000:]
+    site = tmp_path / "site"
+    for page in ("index.html", "overview/index.html", "changelog/index.html", "api/core/index.html",
+                 "notebooks/01-quickstart/index.html"):
+        assert (site / page).is_file(), page
+    api = (site / "api" / "core" / "index.html").read_text(encoding="utf-8")
+    assert "from_json" in api and "GoodputProblem" in api
