@@ -13,7 +13,7 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # A quiet library: allocopt logs to the "allocopt" logger (children per module) and prints nothing;
 # an application (or the CLI's -v/-q) decides where records go.

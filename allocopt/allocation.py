@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from allocopt.errors import BackendNotInstalledError
+from allocopt.jsonio import document_or_write
 from allocopt.problem import Problem
 from allocopt.solution import Status
 from allocopt.warm_start import WarmStart
@@ -152,8 +154,14 @@ class Allocation:
             raise BackendNotInstalledError("Allocation.to_frame needs pandas: pip install 'allocopt[pandas]'") from None
         return pd.DataFrame(self.matrix, index=list(self.job_ids), columns=list(self.gpu_types))
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-serializable summary (what ``allocopt solve`` writes)."""
+    @overload
+    def to_json(self, path: None = None) -> dict[str, Any]: ...
+
+    @overload
+    def to_json(self, path: str | os.PathLike[str]) -> None: ...
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+        """A JSON summary (what ``allocopt solve`` writes); written to ``path`` when given."""
         ids = [j.item() if isinstance(j, np.generic) else j for j in self.job_ids]
         doc: dict[str, Any] = {
             "policy": self.policy, "backend": self.backend, "status": self.status.value,
@@ -164,7 +172,7 @@ class Allocation:
         if self.pair_matrix is not None:
             doc["pairs"] = [{"jobs": [ids[a], ids[b]], "fractions": dict(zip(self.gpu_types, row))}
                             for (a, b), row in zip(self.problem.pairs.tolist(), self.pair_matrix.tolist())]
-        return doc
+        return document_or_write(doc, path)
 
     def __repr__(self) -> str:
         obj = "None" if self.objective is None else f"{self.objective:.6g}"

@@ -571,6 +571,7 @@ def _index_pair(text: str) -> tuple[int, int]:
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
+    from allocopt.extras import require_extra
     from allocopt.mechanism import generate_workload, simulate
     from allocopt.mechanism.workload import load_throughputs, read_gavel_trace
 
@@ -578,14 +579,19 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
     if args.profiles and not args.workload:
         raise _UsageError("--profiles goes with --workload (a Sia workload)")
+    if args.plot:  # optional extras are checked before the simulation runs
+        require_extra("matplotlib", "plot", "--plot")
+    if args.progress:
+        require_extra("tqdm", "progress", "--progress")
     profiles = (args.profiles or shipped_profiles_dir()) if args.workload else None
     try:
         table = load_throughputs(args.throughputs) if args.throughputs else ThroughputTable.gavel()
+        cluster = Cluster(args.cluster, args.gpus_per_node or 8)
         workload = (args.workload if args.workload else read_gavel_trace(args.trace, table) if args.trace else
-                    generate_workload(table, args.generate, jobs_per_hour=args.jobs_per_hour, seed=args.seed))
+                    generate_workload(table, args.generate, jobs_per_hour=args.jobs_per_hour, seed=args.seed,
+                                      cluster=cluster))
     except OSError as err:
         raise _UsageError(f"cannot read {err.filename}: {err.strerror or err}") from None
-    cluster = Cluster(args.cluster, args.gpus_per_node or 8)
     with _solver_output_to_stderr():
         result = simulate(workload, cluster, args.policy, throughputs=table, round_seconds=args.round_seconds,
                           recompute_min_seconds=args.recompute_min_seconds, seed=args.seed, mode=args.mode,

@@ -28,8 +28,7 @@ import numbers
 import os
 import threading
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -41,6 +40,7 @@ from allocopt.documents import parse_json, read_text
 from allocopt.errors import (AllocoptError, DataFileError, DuplicateJobError, InvalidOptionError, InvalidProblemError,
                              UnknownBackendError, UnknownJobError)
 from allocopt.formulations import get_policy
+from allocopt.jsonio import JsonSource, document_or_write, read_json
 from allocopt.mechanism.placement import GpuLayout, place
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.problem import Problem, check_cluster_document
@@ -555,8 +555,18 @@ class Engine:
         self._pending = {}
 
     # ----- persistence ------------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
-        """The engine's state as a JSON document; its ``cluster`` and ``jobs`` form a problem document."""
+    @overload
+    def to_json(self, path: None = None) -> dict[str, Any]: ...
+
+    @overload
+    def to_json(self, path: str | os.PathLike[str]) -> None: ...
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+        """The engine's state as a JSON document (written to ``path`` when given, atomically);
+        its ``cluster`` and ``jobs`` form a problem document."""
+        return document_or_write(self._state_document(), path)
+
+    def _state_document(self) -> dict[str, Any]:
         with self._lock:
             return {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "version": self.version,
                     "policy": self.policy, "backend": self.backend, "policy_options": self.policy_options,
@@ -573,8 +583,8 @@ class Engine:
                                "jobs": [[j, state] for j, state in self._round_jobs.items()]}}
 
     @classmethod
-    def from_json(cls, document: Mapping[str, Any]) -> Engine:
-        """An engine in the state of ``document`` (as written by :meth:`to_json`).
+    def from_json(cls, source: JsonSource) -> Engine:
+        """An engine in the state of a document written by :meth:`to_json`, or of the JSON file at path ``source``.
 
         Every field is checked here (``allocopt/schemas/engine_state.schema.json``
         and the values' ranges): a state that loads can be allocated and
@@ -586,7 +596,10 @@ class Engine:
         InvalidProblemError
             For a document of another format or with malformed content; the
             message and ``field`` name the offending field (e.g. ``rounds.clock_s``).
+        DataFileError
+            For a file that cannot be read or is not JSON.
         """
+        document = read_json(source, what="engine state")
         if not isinstance(document, Mapping) or document.get("format") != STATE_FORMAT:
             raise InvalidProblemError(f"not an engine state document: 'format' must be {STATE_FORMAT!r}",
                                       field="format")
@@ -723,12 +736,8 @@ class Engine:
         return out
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the state to ``path`` as JSON (atomically: a reader never sees a partial file)."""
-        text = json.dumps(self.to_json(), indent=1) + "\n"
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        """Write the state to ``path`` as JSON, atomically (the same as ``to_json(path)``)."""
+        self.to_json(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Engine:

@@ -11,9 +11,10 @@ configuration, its restart factor, whether it must keep its configuration
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import os
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from allocopt.allocation import Timings
 from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations
 from allocopt.errors import InvalidProblemError
+from allocopt.jsonio import JsonSource, document_or_write, read_json
 from allocopt.solution import Status
 
 
@@ -159,6 +161,68 @@ class GoodputProblem:
     def __repr__(self) -> str:
         return (f"GoodputProblem(n_jobs={self.num_jobs}, n_configurations={self.num_configurations}, "
                 f"cluster={self.cluster!r})")
+
+    # ----- JSON ----------------------------------------------------------------------
+    @overload
+    def to_json(self, path: None = None) -> dict[str, Any]: ...
+
+    @overload
+    def to_json(self, path: str | os.PathLike[str]) -> None: ...
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+        """The problem as a JSON document that :meth:`from_json` reads back; written to ``path`` when given.
+
+        ``{"cluster": {...}, "configurations": [{"gpu_type", "num_nodes", "num_gpus"}, ...],
+        "jobs": [{"id", "goodput": [per configuration, null where unusable], "previous",
+        "restart_factor", "pinned", "rigid_gpus"}, ...]}``; ``previous`` indexes ``configurations`` (-1: none).
+        """
+        configs = self.configurations
+        types = self.cluster.gpu_types
+        goodput = np.where(np.isnan(self.goodput), None, self.goodput).tolist()
+        doc = {"cluster": self.cluster.to_dict(),
+               "configurations": [{"gpu_type": types[t], "num_nodes": n, "num_gpus": g} for t, n, g in
+                                  zip(configs.gpu_type.tolist(), configs.num_nodes.tolist(),
+                                      configs.num_gpus.tolist())],
+               "jobs": [{"id": job.item() if isinstance(job, np.generic) else job, "goodput": row,
+                         "previous": prev, "restart_factor": factor, "pinned": pin, "rigid_gpus": rigid}
+                        for job, row, prev, factor, pin, rigid in
+                        zip(self.job_ids, goodput, self.previous.tolist(), self.restart_factor.tolist(),
+                            self.pinned.tolist(), self.rigid_gpus.tolist())]}
+        return document_or_write(doc, path)
+
+    @classmethod
+    def from_json(cls, source: JsonSource) -> GoodputProblem:
+        """A goodput problem from :meth:`to_json`'s document, or the path of a JSON file holding one."""
+        data = read_json(source, what="goodput problem")
+        if not isinstance(data, Mapping) or not {"cluster", "configurations", "jobs"} <= set(data):
+            raise InvalidProblemError("a goodput problem document needs 'cluster', 'configurations' and 'jobs' "
+                                      "fields", field="document")
+        cluster = Cluster.from_dict(data["cluster"])
+        configs, jobs = data["configurations"], data["jobs"]
+        for name, items, keys in (("configurations", configs, ("gpu_type", "num_nodes", "num_gpus")),
+                                  ("jobs", jobs, ("id", "goodput"))):
+            if not isinstance(items, list):
+                raise InvalidProblemError(f"'{name}' must be a list of objects", field=name)
+            for k, item in enumerate(items):
+                if not isinstance(item, Mapping) or not set(keys) <= set(item):
+                    raise InvalidProblemError(f"{name}[{k}] must be an object with {', '.join(keys)}",
+                                              field=f"{name}[{k}]")
+        configurations = Configurations(cluster, *([c[key] for c in configs] for key in
+                                                   ("gpu_type", "num_nodes", "num_gpus")))
+        goodput = [[np.nan if g is None else g for g in job["goodput"]] for job in jobs]
+        if any(len(row) != len(configs) for row in goodput):
+            k = next(k for k, row in enumerate(goodput) if len(row) != len(configs))
+            raise InvalidProblemError(f"jobs[{k}] (id {jobs[k]['id']!r}) has {len(goodput[k])} goodput values; "
+                                      f"give one per configuration ({len(configs)})", field=f"jobs[{k}].goodput",
+                                      job=jobs[k]["id"])
+
+        def column(key: str, default: Any) -> list:
+            return [job.get(key, default) for job in jobs]
+
+        return cls(np.array(goodput, dtype=np.float64).reshape(len(jobs), len(configs)), configurations, cluster,
+                   job_ids=[job["id"] for job in jobs], previous=column("previous", -1),
+                   restart_factor=column("restart_factor", 1.0), pinned=column("pinned", False),
+                   rigid_gpus=column("rigid_gpus", 0))
 
     # ----- validation ----------------------------------------------------------------
     def _job_ids(self, job_ids: Sequence[Hashable] | None) -> tuple:
@@ -352,6 +416,27 @@ class ConfigurationAllocation:
         return {job: ({"gpu_type": t, "num_nodes": nodes, "num_gpus": gpus} if t is not None else None)
                 for job, t, nodes, gpus in zip(self.job_ids, self.gpu_type, self.num_nodes.tolist(),
                                                self.num_gpus.tolist())}
+
+    @overload
+    def to_json(self, path: None = None) -> dict[str, Any]: ...
+
+    @overload
+    def to_json(self, path: str | os.PathLike[str]) -> None: ...
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+        """A JSON summary (as :meth:`allocopt.Allocation.to_json`); written to ``path`` when given.
+
+        ``allocation`` lists per job its ``configuration`` (index, -1: idle),
+        ``gpu_type`` (null when idle), ``num_nodes`` and ``num_gpus``.
+        """
+        ids = [j.item() if isinstance(j, np.generic) else j for j in self.job_ids]
+        doc = {"policy": self.policy, "backend": self.backend, "status": self.status.value,
+               "message": self.message, "objective": self.objective,
+               "allocation": [{"id": j, "configuration": c, "gpu_type": t, "num_nodes": n, "num_gpus": g}
+                              for j, c, t, n, g in zip(ids, self.configuration.tolist(), self.gpu_type,
+                                                       self.num_nodes.tolist(), self.num_gpus.tolist())],
+               "timings": self.timings.to_dict()}
+        return document_or_write(doc, path)
 
     def __repr__(self) -> str:
         obj = "None" if self.objective is None else f"{self.objective:.6g}"

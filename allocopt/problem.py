@@ -6,13 +6,15 @@ array is validated once, when the Problem is built, and then frozen.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
 from allocopt.cluster import MAX_COUNT, Cluster
 from allocopt.errors import InvalidProblemError
+from allocopt.jsonio import JsonSource, document_or_write, read_json
 
 
 #: Positive throughputs (steps/s, pair throughputs too) allocopt accepts: outside it solver
@@ -369,16 +371,22 @@ class Problem:
                    pair_throughputs=pair_throughputs)
 
     @classmethod
-    def from_json(cls, data: Mapping) -> Problem:
-        """Build from the JSON document read by ``allocopt solve`` (see :meth:`to_json`).
+    def from_json(cls, source: JsonSource) -> Problem:
+        """Build from a problem document (see :meth:`to_json`), or the path of a JSON file holding one.
 
-        The document must follow ``allocopt/schemas/problem.schema.json``: the
+        The document is what ``allocopt solve`` reads:
+        ``{"cluster": {"gpus": {type: count}}, "jobs": [{"id", "throughputs": {type: steps/s}, ...}]}``
+        (``allocopt/schemas/problem.schema.json``; e.g. ``examples/problem.json``). The
         value types and the keys the schema allows are checked first, and an
         :class:`InvalidProblemError` names the path of the first violation
         (e.g. ``jobs[3].scale_factor``).
         """
+        data = read_json(source, what="problem")
         if not isinstance(data, Mapping) or "jobs" not in data or "cluster" not in data:
-            raise InvalidProblemError("a problem document needs 'cluster' and 'jobs' fields", field="document")
+            got = (f"an object with fields {sorted(map(str, data))}" if isinstance(data, Mapping)
+                   else type(data).__name__)
+            raise InvalidProblemError(f"a problem document needs 'cluster' and 'jobs' fields; got {got}",
+                                      field="document")
         check_problem_document(data)
         cluster = Cluster.from_dict(data["cluster"])
         jobs = data["jobs"]
@@ -426,8 +434,14 @@ class Problem:
                               entities=full("entities", None), entity_weights=data.get("entity_weights"),
                               pair_throughputs=_pairs_from_json(data.get("pairs")))
 
-    def to_json(self) -> dict:
-        """A JSON-serializable document that :meth:`from_json` reads back."""
+    @overload
+    def to_json(self, path: None = None) -> dict[str, Any]: ...
+
+    @overload
+    def to_json(self, path: str | os.PathLike[str]) -> None: ...
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+        """The problem document that :meth:`from_json` reads back; written to ``path`` when given."""
         jobs = []
         for i, job in enumerate(self.job_ids):
             entry: dict[str, Any] = {
@@ -455,7 +469,7 @@ class Problem:
             doc["pairs"] = [{"jobs": [_plain(self.job_ids[a]), _plain(self.job_ids[b])],
                              "throughputs": dict(zip(self.cluster.gpu_types, tput.tolist()))}
                             for (a, b), tput in zip(self.pairs.tolist(), self.pair_throughput_array)]
-        return doc
+        return document_or_write(doc, path)
 
     # ----- accessors ---------------------------------------------------------------
     @property

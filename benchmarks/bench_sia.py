@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from allocopt.bench import baselines
-from allocopt.bench.instances import SIA_JOBS_PER_SCALE, default_data_dir, sia_rounds
+from allocopt.bench.instances import SIA_JOBS_PER_SCALE, sia_rounds
 from allocopt.bench.machine import format_machine, machine_info
 from allocopt.bench.output import Column, format_table, ratio, seconds, write_json
 from allocopt.bench.timing import Measurement, time_allocopt
@@ -52,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=int, default=32, help="cluster and trace scale (default 32: 2,048 GPUs)")
     parser.add_argument("--workload", type=int, default=1, help="workload-N.csv of the scale trace")
-    parser.add_argument("--data-dir", type=Path, default=default_data_dir(),
-                        help="Sia's data (sia/workloads, sia/seed_profiles; default $ALLOCOPT_SHARED_DATA)")
+    parser.add_argument("--data-dir", type=Path,
+                        help="a folder with Sia's released data under sia/ (sia/workloads/scale, sia/seed_profiles) "
+                             "to read the scale trace from; default: Sia's application mix, drawn with --seed, and "
+                             "the seed profiles shipped with allocopt")
     parser.add_argument("--rounds", default="first,steady", help="comma-separated: first, steady")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)

@@ -209,6 +209,8 @@ def test_load_rejects_invalid_json(tmp_path):
     path.write_text("{not json")
     with pytest.raises(DataFileError, match=r"engine.json, line 1: invalid JSON"):
         allocopt.Engine.load(path)
+    with pytest.raises(DataFileError, match="cannot read the engine state file"):
+        allocopt.Engine.from_json(tmp_path / "missing.json")
 
 
 def test_concurrent_mutations_and_allocations_are_consistent():

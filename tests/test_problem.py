@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import allocopt
 from allocopt import Cluster, Problem
-from allocopt.errors import InvalidProblemError
+from allocopt.errors import DataFileError, InvalidProblemError
 
 CLUSTER = Cluster({"v100": 2, "k80": 4}, gpus_per_node=2)
 T = [[40.0, 10.0], [12.0, 4.0], [100.0, 50.0]]
@@ -116,6 +119,57 @@ def test_problem_is_frozen_and_json_round_trips():
                  "time_since_start"):
         np.testing.assert_array_equal(getattr(q, name), getattr(p, name))
     assert q.job_ids == p.job_ids and q.cluster == p.cluster
+
+
+def test_one_json_convention_paths_and_documents(tmp_path):
+    """from_json takes a document or a path; to_json returns the document, or writes it to a path."""
+    p = Problem(T, CLUSTER, job_ids=["a", "b", "c"], scale_factors=[1, 2, 1])
+    assert p.to_json(tmp_path / "p.json") is None
+    for source in (tmp_path / "p.json", str(tmp_path / "p.json"), p.to_json()):
+        q = Problem.from_json(source)
+        np.testing.assert_array_equal(q.throughputs, p.throughputs)
+        assert q.job_ids == p.job_ids and q.cluster == p.cluster
+    alloc = allocopt.solve(p, "max_min_fairness")
+    alloc.to_json(tmp_path / "a.json")
+    assert json.loads((tmp_path / "a.json").read_text()) == json.loads(json.dumps(alloc.to_json()))
+    # the goodput problem of the sia policy, and its answer
+    cluster = Cluster({"v100": 8, "k80": 4}, gpus_per_node=4)
+    configs = allocopt.sia_configurations(cluster)
+    G = np.random.default_rng(0).uniform(1.0, 2.0, (3, len(configs)))
+    G[0, 1] = np.nan  # cannot use: null in JSON
+    gp = allocopt.GoodputProblem(G, configs, cluster, job_ids=["x", "y", "z"], previous=[0, -1, 2],
+                                 restart_factor=[0.5, 1.0, 1.0], pinned=[False, False, True])
+    gp.to_json(tmp_path / "g.json")
+    assert json.loads((tmp_path / "g.json").read_text())["jobs"][0]["goodput"][1] is None
+    for source in (tmp_path / "g.json", gp.to_json()):
+        again = allocopt.GoodputProblem.from_json(source)
+        np.testing.assert_array_equal(again.goodput, gp.goodput)
+        for name in ("previous", "restart_factor", "pinned", "rigid_gpus"):
+            np.testing.assert_array_equal(getattr(again, name), getattr(gp, name))
+        assert again.configurations == gp.configurations and again.job_ids == gp.job_ids
+    sia = allocopt.solve(allocopt.GoodputProblem.from_json(tmp_path / "g.json"), "sia")
+    doc = sia.to_json()
+    assert [a["configuration"] for a in doc["allocation"]] == sia.configuration.tolist()
+    assert doc["allocation"][2]["configuration"] == 2  # pinned
+
+
+def test_shipped_sample_problem_solves():
+    path = Path(__file__).resolve().parents[1] / "examples" / "problem.json"
+    alloc = allocopt.solve(Problem.from_json(path), "max_min_fairness")
+    assert alloc.objective == pytest.approx(8 / 11) and alloc.job_ids == ("resnet", "lstm", "a3c")
+
+
+def test_json_files_errors_are_typed(tmp_path):
+    with pytest.raises(DataFileError, match=r"missing.json: cannot read the problem file"):
+        Problem.from_json(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"cluster":\n  {"gpus": }}')
+    with pytest.raises(DataFileError, match=r"bad.json, line 2: invalid JSON"):
+        Problem.from_json(tmp_path / "bad.json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(InvalidProblemError, match="needs 'cluster' and 'jobs' fields; got list"):
+        Problem.from_json(tmp_path / "list.json")
+    with pytest.raises(InvalidProblemError, match="expected a JSON document .* or the path of a JSON file, got int"):
+        Problem.from_json(3)
 
 
 def test_json_errors_name_the_job():

@@ -87,6 +87,19 @@ def test_generator_is_seeded_and_follows_the_distributions():
     assert np.mean(minutes < 1000) == pytest.approx(0.8, abs=0.06)
 
 
+def test_generator_respects_the_cluster():
+    unbounded = generate_workload(TABLE, 200, jobs_per_hour=4.0, seed=0)
+    assert unbounded.scale_factors.max() == 8  # Gavel's distribution draws 8-GPU jobs
+    for cluster in ({"v100": 4, "p100": 4, "k80": 4}, {"v100": 1, "k80": 2}):
+        wl = generate_workload(TABLE, 200, jobs_per_hour=4.0, seed=0, cluster=cluster)
+        T = wl.throughputs(TABLE, list(cluster))
+        wl.check_fits(T, allocopt.Cluster(cluster))  # raises for a job no type can run
+        assert wl.scale_factors.max() == max(cluster.values())
+        assert (np.array([TABLE.throughput(m, s, "v100") for m, s in wl.jobs()]) > 0).all()
+    with pytest.raises(allocopt.errors.InvalidProblemError, match="reference_gpu_type 'h100'"):
+        generate_workload(TABLE, 5, jobs_per_hour=4.0, cluster={"v100": 1}, reference_gpu_type="h100")
+
+
 def test_window_restarts_and_overhead():
     wl = generate_workload(TABLE, 20, jobs_per_hour=4.0, seed=1, scale_factor_probs={1: 1.0})
     base = simulate(wl, {"v100": 2, "k80": 2}, "max_min_fairness_perf", window=(5, 15))
@@ -128,8 +141,59 @@ def test_outputs(tmp_path, small_result):
         with pytest.raises(ImportError, match="matplotlib"):
             small_result.plot(tmp_path / "r.png")
     else:
-        small_result.plot(tmp_path / "r.png")
-        assert (tmp_path / "r.png").stat().st_size > 0
+        fig = small_result.plot(tmp_path / "r.png")
+        assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert [ax.get_title() for ax in fig.axes] == ["JCT CDF", "utilization"]
+
+
+def test_json_round_trip_and_frame(tmp_path, small_result):
+    doc = small_result.to_json()
+    assert doc == small_result.to_dict()
+    small_result.to_json(tmp_path / "r.json")
+    for source in (tmp_path / "r.json", str(tmp_path / "r.json"), json.loads(json.dumps(doc))):
+        again = allocopt.mechanism.SimulationResult.from_json(source)
+        assert again.metrics == small_result.metrics
+        np.testing.assert_array_equal(again.jobs["jct_s"], small_result.jobs["jct_s"])
+        np.testing.assert_array_equal(again.rounds["busy_gpus"], small_result.rounds["busy_gpus"])
+    with pytest.raises(allocopt.errors.InvalidProblemError, match="'metrics', 'jobs' and 'rounds'"):
+        allocopt.mechanism.SimulationResult.from_json({"metrics": {}})
+    pd = pytest.importorskip("pandas")
+    frame = small_result.to_frame()
+    assert isinstance(frame, pd.DataFrame) and len(frame) == 20 and frame.index.name == "job"
+    assert list(frame.columns) == list(small_result.jobs)
+    np.testing.assert_array_equal(frame["jct_s"].to_numpy(), small_result.jobs["jct_s"])
+
+
+def test_plot_leaves_the_backend_and_pyplot_alone(tmp_path):
+    pytest.importorskip("matplotlib")
+    script = f"""
+import matplotlib
+matplotlib.use("svg")
+import matplotlib.pyplot as plt
+from allocopt.mechanism import shipped_trace, simulate
+result = simulate(shipped_trace("small_test"), {{"v100": 4, "p100": 4, "k80": 4}}, "max_min_fairness_perf", ftf=False)
+fig = result.plot({str(tmp_path / "r.pdf")!r})
+assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
+assert plt.get_fignums() == [], plt.get_fignums()
+assert type(fig).__name__ == "Figure" and len(fig.axes) == 2
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert (tmp_path / "r.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+@pytest.mark.parametrize("flag, module, extra", [(["--plot", "r.png"], "matplotlib", "plot"),
+                                                 (["--progress"], "tqdm", "progress")])
+def test_cli_missing_extra_fails_before_simulating(tmp_path, flag, module, extra):
+    # the module is made unimportable in the child (sys.modules[name] = None), as when it is not installed
+    argv = ["simulate", "--generate", "2000", "--cluster", "v100=4", "--json", str(tmp_path / "r.json"), *flag]
+    script = (f"import sys; sys.modules[{module!r}] = None\n"
+              f"from allocopt.cli import main\nsys.exit(main({argv!r}))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert f"needs {module}" in proc.stderr and f"pip install 'allocopt[{extra}]'" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == "" and not (tmp_path / "r.json").exists()
 
 
 def _write(tmp_path, lines):

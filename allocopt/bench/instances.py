@@ -215,12 +215,6 @@ _SIA_APPS = ("cifar10", "deepspeech2", "yolov3", "bert", "imagenet")
 _SIA_APP_PROBS = (0.8375, 0.0625, 0.04375, 0.0375, 0.01875)
 
 
-def default_data_dir() -> Path | None:
-    """``$ALLOCOPT_SHARED_DATA`` when set (Sia's and Gavel's released data), else None."""
-    value = os.environ.get("ALLOCOPT_SHARED_DATA")
-    return Path(value) if value else None
-
-
 def saturn_cluster(scale: int) -> Cluster:
     """Sia's saturn cluster scaled ``scale`` times (64 ``scale`` GPUs)."""
     return Cluster({t: n * GPUS_PER_NODE[t] * scale for t, n in SATURN_NODES.items()}, gpus_per_node=GPUS_PER_NODE)

@@ -15,20 +15,21 @@ allocation directly, without rounds, to measure the mechanism's overhead.
 from __future__ import annotations
 
 import csv
-import json
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import numpy as np
 
 from allocopt.allocation import Allocation
 from allocopt.api import solve
 from allocopt.cluster import Cluster
-from allocopt.errors import AllocoptError, InvalidOptionError
+from allocopt.errors import AllocoptError, InvalidOptionError, InvalidProblemError
+from allocopt.extras import require_extra
 from allocopt.formulations import POLICIES
+from allocopt.jsonio import JsonSource, document_or_write, read_json
 from allocopt.mechanism.placement import GpuLayout, place
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.mechanism.sia_rounds import SiaExecutor, SiaPlanner, rigid_throughputs, sia_workload
@@ -327,11 +328,42 @@ class SimulationResult:
                 "jobs": {k: plain(v) for k, v in self.jobs.items()},
                 "rounds": {k: plain(v) for k, v in self.rounds.items()}}
 
-    def to_json(self, path: str | PathLike[str]) -> None:
-        """The metrics and per-job results as a JSON-ready dict."""
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=1)
-            fh.write("\n")
+    @overload
+    def to_json(self, path: None = None) -> dict[str, Any]: ...
+
+    @overload
+    def to_json(self, path: str | PathLike[str]) -> None: ...
+
+    def to_json(self, path: str | PathLike[str] | None = None) -> dict[str, Any] | None:
+        """:meth:`to_dict`'s document (metrics, config, per-job and per-round lists); written to ``path`` when given."""
+        return document_or_write(self.to_dict(), path)
+
+    @classmethod
+    def from_json(cls, source: JsonSource) -> SimulationResult:
+        """A result from :meth:`to_json`'s document, or the path of a JSON file holding one."""
+        data = read_json(source, what="simulation result")
+        if not isinstance(data, Mapping) or not {"metrics", "jobs", "rounds"} <= set(data):
+            raise InvalidProblemError("a simulation result document needs 'metrics', 'jobs' and 'rounds' fields",
+                                      field="document")
+        columns = {}
+        for part in ("jobs", "rounds"):
+            if not isinstance(data[part], Mapping) or not all(isinstance(v, list) for v in data[part].values()):
+                raise InvalidProblemError(f"'{part}' must map each column name to a list", field=part)
+            columns[part] = {k: np.array(v) for k, v in data[part].items()}
+        return cls(dict(data["metrics"]), columns["jobs"], columns["rounds"], dict(data.get("config", {})))
+
+    def to_frame(self) -> Any:
+        """The per-job results as a pandas DataFrame, one row per job in arrival order (needs pandas).
+
+        Columns are :attr:`jobs`' keys (``model``, ``scale_factor``, ``arrival_s``,
+        ``finish_s``, ``jct_s``, ``gpu_hours``, ``restarts``, ...), indexed by job number.
+        """
+        require_extra("pandas", "pandas", "SimulationResult.to_frame")
+        import pandas as pd
+
+        frame = pd.DataFrame({name: values for name, values in self.jobs.items()})
+        frame.index.name = "job"
+        return frame
 
     def to_csv(self, path: str | PathLike[str]) -> None:
         """One row per job: index and the ``jobs`` columns."""
@@ -342,26 +374,27 @@ class SimulationResult:
             for k, row in enumerate(zip(*(self.jobs[n].tolist() for n in names))):
                 writer.writerow([k, *row])
 
-    def plot(self, path: str | PathLike[str]) -> None:
-        """JCT CDF and busy GPUs over time, to an image file (needs matplotlib: the ``plot`` extra)."""
-        try:
-            import matplotlib
+    def plot(self, path: str | PathLike[str] | None = None) -> Any:
+        """JCT CDF and busy GPUs over time as a matplotlib ``Figure`` (needs matplotlib: the ``plot`` extra).
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            from allocopt.errors import BackendNotInstalledError
+        Written to ``path`` (any format matplotlib knows from the suffix) when
+        given. The figure is built without pyplot, so matplotlib's backend and
+        pyplot's current figure are left alone: in Jupyter, a cell ending in
+        ``result.plot()`` shows it.
+        """
+        require_extra("matplotlib", "plot", "SimulationResult.plot")
+        from matplotlib.figure import Figure
 
-            raise BackendNotInstalledError("plotting needs matplotlib: pip install 'allocopt[plot]'") from None
-        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+        fig = Figure(figsize=(10, 4), layout="tight")
+        left, right = fig.subplots(1, 2)
         jct = np.sort(self.jobs["jct_s"]) / 3600
         left.plot(jct, np.arange(1, jct.size + 1) / max(jct.size, 1))
         left.set(xlabel="JCT (hours)", ylabel="fraction of jobs", title="JCT CDF")
         right.step(self.rounds["start_s"] / 3600, self.rounds["busy_gpus"], where="post")
         right.set(xlabel="time (hours)", ylabel="GPUs busy", title="utilization")
-        fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
+        if path is not None:
+            fig.savefig(path)
+        return fig
 
 
 def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mapping[str, int],
@@ -541,10 +574,9 @@ def _sia_jobs(workload: Any, profiles: Mapping[tuple[str, str], Any]) -> Sequenc
 def _progress(total: int, enabled: bool) -> Any:
     if not enabled:
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
+    require_extra("tqdm", "progress", "simulate(progress=True)")
+    from tqdm import tqdm
+
     return tqdm(total=total, unit="job")
 
 

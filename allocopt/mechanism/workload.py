@@ -200,7 +200,7 @@ def load_throughputs(path: str | PathLike[str]) -> ThroughputTable:
 
 
 def generate_workload(table: ThroughputTable, num_jobs: int, *, jobs_per_hour: float, seed: int = 0,
-                      reference_gpu_type: str = "v100",
+                      cluster: Cluster | Mapping[str, int] | None = None, reference_gpu_type: str = "v100",
                       scale_factor_probs: Mapping[int, float] = DEFAULT_SCALE_FACTOR_PROBS,
                       short_job_prob: float = 0.8) -> Workload:
     """Gavel's synthetic workload: Poisson arrivals, measured job types, log-uniform durations.
@@ -208,7 +208,9 @@ def generate_workload(table: ThroughputTable, num_jobs: int, *, jobs_per_hour: f
     Arrivals are a Poisson process of rate ``jobs_per_hour`` starting at 0 s.
     The model is uniform over the table's models that run on
     ``reference_gpu_type`` and the scale factor drawn by ``scale_factor_probs``
-    (renormalized over the model's entries). A job's run time on
+    (renormalized over the model's entries). With ``cluster``, only entries
+    that can run on it are drawn (positive throughput on a GPU type with at
+    least ``scale_factor`` GPUs), so no job is larger than every type. A job's run time on
     ``reference_gpu_type`` is ``60 * 10**U(1.5, 3)`` s with probability
     ``short_job_prob``, else ``60 * 10**U(3, 4)`` s; its steps are that
     duration times its throughput there. Arrivals, job types and durations
@@ -221,6 +223,9 @@ def generate_workload(table: ThroughputTable, num_jobs: int, *, jobs_per_hour: f
     jobs_per_hour : float
         Arrival rate, jobs per hour.
     seed : int, default 0
+    cluster : Cluster or mapping of str to int, optional
+        The cluster the workload is for (GPUs per type); default: any entry
+        that runs on ``reference_gpu_type``.
     reference_gpu_type : str, default "v100"
     scale_factor_probs : mapping of int to float, default ``{1: 0.7, 2: 0.1, 4: 0.15, 8: 0.05}``
     short_job_prob : float, default 0.8
@@ -230,8 +235,15 @@ def generate_workload(table: ThroughputTable, num_jobs: int, *, jobs_per_hour: f
     arrival_rng, type_rng, duration_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     gaps = arrival_rng.exponential(3600.0 / jobs_per_hour, size=num_jobs)
     arrival = np.concatenate([[0.0], np.cumsum(gaps[:-1])]) if num_jobs else np.zeros(0)
-    reference = Cluster({reference_gpu_type: max(scale_factor_probs)})
-    jobs = table.sample_jobs(reference, num_jobs, seed=type_rng, scale_factor_probs=scale_factor_probs)
+    if cluster is None:
+        jobs = table.sample_jobs(Cluster({reference_gpu_type: max(scale_factor_probs)}), num_jobs, seed=type_rng,
+                                 scale_factor_probs=scale_factor_probs)
+    else:
+        cluster = cluster if isinstance(cluster, Cluster) else Cluster(cluster)
+        runs = table.throughputs_steps_per_s[:, _gpu_type_column(table, reference_gpu_type)] > 0
+        reference_runs = ThroughputTable([e for e, ok in zip(table.entries, runs) if ok], table.gpu_types,
+                                         table.throughputs_steps_per_s[runs])
+        jobs = reference_runs.sample_jobs(cluster, num_jobs, seed=type_rng, scale_factor_probs=scale_factor_probs)
     short = duration_rng.random(num_jobs) < short_job_prob
     exponent = np.where(short, duration_rng.uniform(1.5, 3.0, num_jobs), duration_rng.uniform(3.0, 4.0, num_jobs))
     duration = 60.0 * 10.0 ** exponent
@@ -240,6 +252,13 @@ def generate_workload(table: ThroughputTable, num_jobs: int, *, jobs_per_hour: f
     source = f"generated(num_jobs={num_jobs}, jobs_per_hour={jobs_per_hour}, seed={seed})"
     return Workload(tuple(m for m, _ in jobs), np.array([s for _, s in jobs], dtype=np.int64), steps, arrival,
                     np.ones(num_jobs), source, np.zeros(num_jobs, dtype=np.int64))
+
+
+def _gpu_type_column(table: ThroughputTable, gpu_type: str) -> int:
+    if gpu_type not in table.gpu_types:
+        raise InvalidProblemError(f"reference_gpu_type {gpu_type!r} is not in the throughput table's GPU types "
+                                  f"{list(table.gpu_types)}", field="reference_gpu_type")
+    return table.gpu_types.index(gpu_type)
 
 
 __all__ = ["TRACE_COLUMNS", "TraceError", "Workload", "generate_workload", "load_throughputs", "read_gavel_trace", "shipped_trace"]

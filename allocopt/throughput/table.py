@@ -24,13 +24,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from os import PathLike
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
 from allocopt.cluster import Cluster
 from allocopt.documents import check_depth, read_text
 from allocopt.errors import BackendNotInstalledError, InvalidProblemError
+from allocopt.jsonio import is_path
 from allocopt.problem import PairThroughputs, Problem
 
 #: Gavel's distribution of job scale factors (GPUs per job) in its generated workloads.
@@ -275,24 +276,31 @@ class ThroughputTable:
                                  f"column {c!r}", lambda k: f"{name}:{lines[k]}")
 
     @classmethod
-    def from_json(cls, path: str | PathLike[str]) -> ThroughputTable:
+    def from_json(cls, source: str | PathLike[str] | Sequence[Mapping[str, Any]]) -> ThroughputTable:
         """Read a user's measurements: a JSON array of objects with the keys of :meth:`from_csv`'s columns.
 
         E.g. ``[{"model": "bert", "scale_factor": 1, "gpu_type": "a100",
         "throughput": 9.0}, ...]``; ``other_model`` and ``throughput_other`` are
-        optional (absent or null on isolated rows). Errors name
-        ``path:line`` (where the object starts) and the key.
+        optional (absent or null on isolated rows). ``source`` is the path of
+        such a file (errors name ``path:line``, where the object starts, and the
+        key) or the array itself, as :meth:`to_json` returns it (errors name the element).
         """
-        name = str(path)
-        records, lines = _json_array(name, read_text(path, what="the throughput table"))
+        if is_path(source):
+            records, lines = _json_array(str(source), read_text(source, what="the throughput table"))
+            where = [f"{source}:{line}" for line in lines]
+        elif isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
+            records = list(source)
+            where = [f"element {k}" for k in range(len(records))]
+        else:
+            raise InvalidProblemError(f"from_json needs a path or a list of measurement objects, got "
+                                      f"{type(source).__name__}", field="document")
         for k, rec in enumerate(records):
             if not isinstance(rec, Mapping):
-                raise InvalidProblemError(f"{name}:{lines[k]}: element {k} is {type(rec).__name__}; give one "
+                raise InvalidProblemError(f"{where[k]}: element {k} is {type(rec).__name__}; give one "
                                           f"object per measurement with keys {', '.join(_REQUIRED)}",
                                           field="record")
         columns = {c: [rec.get(c) for rec in records] for c in MEASUREMENT_COLUMNS}
-        return cls._from_columns(columns, len(records), lambda k, c: f"{name}:{lines[k]}: key {c!r}",
-                                 lambda k: f"{name}:{lines[k]}")
+        return cls._from_columns(columns, len(records), lambda k, c: f"{where[k]}: key {c!r}", where.__getitem__)
 
     @classmethod
     def from_frame(cls, frame: Any) -> ThroughputTable:
@@ -327,10 +335,19 @@ class ThroughputTable:
             writer.writerow(list(columns))
             writer.writerows(zip(*(["" if v is None else v for v in col] for col in columns.values())))
 
-    def to_json(self, path: str | PathLike[str]) -> None:
-        """Write the table as a JSON array of measurements that :meth:`from_json` reads back exactly."""
+    @overload
+    def to_json(self, path: None = None) -> list[dict[str, Any]]: ...
+
+    @overload
+    def to_json(self, path: str | PathLike[str]) -> None: ...
+
+    def to_json(self, path: str | PathLike[str] | None = None) -> list[dict[str, Any]] | None:
+        """The table as a JSON array of measurements that :meth:`from_json` reads back exactly;
+        written to ``path`` (one object per line) when given."""
         columns = self._measurement_columns()
         records = [{c: v for c, v in zip(columns, values) if v is not None} for values in zip(*columns.values())]
+        if path is None:
+            return records
         with open(path, "w", encoding="utf-8") as fh:
             fh.write("[\n" + ",\n".join(" " + json.dumps(rec) for rec in records) + "\n]\n")
 
