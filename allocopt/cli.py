@@ -512,7 +512,8 @@ def _run_jobs(args: argparse.Namespace) -> int:
     gpus = parse_cluster(args.cluster)
     state_path = args.state or default_state_path(args.jobs)
     work_dir = args.work_dir or f"{state_path}.d"
-    print(f"allocopt run: state {state_path}, work directory {work_dir}", file=sys.stderr)
+    if args.state is None:  # say where the default put them
+        print(f"allocopt run: state {state_path}, work directory {work_dir}", file=sys.stderr)
 
     def interrupted(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

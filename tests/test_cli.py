@@ -14,6 +14,7 @@ from allocopt import cli
 from allocopt.backends import get_backend
 from allocopt.throughput import ThroughputTable
 from conftest import ALL_BACKENDS
+from tests.runtime.helpers import count_steps_command, steps_written
 
 TOL = 1e-6
 
@@ -239,11 +240,6 @@ TRACE_LINE = "ResNet-18 (batch size 16)\tcmd\tdir\t--n\tFalse\t100\t1\t1.0\t-1\t
     ("jobs.yaml", b"\x89PNG\r\n\x1a\n\x00\x00", ["run"], ["jobs.yaml, line 3: binary data"]),
     ("jobs.yaml", b"jobs:\n  - {name: \xe9t\xe9, command: x, total_steps: 1}\n", ["run"],
      ["jobs.yaml, line 2: not UTF-8"]),
-    ("jobs.yaml", "jobs:\n  - {name: a, command: x, total_steps: abc}\n", ["run"],
-     ["jobs.yaml, job 0 (line 2)", "total_steps of job 'a' is 'abc'"]),
-    ("jobs.yaml", "jobs:\n  - {name: a, command: x, total_steps: -5}\n", ["run"], ["total_steps of job 'a' is -5"]),
-    ("jobs.yaml", f"jobs:\n  - {JOB}\n  - {{name: b, command: x, total_steps: 1e300}}\n", ["run"],
-     ["job 1 (line 3)", "total_steps of job 'b'"]),
     ("jobs.yaml", "jobs:\n  - {name: a, command: x, total_steps: " + "9" * 5000 + "}\n", ["run"],
      ["jobs.yaml: invalid YAML", "too many digits"]),
     ("jobs.json", '{"jobs": ' + "[" * 5000 + "]" * 5000 + "}", ["run"], ["jobs.json", "nested"]),
@@ -267,7 +263,7 @@ TRACE_LINE = "ResNet-18 (batch size 16)\tcmd\tdir\t--n\tFalse\t100\t1\t1.0\t-1\t
     ("t.csv", b"model,scale_factor,gpu_type,throughput\nm,1,v100,\x00\n", ["simulate", "--generate", "3",
                                                                              "--throughputs"], ["t.csv, line 2: binary"]),
     ("state.json", '{"format": "allocopt-engine",\n "format_version": 1, "version": -1}', ["serve", "--state"],
-     ["state.json: invalid engine state: cluster must be an object"]),
+     ["state.json: invalid engine state: policy is missing"]),
 ])
 def test_malformed_input_files_exit_2_naming_the_file(tmp_path, name, content, command, fragments):
     path = tmp_path / name
@@ -279,12 +275,31 @@ def test_malformed_input_files_exit_2_naming_the_file(tmp_path, name, content, c
     assert_clean_error(run_cli(*args), 2, *fragments)
 
 
+@pytest.mark.parametrize("bad, fragment", [
+    ("{name: b, command: x, total_steps: abc}", "job 'b': total_steps must be an integer from 1 to 2**53, got 'abc'"),
+    ("{name: b, command: x, total_steps: -5}", "job 'b': total_steps must be an integer from 1 to 2**53, got -5"),
+    ("{name: b, command: x, total_steps: 1e300}", "job 'b': total_steps must be an integer"),
+])
+def test_a_job_with_a_bad_field_fails_alone(tmp_path, bad, fragment):
+    good = json.dumps({"name": "a", "command": count_steps_command(tmp_path / "a.txt"), "total_steps": 3})
+    jobs = write(tmp_path, f"jobs:\n  - {good}\n  - {bad}\n", "jobs.yaml")
+    result = run_cli("run", str(jobs), "--cluster", "cpu=1", "--state", str(tmp_path / "s.db"),
+                     "--round-seconds", "0.5")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"{jobs}: {fragment}" in result.stderr
+    report = json.loads(result.stdout)
+    assert report["jobs"]["a"]["status"] == "done" and report["jobs"]["a"]["steps_done"] == 3
+    assert report["jobs"]["b"]["status"] == "failed"
+    assert steps_written(tmp_path / "a.txt") == [0, 1, 2]
+
+
 def test_corrupted_state_journal_names_the_path(tmp_path):
     jobs = write(tmp_path, f"jobs:\n  - {JOB}\n", "jobs.yaml")
     state = tmp_path / "S.db"
     state.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 16)
     assert_clean_error(run_cli("run", str(jobs), "--cluster", "cpu=1", "--state", str(state)), 2,
-                       f"{state}: the state journal is not a usable SQLite database")
+                       f"{state}: not a readable allocopt journal")
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -34,6 +34,7 @@ import numpy as np
 
 from allocopt.cluster import Cluster
 from allocopt.engine import Engine
+from allocopt.documents import parse_json, parse_yaml, read_text
 from allocopt.errors import DataFileError, InvalidProblemError, StateError
 from allocopt.runtime.executor import Lease, RoundOutcome
 from allocopt.runtime.local import JobSpec, LocalExecutor, _safe_name, job_directory_name
@@ -79,25 +80,11 @@ def load_jobs(path: str | Path, *, invalid: dict[str, str] | None = None) -> lis
     can run. A file that is unreadable as a whole, duplicate names and names that would share a
     job directory always raise.
     """
+    text = read_text(path, what="the job file")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise InvalidProblemError(f"{path} is not a text file (byte {err.start} is not UTF-8)", field="jobs") from None
-    try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        try:
-            import yaml
-        except ImportError:
-            raise InvalidProblemError(f"{path} is not JSON; install PyYAML (pip install 'allocopt[runtime]') "
-                                      "to read YAML", field="jobs") from None
-        try:
-            doc = yaml.safe_load(text)
-        except (yaml.YAMLError, RecursionError) as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f", line {mark.line + 1}" if mark is not None else ""
-            raise InvalidProblemError(f"{path}{where}: not valid YAML or JSON: "
-                                      f"{getattr(err, 'problem', None) or err}", field="jobs") from None
+        doc = parse_json(text, path)
+    except DataFileError:
+        doc = parse_yaml(text, path)  # YAML is a superset of JSON: its errors name the line either way
     if not isinstance(doc, Mapping) or not isinstance(doc.get("jobs"), list) or not doc["jobs"]:
         raise InvalidProblemError(f"{path} must hold 'jobs: [{{name, command, total_steps, ...}}, ...]'",
                                   field="jobs")
