@@ -33,7 +33,7 @@ NO_TEST = re.compile(r"^<!--\s*no-test:\s*(.+?)\s*-->$")
 TEST_ENV = re.compile(r"^<!--\s*test-env:\s*(.+?)\s*-->$")
 TIMEOUT_S = 300
 IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-                                ".hypothesis", "bench-results", "site")
+                                ".hypothesis", ".cache", "bench-results", "site")
 
 
 @dataclass
