@@ -1,4 +1,4 @@
-"""What the benchmark suite runs: policies, instance kinds, techniques and the issue's targets.
+"""What the benchmark suite runs: policies, instance kinds, techniques and the scaling targets.
 
 Everything here is data. A new switchable technique (a policy option that
 changes how the same optimum is reached) is one :class:`Technique` line in
@@ -140,9 +140,9 @@ def get_policy(name: str) -> BenchPolicy:
 
 @dataclass(frozen=True)
 class Target:
-    """One of issue 7's targets: ``policy`` on ``kind`` at ``n_jobs`` x ``n_gpu_types`` on highs end to
-    end (``Allocation.timings.total_s``, instance generation excluded) within ``limit_s``, by the fastest
-    of its techniques other than ``exclude`` (technique -> why it is not run)."""
+    """One of the scaling targets (the README's table): ``policy`` on ``kind`` at ``n_jobs`` x ``n_gpu_types``
+    on highs end to end (``Allocation.timings.total_s``, instance generation excluded) within ``limit_s``, by the
+    fastest of its techniques other than ``exclude`` (technique -> why it is not run)."""
 
     name: str
     policy: str
