@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 import numpy as np
 
-from allocopt.errors import BackendNotInstalledError
-from allocopt.jsonio import document_or_write
+from allocopt.errors import BackendNotInstalledError, InvalidProblemError
+from allocopt.jsonio import JsonSource, document_or_write, read_json
 from allocopt.problem import Problem
 from allocopt.solution import Status
 from allocopt.warm_start import WarmStart
@@ -173,6 +173,81 @@ class Allocation:
             doc["pairs"] = [{"jobs": [ids[a], ids[b]], "fractions": dict(zip(self.gpu_types, row))}
                             for (a, b), row in zip(self.problem.pairs.tolist(), self.pair_matrix.tolist())]
         return document_or_write(doc, path)
+
+    @classmethod
+    def from_json(cls, source: JsonSource, problem: Problem) -> Allocation:
+        """An allocation of ``problem`` from :meth:`to_json`'s document, or the path of a JSON file holding one.
+
+        The document holds the fractions, not the problem: pass the problem it
+        was solved for (e.g. ``Problem.from_json("problem.json")``). Jobs, pairs
+        and GPU types are matched by id and name; a GPU type a job lacks is 0.
+        The solver bases are not saved, so the result cannot warm-start a solve.
+
+        Raises
+        ------
+        InvalidProblemError
+            Naming the entry, for a job missing from the document or not in
+            ``problem``, an unknown GPU type or a fraction that is not a number
+            in [0, 1].
+        """
+        data = read_json(source, what="allocation")
+        if not isinstance(data, Mapping) or not isinstance(data.get("allocation"), list):
+            raise InvalidProblemError("an allocation document needs an 'allocation' list (as Allocation.to_json "
+                                      "writes it)", field="document")
+        index = {job.item() if isinstance(job, np.generic) else job: i for i, job in enumerate(problem.job_ids)}
+        column = {t: j for j, t in enumerate(problem.gpu_types)}
+
+        def row_of(job: Any) -> int:
+            return index.get(job, -1) if isinstance(job, (str, int, float)) else -1
+
+        def fill(target: np.ndarray, row: int, fractions: Any, where: str) -> None:
+            if not isinstance(fractions, Mapping):
+                raise InvalidProblemError(f"{where}: 'fractions' must map GPU type to time fraction", field=where)
+            for gpu_type, value in fractions.items():
+                if gpu_type not in column:
+                    raise InvalidProblemError(f"{where}: unknown GPU type {gpu_type!r}; the problem's types are "
+                                              f"{list(problem.gpu_types)}", field=where)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e-9 <= value <= 1 + 1e-9:
+                    raise InvalidProblemError(f"{where}: the fraction on {gpu_type!r} is {value!r}; give a number "
+                                              "in [0, 1]", field=where)
+                target[row, column[gpu_type]] = value
+
+        matrix = np.zeros((problem.num_jobs, len(column)))
+        seen: set[int] = set()
+        for k, entry in enumerate(data["allocation"]):
+            where = f"allocation[{k}]"
+            job = entry.get("id") if isinstance(entry, Mapping) else None
+            row = row_of(job)
+            if row < 0 or row in seen:
+                raise InvalidProblemError(f"{where}: job id {job!r} is not a job of the problem, or appears twice",
+                                          field=where)
+            seen.add(row)
+            fill(matrix, row, entry.get("fractions"), where)
+        if len(seen) != problem.num_jobs:
+            missing = next(j for j, i in index.items() if i not in seen)
+            raise InvalidProblemError(f"job {missing!r} of the problem is missing from 'allocation'",
+                                      field="allocation", job=missing)
+        pair_matrix = None
+        if problem.pairs is not None:
+            slot = {(int(a), int(b)): p for p, (a, b) in enumerate(problem.pairs.tolist())}
+            pair_matrix = np.zeros((len(slot), len(column)))
+            for k, entry in enumerate(data.get("pairs", [])):
+                where = f"pairs[{k}]"
+                ids = entry.get("jobs") if isinstance(entry, Mapping) else None
+                rows = tuple(sorted(row_of(j) for j in ids)) if isinstance(ids, list) and len(ids) == 2 else ()
+                if rows not in slot:
+                    raise InvalidProblemError(f"{where}: {ids!r} is not a pair of the problem", field=where)
+                fill(pair_matrix, slot[rows], entry.get("fractions"), where)
+        elif data.get("pairs"):
+            raise InvalidProblemError("the document has 'pairs' but the problem has no pair throughputs",
+                                      field="pairs")
+        try:
+            status = Status(data.get("status", Status.OPTIMAL.value))
+            timings = Timings(**data.get("timings", {}))
+        except (TypeError, ValueError) as err:
+            raise InvalidProblemError(f"malformed 'status' or 'timings': {err}", field="document") from None
+        return cls(problem, matrix, str(data.get("policy", "")), data.get("backend"), status, data.get("objective"),
+                   str(data.get("message", "")), timings, pair_matrix)
 
     def __repr__(self) -> str:
         obj = "None" if self.objective is None else f"{self.objective:.6g}"

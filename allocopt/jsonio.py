@@ -9,7 +9,8 @@ Every class with a JSON form (:class:`~allocopt.Problem`,
   ``to_json(path)`` writes it to ``path`` (atomically) and returns None.
 - ``from_json(source)`` takes the document itself (a dict or list, as
   ``to_json()`` returns it) or a path (``str`` or ``os.PathLike``) to a JSON
-  file holding it.
+  file holding it. ``Allocation.from_json(source, problem)`` also takes the
+  problem the allocation was solved for (its document holds only the fractions).
 """
 
 from __future__ import annotations

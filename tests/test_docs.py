@@ -33,7 +33,7 @@ NO_TEST = re.compile(r"^<!--\s*no-test:\s*(.+?)\s*-->$")
 TEST_ENV = re.compile(r"^<!--\s*test-env:\s*(.+?)\s*-->$")
 TIMEOUT_S = 300
 IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-                                ".hypothesis", "bench-results", "site")
+                                ".hypothesis", ".cache", "bench-results", "site")
 
 
 @dataclass
@@ -152,7 +152,7 @@ def test_python_blocks(page, page_blocks, scratch):
 @pytest.mark.parametrize("block", [pytest.param(b, id=b.where) for b in ALL if b.language == "sh"])
 def test_shell_block(block, scratch):
     if block.skip is not None:
-        pytest.skip(block.skip)
+        pytest.skip(f"{block.where}: {block.skip}")
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=scratch["repo"],
                           env={**scratch["env"], **block.env}, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, f"{block.where}:\n{block.code}\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n" \

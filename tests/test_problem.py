@@ -132,6 +132,20 @@ def test_one_json_convention_paths_and_documents(tmp_path):
     alloc = allocopt.solve(p, "max_min_fairness")
     alloc.to_json(tmp_path / "a.json")
     assert json.loads((tmp_path / "a.json").read_text()) == json.loads(json.dumps(alloc.to_json()))
+    for source in (tmp_path / "a.json", alloc.to_json()):
+        again = allocopt.Allocation.from_json(source, Problem.from_json(tmp_path / "p.json"))
+        np.testing.assert_array_equal(again.matrix, alloc.matrix)
+        assert (again.status, again.objective, again.policy, again.timings) == \
+               (alloc.status, alloc.objective, alloc.policy, alloc.timings)
+        np.testing.assert_allclose(again.effective_throughput, alloc.effective_throughput)
+    doc = alloc.to_json()
+    doc["allocation"][1]["fractions"]["a100"] = 0.5
+    with pytest.raises(InvalidProblemError, match=r"allocation\[1\]: unknown GPU type 'a100'"):
+        allocopt.Allocation.from_json(doc, p)
+    del doc["allocation"][1]["fractions"]["a100"]
+    doc["allocation"].pop()
+    with pytest.raises(InvalidProblemError, match="job 'c' of the problem is missing"):
+        allocopt.Allocation.from_json(doc, p)
     # the goodput problem of the sia policy, and its answer
     cluster = Cluster({"v100": 8, "k80": 4}, gpus_per_node=4)
     configs = allocopt.sia_configurations(cluster)
@@ -151,6 +165,19 @@ def test_one_json_convention_paths_and_documents(tmp_path):
     doc = sia.to_json()
     assert [a["configuration"] for a in doc["allocation"]] == sia.configuration.tolist()
     assert doc["allocation"][2]["configuration"] == 2  # pinned
+
+
+def test_allocation_with_pairs_round_trips():
+    from allocopt.throughput import ThroughputTable
+
+    problem = ThroughputTable.gavel().sample_problem(Cluster({"v100": 2, "k80": 2}), 6, seed=1,
+                                                     scale_factor_probs={1: 1.0}, space_sharing=True)
+    alloc = allocopt.solve(problem, "max_min_fairness", space_sharing=True)
+    assert (alloc.pair_matrix > 0).any()
+    again = allocopt.Allocation.from_json(json.loads(json.dumps(alloc.to_json())),
+                                          Problem.from_json(json.loads(json.dumps(problem.to_json()))))
+    np.testing.assert_array_equal(again.pair_matrix, alloc.pair_matrix)
+    np.testing.assert_allclose(again.effective_throughput, alloc.effective_throughput)
 
 
 def test_shipped_sample_problem_solves():

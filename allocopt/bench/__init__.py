@@ -1,4 +1,4 @@
-"""The solver-scaling benchmark suite behind ``allocopt bench`` (issue 7).
+"""The solver-scaling benchmark suite behind ``allocopt bench``.
 
 Modules: :mod:`~allocopt.bench.instances` (seeded instance generators),
 :mod:`~allocopt.bench.baselines` (each policy written the straightforward way

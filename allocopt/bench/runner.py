@@ -1,5 +1,5 @@
 """Running the suite: every (policy, instance kind, GPU types, jobs) cell with every backend and
-technique, the cell's cvxpy baseline once per cell in the same run, and the issue's targets."""
+technique, the cell's cvxpy baseline once per cell in the same run, and the scaling targets."""
 
 from __future__ import annotations
 
