@@ -281,6 +281,10 @@ class Journal:
                                 (idx, start, seconds, *(json.dumps(d) for d in docs)))
         self._written.update(rows)
 
+    def set_timings(self, idx: int, timings: Mapping[str, float]) -> None:
+        """Replace the timings of round ``idx`` (its enactment is timed after it was journaled)."""
+        self.db.execute("UPDATE rounds SET timings = ? WHERE idx = ?", (json.dumps(timings), idx))
+
     def close(self) -> None:
         self.db.close()
 
@@ -321,10 +325,11 @@ class SlurmController:
         document = journal.engine()
         if document is not None:
             self.engine = Engine.from_json(document)
-            if self.engine.policy != policy or self.engine.mechanism_options.round_seconds != self.round_seconds:
+            journaled_s = self.engine.mechanism_options.round_seconds
+            if self.engine.policy != policy or journaled_s != self.round_seconds:
                 raise InvalidOptionError(f"the journal {journal.path} was written with policy "
-                                         f"{self.engine.policy!r} and {self.engine.mechanism_options.round_seconds:g}-s "
-                                         "rounds; restart with those, or give a new --state file")
+                                         f"{self.engine.policy!r} and {journaled_s:g}-s rounds; restart with "
+                                         "those, or give a new --state file")
         last = journal.last_round()
         self.round_index = 0 if last is None else last[0] + 1
         self.round_start = None if last is None else last[1]
@@ -402,31 +407,79 @@ class SlurmController:
                 engine.set_capacity(gpu_type, capacity.get(gpu_type, 0), gpus_per_node=per_node.get(gpu_type))
         types = list(engine.cluster.gpu_types)
 
-        # 1. credit the last round's leases with the time their jobs ran, and their measured throughput
-        results = []
-        if self.round_start is not None:
-            for job_id, gpu_type in self.leases.items():
-                rec, sj = self.records.get(job_id), by_id.get(job_id)
-                ran = 0.0
-                if sj is not None and sj.start_s is not None:
-                    begin = max(sj.start_s, self.round_start)
-                    if sj.state in _RUNNING and sj.nodes and node_type.get(sj.nodes[0]) == gpu_type:
-                        ran = max(0.0, now - begin)
-                    elif sj.state in FINAL_STATES and sj.end_s is not None:
-                        ran = max(0.0, min(sj.end_s, now) - begin)
-                rate = self._progress_of(job_id).rate(self.round_start, now) if ran > 0 else None
-                if rec is not None:
-                    rec.received[gpu_type] = rec.received.get(gpu_type, 0.0) + ran
-                if job_id in engine:
-                    results.append(JobRoundResult(job_id, RoundOutcome.PREEMPTED, 0, ran, rate))
-            engine.record_round(results)  # the journaled leases are the engine's unrecorded ones
-            for r in results:
-                if r.measured_steps_per_s is not None:
-                    self.records[r.job_id].measured[self.leases[r.job_id]] = \
-                        engine.get_job(r.job_id)["throughputs"][self.leases[r.job_id]]
+        results = self._credit_last_round(by_id, node_type, now)
+        self._track(jobs, by_id, types, now)
 
-        # 2. new, finished and vanished jobs
-        hold, preempt = [], []
+        t1 = time.time()
+        leased: dict[str, str] = {}
+        row_alloc: dict[str, dict[str, float]] = {}
+        if len(engine):  # (an engine without jobs has no round to plan)
+            plan = engine.next_round(self.round_seconds)
+            allocation = engine.allocate()
+            leased = {lease.job_id: lease.gpu_type for lease in plan.leases}
+            row_alloc = {str(j): dict(zip(allocation.gpu_types, map(float, allocation.matrix[k])))
+                         for k, j in enumerate(allocation.job_ids)}
+        t2 = time.time()
+        hold, preempt, release, settling = self._decide(leased, by_id, node_type, nodes)
+
+        # journal, then enact (a crash in between is repaired by the next round's comparison with Slurm)
+        self.leases = {j: t for j, t in leased.items()}
+        actions = {"hold": hold, "requeuehold": preempt, "release": sorted(release)}
+        self.journal.commit(list(self.records.values()), engine.to_json(),
+                            (self.round_index, now, self.round_seconds, self.leases, row_alloc,
+                             [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
+                             {"observe_s": t1 - t0, "solve_s": t2 - t1}))
+        t3 = time.time()
+        later = [j for j in settling if j in release]
+        failed = self.slurm.enact(hold, preempt, {j: x for j, x in release.items() if j not in later})
+        t4 = time.time()
+        if later:  # the rest are released by a later round (they are held and leased)
+            stopped = self.slurm.wait_requeued(later, timeout_s=min(self.round_seconds / 2, 60.0))
+            failed |= self.slurm.release({j: release[j] for j in stopped})
+        t5 = time.time()
+        timings = {"observe_s": t1 - t0, "solve_s": t2 - t1, "journal_s": t3 - t2, "enact_s": t4 - t3,
+                   "round_s": t4 - t0, "requeued_release_s": t5 - t4}
+        self.journal.set_timings(self.round_index, timings)
+        record = {"idx": self.round_index, "start": now, "leases": self.leases, "actions": actions,
+                  "failed": failed, "timings": timings}
+        if self.out is not None:
+            self._print_round(record)
+        self.round_index += 1
+        self.round_start = now
+        return record
+
+    def _credit_last_round(self, by_id: Mapping[str, SlurmJob], node_type: Mapping[str, str],
+                           now: float) -> list[JobRoundResult]:
+        """Credit the last round's leases with the seconds their jobs ran on the lease's type (Slurm's start
+        and end times, so a controller's downtime counts) and the steps/s they measured."""
+        results: list[JobRoundResult] = []
+        if self.round_start is None or self.engine is None:
+            return results
+        for job_id, gpu_type in self.leases.items():
+            rec, sj = self.records.get(job_id), by_id.get(job_id)
+            ran = 0.0
+            if sj is not None and sj.start_s is not None:
+                begin = max(sj.start_s, self.round_start)
+                if sj.state in _RUNNING and sj.nodes and node_type.get(sj.nodes[0]) == gpu_type:
+                    ran = max(0.0, now - begin)
+                elif sj.state in FINAL_STATES and sj.end_s is not None:
+                    ran = max(0.0, min(sj.end_s, now) - begin)
+            rate = self._progress_of(job_id).rate(self.round_start, now) if ran > 0 else None
+            if rec is not None:
+                rec.received[gpu_type] = rec.received.get(gpu_type, 0.0) + ran
+            if job_id in self.engine:
+                results.append(JobRoundResult(job_id, RoundOutcome.PREEMPTED, 0, ran, rate))
+        self.engine.record_round(results)  # the journaled leases are the engine's unrecorded ones
+        for r in results:
+            if r.measured_steps_per_s is not None:
+                self.records[r.job_id].measured[self.leases[r.job_id]] = \
+                    self.engine.get_job(r.job_id)["throughputs"][self.leases[r.job_id]]
+        return results
+
+    def _track(self, jobs: Sequence[SlurmJob], by_id: Mapping[str, SlurmJob], types: Sequence[str],
+               now: float) -> None:
+        """Records for newly seen opted-in jobs (added to the engine, or rejected); finished and vanished
+        jobs leave the engine."""
         for sj in jobs:
             rec = self.records.get(sj.job_id)
             if rec is None:
@@ -449,36 +502,31 @@ class SlurmController:
                                     message=problem)
                     log.error("job %s rejected (kept held): %s", sj.job_id, problem)
                 else:
-                    engine.add_job(sj.job_id, self._engine_throughputs(rec, types), scale_factor=rec.scale_factor,
-                                   priority_weight=rec.weight)
+                    self.engine.add_job(sj.job_id, self._engine_throughputs(rec, types),
+                                        scale_factor=rec.scale_factor, priority_weight=rec.weight)
                 self.records[sj.job_id] = rec
             elif rec.status in ("active", "rejected") and sj.state in FINAL_STATES:
                 rec.status = {"COMPLETED": "done", "CANCELLED": "cancelled"}.get(sj.state, "failed")
                 rec.finished, rec.lease_type = sj.end_s or now, None
                 rec.message = f"Slurm state {sj.state}" if rec.status != "done" else ""
                 rec.steps_done = max(rec.steps_done, self._progress_of(sj.job_id).steps_done())
-                if sj.job_id in engine:
-                    engine.remove_job(sj.job_id)
+                if sj.job_id in self.engine:
+                    self.engine.remove_job(sj.job_id)
         for job_id, rec in self.records.items():
             if rec.status == "active" and job_id not in by_id:
                 rec.status, rec.finished, rec.lease_type = "gone", now, None
                 rec.message = "left Slurm's records (MinJobAge) before the controller saw it finish"
-                if job_id in engine:
-                    engine.remove_job(job_id)
+                if job_id in self.engine:
+                    self.engine.remove_job(job_id)
             if rec.status == "active" and (job_id in self.leases or rec.lease_type is not None):
                 rec.steps_done = max(rec.steps_done, self._progress_of(job_id).steps_done())
 
-        # 3. plan
-        t1 = time.time()
-        leased: dict[str, str] = {}
-        row_alloc: dict[str, dict[str, float]] = {}
-        if len(engine):  # (an engine without jobs has no round to plan)
-            plan = engine.next_round(self.round_seconds)
-            allocation = engine.allocate()
-            leased = {lease.job_id: lease.gpu_type for lease in plan.leases}
-            row_alloc = {str(j): dict(zip(allocation.gpu_types, map(float, allocation.matrix[k])))
-                         for k, j in enumerate(allocation.job_ids)}
-        t2 = time.time()
+    def _decide(self, leased: Mapping[str, str], by_id: Mapping[str, SlurmJob], node_type: Mapping[str, str],
+                nodes: Sequence[SlurmNode]) -> tuple[list[str], list[str], dict[str, str], list[str]]:
+        """Compare Slurm's state with the round's leases: the jobs to hold, to requeue held, to release
+        (with their exclusion lists), and the requeued ones whose release waits until they stopped."""
+        hold: list[str] = []
+        preempt: list[str] = []
         release: dict[str, str] = {}
         settling: list[str] = []  # requeued jobs to release once they stopped
         all_nodes = sorted(node_type) + sorted(n.name for n in nodes if n.mixed)
@@ -505,32 +553,7 @@ class SlurmController:
                 rec.releases += 1
                 self._write_lease(rec, want)
             rec.lease_type = want
-
-        # 4. journal, then enact (a crash in between is repaired by the next round's comparison)
-        self.leases = {j: t for j, t in leased.items()}
-        actions = {"hold": hold, "requeuehold": preempt, "release": sorted(release)}
-        self.journal.commit(list(self.records.values()), engine.to_json(),
-                            (self.round_index, now, self.round_seconds, self.leases, row_alloc,
-                             [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
-                             {"observe_s": t1 - t0, "solve_s": t2 - t1}))
-        t3 = time.time()
-        later = [j for j in settling if j in release]
-        failed = self.slurm.enact(hold, preempt, {j: x for j, x in release.items() if j not in later})
-        t4 = time.time()
-        if later:  # the rest are released by a later round (they are held and leased)
-            stopped = self.slurm.wait_requeued(later, timeout_s=min(self.round_seconds / 2, 60.0))
-            failed |= self.slurm.release({j: release[j] for j in stopped})
-        t5 = time.time()
-        timings = {"observe_s": t1 - t0, "solve_s": t2 - t1, "journal_s": t3 - t2, "enact_s": t4 - t3,
-                   "round_s": t4 - t0, "requeued_release_s": t5 - t4}
-        self.journal.db.execute("UPDATE rounds SET timings = ? WHERE idx = ?", (json.dumps(timings), self.round_index))
-        record = {"idx": self.round_index, "start": now, "leases": self.leases, "actions": actions,
-                  "failed": failed, "timings": timings}
-        if self.out is not None:
-            self._print_round(record)
-        self.round_index += 1
-        self.round_start = now
-        return record
+        return hold, preempt, release, settling
 
     def _write_lease(self, rec: JobRecord, gpu_type: str) -> None:
         jdir = job_dir(self.spool, rec.job_id)
