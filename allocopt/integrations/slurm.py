@@ -60,6 +60,8 @@ DEFAULT_STEPS_PER_S = 1.0
 RECOMPUTE_ROUNDS = 5
 #: Keys a job may set after the marker: ``allocopt:model=NAME,steps=N,weight=W,types=a100+v100``.
 JOB_KEYS = ("model", "steps", "weight", "types")
+#: Seconds of steps a throughput measurement needs (shorter ones are mostly start-up noise).
+_MIN_MEASURED_S = 1.0
 _RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
 
 
@@ -159,7 +161,8 @@ def job_dir(spool: str | os.PathLike, job_id: str) -> Path:
 def exec_job(spool: str | os.PathLike, command: Sequence[str]) -> None:
     """Replace this process by ``command`` with the job client's environment (``allocopt slurm exec``).
 
-    Reads ``SLURM_JOB_ID`` and the lease file the controller wrote before releasing the job.
+    Reads ``SLURM_JOB_ID``, ``SLURMD_NODENAME`` (the GPU type is the node's, from the controller's
+    ``SPOOL/nodes.json``) and the lease file the controller wrote before releasing the job.
     """
     job_id = os.environ.get("SLURM_JOB_ID")
     if not job_id:
@@ -175,8 +178,13 @@ def exec_job(spool: str | os.PathLike, command: Sequence[str]) -> None:
     env.update({"ALLOCOPT_JOB_ID": job_id, "ALLOCOPT_PROGRESS_FILE": str(jdir / "progress.jsonl"),
                 "PYTHONUNBUFFERED": "1"})
     env.setdefault("ALLOCOPT_CHECKPOINT_DIR", str(jdir / "checkpoints"))
-    if lease.get("gpu_type"):
-        env["ALLOCOPT_GPU_TYPE"] = str(lease["gpu_type"])
+    try:  # the type of the node Slurm started the job on (the lease file may already name the next lease's)
+        gpu_type = json.loads((Path(spool) / "nodes.json").read_text(encoding="utf-8")).get(
+            os.environ.get("SLURMD_NODENAME", ""))
+    except (OSError, ValueError, AttributeError):
+        gpu_type = None
+    if gpu_type or lease.get("gpu_type"):
+        env["ALLOCOPT_GPU_TYPE"] = str(gpu_type or lease["gpu_type"])
     if lease.get("total_steps") and "ALLOCOPT_TOTAL_STEPS" not in env:
         env["ALLOCOPT_TOTAL_STEPS"] = str(lease["total_steps"])
     jdir.mkdir(parents=True, exist_ok=True)
@@ -208,7 +216,7 @@ class _Progress:
 
     def rate(self, start_s: float, end_s: float) -> float | None:
         """Steps/s over ``[start_s, end_s]`` from the step records of each run (a ``start`` record begins
-        a run); None without two records of one run in the window."""
+        a run); None with less than ``_MIN_MEASURED_S`` seconds of steps in the window."""
         steps = seconds = 0.0
         last: tuple[float, int] | None = None
         for r in self.read():
@@ -219,7 +227,7 @@ class _Progress:
                 steps += r["step"] - last[1]
                 seconds += t - last[0]
             last = (t, r["step"])
-        return steps / seconds if seconds > 0 and steps > 0 else None
+        return steps / seconds if seconds >= _MIN_MEASURED_S and steps > 0 else None
 
     def steps_done(self) -> int:
         records = self.read()
@@ -336,6 +344,7 @@ class SlurmController:
         self.leases: dict[str, str] = {} if last is None else last[2]
         self._progress: dict[str, _Progress] = {}
         self._warned_models: set[tuple[str, int]] = set()
+        self._node_types: dict[str, str] = {}
         (self.spool / "jobs").mkdir(parents=True, exist_ok=True)
 
     # ----- state ------------------------------------------------------------------------
@@ -393,6 +402,11 @@ class SlurmController:
         now = time.time()
         by_id = {j.job_id: j for j in jobs}
         capacity, per_node, node_type = self._cluster(nodes, jobs)
+        if node_type != self._node_types:  # for allocopt slurm exec: the GPU type of the job's node
+            tmp = self.spool / ".nodes.json.tmp"
+            tmp.write_text(json.dumps(node_type), encoding="utf-8")
+            os.replace(tmp, self.spool / "nodes.json")
+            self._node_types = node_type
         if self.engine is None:
             if not capacity:
                 raise InvalidProblemError(f"no typed GPU GRES (gpu:TYPE:N) on the up nodes of partition(s) "
@@ -412,21 +426,19 @@ class SlurmController:
 
         t1 = time.time()
         leased: dict[str, str] = {}
-        row_alloc: dict[str, dict[str, float]] = {}
         if len(engine):  # (an engine without jobs has no round to plan)
-            plan = engine.next_round(self.round_seconds)
-            allocation = engine.allocate()
-            leased = {lease.job_id: lease.gpu_type for lease in plan.leases}
-            row_alloc = {str(j): dict(zip(allocation.gpu_types, map(float, allocation.matrix[k])))
-                         for k, j in enumerate(allocation.job_ids)}
+            leased = {lease.job_id: lease.gpu_type for lease in engine.next_round(self.round_seconds).leases}
         t2 = time.time()
+        document = engine.to_json()
+        # the allocation the priority mechanism follows (installed at its last recompute)
+        installed = {str(job): state["allocation"] for job, state in document["rounds"]["jobs"]}
         hold, preempt, release, settling = self._decide(leased, by_id, node_type, nodes)
 
         # journal, then enact (a crash in between is repaired by the next round's comparison with Slurm)
         self.leases = {j: t for j, t in leased.items()}
         actions = {"hold": hold, "requeuehold": preempt, "release": sorted(release)}
-        self.journal.commit(list(self.records.values()), engine.to_json(),
-                            (self.round_index, now, self.round_seconds, self.leases, row_alloc,
+        self.journal.commit(list(self.records.values()), document,
+                            (self.round_index, now, self.round_seconds, self.leases, installed,
                              [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
                              {"observe_s": t1 - t0, "solve_s": t2 - t1}))
         t3 = time.time()
@@ -464,7 +476,8 @@ class SlurmController:
                     ran = max(0.0, now - begin)
                 elif sj.state in FINAL_STATES and sj.end_s is not None:
                     ran = max(0.0, min(sj.end_s, now) - begin)
-            rate = self._progress_of(job_id).rate(self.round_start, now) if ran > 0 else None
+            # (from this run's start only: an earlier run on another type may have logged steps in the round)
+            rate = self._progress_of(job_id).rate(begin, now) if ran > 0 else None
             if rec is not None:
                 rec.received[gpu_type] = rec.received.get(gpu_type, 0.0) + ran
             if job_id in self.engine:
