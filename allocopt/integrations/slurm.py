@@ -46,7 +46,7 @@ from typing import Any, TextIO
 from allocopt.cluster import Cluster
 from allocopt.engine import Engine
 from allocopt.errors import InvalidOptionError, InvalidProblemError
-from allocopt.integrations.slurm_commands import FINAL_STATES, Slurm, SlurmJob, SlurmNode
+from allocopt.integrations.slurm_commands import FINAL_STATES, Slurm, SlurmError, SlurmJob, SlurmNode
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome
 from allocopt.throughput.table import ThroughputTable
 
@@ -582,7 +582,10 @@ class SlurmController:
         rounds = 0
         while max_rounds is None or rounds < max_rounds:
             started = time.monotonic()
-            self.run_round()
+            try:
+                self.run_round()
+            except SlurmError as err:  # slurmctld restarting or overloaded: nothing changed, try next round
+                log.warning("round skipped: %s", err)
             rounds += 1
             if exit_when_done and self.records and not self.active():
                 break
