@@ -112,9 +112,10 @@ def test_comment_parsing():
         parse_comment("allocopt:color=red")
 
 
-def test_exec_outside_a_job_is_a_usage_error():
+@pytest.mark.parametrize("wrapper", [["allocopt", "slurm", "exec"], ["allocopt.integrations.slurm_exec"]])
+def test_exec_outside_a_job_is_a_usage_error(wrapper):
     env = {k: v for k, v in _env().items() if k != "SLURM_JOB_ID"}
-    proc = subprocess.run([sys.executable, "-m", "allocopt", "slurm", "exec", "--spool", "/tmp", "--", "true"],
+    proc = subprocess.run([sys.executable, "-m", *wrapper, "--spool", "/tmp", "--", "true"],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "SLURM_JOB_ID" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -127,11 +128,11 @@ def test_jobs_run_exactly_once_under_preemption_and_a_controller_kill(slurm, tmp
     jobs = {}  # job id -> (model, total steps, output file)
     # the last job is submitted without --hold: the controller holds it (or requeues it held if Slurm
     # started it first) until it has a lease
-    for k, (model, steps) in enumerate([("fast3x", 600), ("fast3x", 600), ("fast3x", 600), ("flat", 500),
-                                        ("flat", 500), ("flat", 400)]):
+    for k, (model, steps) in enumerate([("fast3x", 900), ("fast3x", 900), ("fast3x", 900), ("flat", 800),
+                                        ("flat", 800), ("flat", 600)]):
         out = tmp_path / f"steps-{k}.txt"
         script = tmp_path / f"job-{k}.sh"
-        script.write_text(f"#!/bin/bash\nexec {sys.executable} -m allocopt slurm exec --spool {spool} -- "
+        script.write_text(f"#!/bin/bash\nexec {sys.executable} -m allocopt.integrations.slurm_exec --spool {spool} -- "
                           f"{sys.executable} {ROOT / 'tests' / 'jobs' / 'slurm_train.py'} {out} "
                           f"--step-s {STEP_S[model]}\n")
         jid = _sbatch(script, *(["--hold"] if k < 5 else []), "--gres=gpu:1",

@@ -47,6 +47,7 @@ from allocopt.cluster import Cluster
 from allocopt.engine import Engine
 from allocopt.errors import InvalidOptionError, InvalidProblemError
 from allocopt.integrations.slurm_commands import FINAL_STATES, Slurm, SlurmError, SlurmJob, SlurmNode
+from allocopt.integrations.slurm_exec import add_exec_arguments, exec_job, job_dir
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome
 from allocopt.throughput.table import ThroughputTable
 
@@ -152,45 +153,7 @@ def load_throughputs(path: str | os.PathLike | None) -> dict[tuple[str, int], di
             for entry, row in zip(table.entries, table.throughputs_steps_per_s)}
 
 
-# ----- job side ---------------------------------------------------------------------------
-def job_dir(spool: str | os.PathLike, job_id: str) -> Path:
-    """The directory of a job's lease, progress and checkpoint files (shared with the compute nodes)."""
-    return Path(spool) / "jobs" / str(job_id)
-
-
-def exec_job(spool: str | os.PathLike, command: Sequence[str]) -> None:
-    """Replace this process by ``command`` with the job client's environment (``allocopt slurm exec``).
-
-    Reads ``SLURM_JOB_ID``, ``SLURMD_NODENAME`` (the GPU type is the node's, from the controller's
-    ``SPOOL/nodes.json``) and the lease file the controller wrote before releasing the job.
-    """
-    job_id = os.environ.get("SLURM_JOB_ID")
-    if not job_id:
-        raise InvalidOptionError("allocopt slurm exec runs inside a Slurm job (SLURM_JOB_ID is not set)")
-    if not command:
-        raise InvalidOptionError("allocopt slurm exec needs a command: allocopt slurm exec -- python train.py")
-    jdir = job_dir(spool, job_id)
-    try:
-        lease = json.loads((jdir / "lease.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        lease = {}
-    env = dict(os.environ)
-    env.update({"ALLOCOPT_JOB_ID": job_id, "ALLOCOPT_PROGRESS_FILE": str(jdir / "progress.jsonl"),
-                "PYTHONUNBUFFERED": "1"})
-    env.setdefault("ALLOCOPT_CHECKPOINT_DIR", str(jdir / "checkpoints"))
-    try:  # the type of the node Slurm started the job on (the lease file may already name the next lease's)
-        gpu_type = json.loads((Path(spool) / "nodes.json").read_text(encoding="utf-8")).get(
-            os.environ.get("SLURMD_NODENAME", ""))
-    except (OSError, ValueError, AttributeError):
-        gpu_type = None
-    if gpu_type or lease.get("gpu_type"):
-        env["ALLOCOPT_GPU_TYPE"] = str(gpu_type or lease["gpu_type"])
-    if lease.get("total_steps") and "ALLOCOPT_TOTAL_STEPS" not in env:
-        env["ALLOCOPT_TOTAL_STEPS"] = str(lease["total_steps"])
-    jdir.mkdir(parents=True, exist_ok=True)
-    os.execvpe(command[0], list(command), env)
-
-
+# ----- the jobs' progress files ------------------------------------------------------------
 class _Progress:
     """Incremental reader of a job's progress file (JSON lines of :mod:`allocopt.runtime.client`)."""
 
@@ -630,10 +593,9 @@ def add_parser(commands: Any) -> None:
     r.add_argument("--exit-when-done", action="store_true",
                    help="stop once every opted-in job seen has finished")
     r.set_defaults(run=_run_controller)
-    e = sub.add_parser("exec", help="(in a job script) run COMMAND with the allocopt job client's environment")
-    e.add_argument("--spool", default=os.environ.get("ALLOCOPT_SLURM_SPOOL"), metavar="DIR",
-                   help="the controller's --spool (default: $ALLOCOPT_SLURM_SPOOL)")
-    e.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    e = sub.add_parser("exec", help="(in a job script) run COMMAND with the allocopt job client's environment "
+                                    "(python -m allocopt.integrations.slurm_exec starts faster)")
+    add_exec_arguments(e)
     e.set_defaults(run=_run_exec)
     s = sub.add_parser("status", help="print the journaled jobs as JSON")
     s.add_argument("--state", required=True, metavar="FILE", help="the controller's journal")
@@ -655,10 +617,7 @@ def _run_controller(args: argparse.Namespace) -> int:
 
 
 def _run_exec(args: argparse.Namespace) -> int:
-    command = args.job_command[1:] if args.job_command[:1] == ["--"] else args.job_command
-    if not args.spool:
-        raise InvalidOptionError("allocopt slurm exec needs --spool DIR or ALLOCOPT_SLURM_SPOOL")
-    exec_job(args.spool, command)
+    exec_job(args.spool, args.job_command)
     return 0  # not reached
 
 
