@@ -5,9 +5,10 @@ job with a comment marker::
 
     sbatch --hold --gres=gpu:1 --comment="allocopt:model=resnet50,steps=5000" train.sh
 
-and run their program under ``allocopt slurm exec`` (which gives it the
-:mod:`allocopt.runtime.client` environment: checkpoint directory, progress
-file, GPU type, total steps). Every round (``--round-seconds``) the controller
+and run their program under ``python -m allocopt.integrations.slurm_exec``
+(or ``allocopt slurm exec``), which gives it the :mod:`allocopt.runtime.client`
+environment: checkpoint directory, progress file, GPU type, total steps. Every
+round (``--round-seconds``) the controller
 
 1. reads the managed partitions' jobs and nodes (one ``squeue``, one ``sinfo``);
    GPU types and counts come from the nodes' typed GRES, less the GPUs that
