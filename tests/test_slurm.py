@@ -19,12 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from allocopt.integrations.slurm import Journal, parse_comment
 from allocopt.errors import InvalidProblemError
+from allocopt.integrations.slurm import Journal, parse_comment
+from allocopt.integrations.slurm_commands import _node_list, parse_gpu_gres
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITION = "allocopt"
 ROUND_S = 3.0
+KILL_AFTER_ROUNDS = 12  # journaled rounds before the controller is killed
+SHARE_TOLERANCE = 0.06  # |share of GPU seconds received - share of the allocation's GPU seconds|, per job
 # seconds per step on each type (plus the checkpoint's fsync): model "fast3x" gains 3x on a100, "flat" 1.5x
 STEP_S = {"fast3x": "a100=0.02,v100=0.06", "flat": "a100=0.03,v100=0.045"}
 TABLE = [{"model": "fast3x", "scale_factor": 1, "gpu_type": "a100", "throughput": 50.0},
@@ -57,7 +60,7 @@ def slurm() -> None:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def _sbatch(script: Path | None, *options: str) -> str:
@@ -86,6 +89,21 @@ def _wait(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _rounds(state: Path) -> int:
+    journal = Journal(state)
+    try:
+        return len(journal.rounds())
+    finally:
+        journal.close()
+
+
+def test_slurm_output_parsing():
+    assert _node_list("gpu-[1-3,07],cpu") == ("gpu-1", "gpu-2", "gpu-3", "gpu-07", "cpu")
+    assert parse_gpu_gres("gpu:a100:2(S:0-1)") == ("a100", 2)
+    assert parse_gpu_gres("gpu:2") == (None, 2) and parse_gpu_gres("gpu") == (None, 1)
+    assert parse_gpu_gres("mps:100") is None
+
+
 def test_comment_parsing():
     assert parse_comment("hello") is None
     assert parse_comment("allocopt") == {}
@@ -94,9 +112,10 @@ def test_comment_parsing():
         parse_comment("allocopt:color=red")
 
 
-def test_exec_outside_a_job_is_a_usage_error():
+@pytest.mark.parametrize("wrapper", [["allocopt", "slurm", "exec"], ["allocopt.integrations.slurm_exec"]])
+def test_exec_outside_a_job_is_a_usage_error(wrapper):
     env = {k: v for k, v in _env().items() if k != "SLURM_JOB_ID"}
-    proc = subprocess.run([sys.executable, "-m", "allocopt", "slurm", "exec", "--spool", "/tmp", "--", "true"],
+    proc = subprocess.run([sys.executable, "-m", *wrapper, "--spool", "/tmp", "--", "true"],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "SLURM_JOB_ID" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -107,15 +126,17 @@ def test_jobs_run_exactly_once_under_preemption_and_a_controller_kill(slurm, tmp
     table = tmp_path / "throughputs.json"
     table.write_text(json.dumps(TABLE))
     jobs = {}  # job id -> (model, total steps, output file)
-    for k, (model, steps) in enumerate([("fast3x", 300), ("fast3x", 300), ("fast3x", 300), ("flat", 240),
-                                        ("flat", 240)]):
+    # the last job is submitted without --hold: the controller holds it (or requeues it held if Slurm
+    # started it first) until it has a lease
+    for k, (model, steps) in enumerate([("fast3x", 900), ("fast3x", 900), ("fast3x", 900), ("flat", 800),
+                                        ("flat", 800), ("flat", 600)]):
         out = tmp_path / f"steps-{k}.txt"
         script = tmp_path / f"job-{k}.sh"
-        script.write_text(f"#!/bin/bash\nexec {sys.executable} -m allocopt slurm exec --spool {spool} -- "
+        script.write_text(f"#!/bin/bash\nexec {sys.executable} -m allocopt.integrations.slurm_exec --spool {spool} -- "
                           f"{sys.executable} {ROOT / 'tests' / 'jobs' / 'slurm_train.py'} {out} "
                           f"--step-s {STEP_S[model]}\n")
-        jid = _sbatch(script, "--hold", "--gres=gpu:1", f"--comment=allocopt:model={model},steps={steps}",
-                      f"--output={tmp_path / f'slurm-{k}.log'}")
+        jid = _sbatch(script, *(["--hold"] if k < 5 else []), "--gres=gpu:1",
+                      f"--comment=allocopt:model={model},steps={steps}", f"--output={tmp_path / f'slurm-{k}.log'}")
         jobs[jid] = (model, steps, out)
     foreign = _sbatch(None, "--gres=gpu:1", "--wrap=sleep 6", "--output=/dev/null")
     rejected = _sbatch(tmp_path / "job-0.sh", "--hold", "--comment=allocopt:color=red", "--output=/dev/null")
@@ -124,11 +145,17 @@ def test_jobs_run_exactly_once_under_preemption_and_a_controller_kill(slurm, tmp
     try:
         ctl = _controller(spool, table, log)
         # kill -9 once a few rounds are journaled, with jobs running; Slurm keeps running them meanwhile
-        _wait(lambda: state.exists() and len(Journal(state).rounds()) >= 6, 120, "six journaled rounds")
+        _wait(lambda: state.exists() and _rounds(state) >= KILL_AFTER_ROUNDS, 120, "journaled rounds")
+        for _ in range(10):  # between two rounds (the last one enacted), while jobs run
+            done = _rounds(state)
+            _wait(lambda: _rounds(state) > done, 30, "the next round")
+            time.sleep(ROUND_S / 3)
+            running = [j for j in jobs if _show(j).get("JobState") == "RUNNING"]
+            if running:
+                break
         ctl.send_signal(signal.SIGKILL)
         ctl.wait()
         killed_at = time.time()
-        running = [j for j in jobs if _show(j).get("JobState") == "RUNNING"]
         time.sleep(2 * ROUND_S)
         assert running and all(_show(j).get("JobState") in ("RUNNING", "COMPLETED") for j in running)
         ctl = _controller(spool, table, log)
@@ -160,13 +187,15 @@ def test_jobs_run_exactly_once_under_preemption_and_a_controller_kill(slurm, tmp
     assert foreign not in records
     assert records[rejected].status == "rejected" and "color" in records[rejected].message
 
-    # GPU time follows the allocation: over the rounds where all five jobs were active, each job's share
-    # of the GPU seconds used is within 0.06 of its share of the GPU seconds the allocation gave
+    # GPU time follows the allocation: from round 2 (the job that did not opt in has left; throughputs are
+    # measured) to the kill, with all six jobs active, each job's share of the GPU seconds used is within
+    # SHARE_TOLERANCE of its share of the GPU seconds the allocation gave (each requeue costs Slurm's
+    # stop-and-start latency, up to ~2.5 s of a 3-s round on a loaded machine)
     expected = dict.fromkeys(jobs, 0.0)
     received = dict.fromkeys(jobs, 0.0)
-    window = [k for k in range(len(rounds) - 1) if set(jobs) <= set(rounds[k]["allocation"])
+    window = [k for k in range(2, len(rounds) - 1) if set(jobs) <= set(rounds[k]["allocation"])
               and rounds[k + 1]["start"] < killed_at]
-    assert len(window) >= 4
+    assert len(window) >= KILL_AFTER_ROUNDS - 4
     for k in window:
         dt = rounds[k + 1]["start"] - rounds[k]["start"]
         for jid in jobs:
@@ -176,4 +205,4 @@ def test_jobs_run_exactly_once_under_preemption_and_a_controller_kill(slurm, tmp
                 received[jid] += seconds
     total_e, total_r = sum(expected.values()), sum(received.values())
     shares = {j: (round(received[j] / total_r, 3), round(expected[j] / total_e, 3)) for j in jobs}
-    assert all(abs(r - e) <= 0.06 for r, e in shares.values()), shares
+    assert all(abs(r - e) <= SHARE_TOLERANCE for r, e in shares.values()), shares

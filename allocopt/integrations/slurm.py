@@ -5,9 +5,10 @@ job with a comment marker::
 
     sbatch --hold --gres=gpu:1 --comment="allocopt:model=resnet50,steps=5000" train.sh
 
-and run their program under ``allocopt slurm exec`` (which gives it the
-:mod:`allocopt.runtime.client` environment: checkpoint directory, progress
-file, GPU type, total steps). Every round (``--round-seconds``) the controller
+and run their program under ``python -m allocopt.integrations.slurm_exec``
+(or ``allocopt slurm exec``), which gives it the :mod:`allocopt.runtime.client`
+environment: checkpoint directory, progress file, GPU type, total steps. Every
+round (``--round-seconds``) the controller
 
 1. reads the managed partitions' jobs and nodes (one ``squeue``, one ``sinfo``);
    GPU types and counts come from the nodes' typed GRES, less the GPUs that
@@ -46,7 +47,8 @@ from typing import Any, TextIO
 from allocopt.cluster import Cluster
 from allocopt.engine import Engine
 from allocopt.errors import InvalidOptionError, InvalidProblemError
-from allocopt.integrations.slurm_commands import FINAL_STATES, Slurm, SlurmJob, SlurmNode
+from allocopt.integrations.slurm_commands import FINAL_STATES, Slurm, SlurmError, SlurmJob, SlurmNode
+from allocopt.integrations.slurm_exec import add_exec_arguments, exec_job, job_dir
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome
 from allocopt.throughput.table import ThroughputTable
 
@@ -60,6 +62,8 @@ DEFAULT_STEPS_PER_S = 1.0
 RECOMPUTE_ROUNDS = 5
 #: Keys a job may set after the marker: ``allocopt:model=NAME,steps=N,weight=W,types=a100+v100``.
 JOB_KEYS = ("model", "steps", "weight", "types")
+#: Seconds of steps a throughput measurement needs (shorter ones are mostly start-up noise).
+_MIN_MEASURED_S = 1.0
 _RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
 
 
@@ -150,39 +154,7 @@ def load_throughputs(path: str | os.PathLike | None) -> dict[tuple[str, int], di
             for entry, row in zip(table.entries, table.throughputs_steps_per_s)}
 
 
-# ----- job side ---------------------------------------------------------------------------
-def job_dir(spool: str | os.PathLike, job_id: str) -> Path:
-    """The directory of a job's lease, progress and checkpoint files (shared with the compute nodes)."""
-    return Path(spool) / "jobs" / str(job_id)
-
-
-def exec_job(spool: str | os.PathLike, command: Sequence[str]) -> None:
-    """Replace this process by ``command`` with the job client's environment (``allocopt slurm exec``).
-
-    Reads ``SLURM_JOB_ID`` and the lease file the controller wrote before releasing the job.
-    """
-    job_id = os.environ.get("SLURM_JOB_ID")
-    if not job_id:
-        raise InvalidOptionError("allocopt slurm exec runs inside a Slurm job (SLURM_JOB_ID is not set)")
-    if not command:
-        raise InvalidOptionError("allocopt slurm exec needs a command: allocopt slurm exec -- python train.py")
-    jdir = job_dir(spool, job_id)
-    try:
-        lease = json.loads((jdir / "lease.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        lease = {}
-    env = dict(os.environ)
-    env.update({"ALLOCOPT_JOB_ID": job_id, "ALLOCOPT_PROGRESS_FILE": str(jdir / "progress.jsonl"),
-                "PYTHONUNBUFFERED": "1"})
-    env.setdefault("ALLOCOPT_CHECKPOINT_DIR", str(jdir / "checkpoints"))
-    if lease.get("gpu_type"):
-        env["ALLOCOPT_GPU_TYPE"] = str(lease["gpu_type"])
-    if lease.get("total_steps") and "ALLOCOPT_TOTAL_STEPS" not in env:
-        env["ALLOCOPT_TOTAL_STEPS"] = str(lease["total_steps"])
-    jdir.mkdir(parents=True, exist_ok=True)
-    os.execvpe(command[0], list(command), env)
-
-
+# ----- the jobs' progress files ------------------------------------------------------------
 class _Progress:
     """Incremental reader of a job's progress file (JSON lines of :mod:`allocopt.runtime.client`)."""
 
@@ -208,7 +180,7 @@ class _Progress:
 
     def rate(self, start_s: float, end_s: float) -> float | None:
         """Steps/s over ``[start_s, end_s]`` from the step records of each run (a ``start`` record begins
-        a run); None without two records of one run in the window."""
+        a run); None with less than ``_MIN_MEASURED_S`` seconds of steps in the window."""
         steps = seconds = 0.0
         last: tuple[float, int] | None = None
         for r in self.read():
@@ -219,7 +191,7 @@ class _Progress:
                 steps += r["step"] - last[1]
                 seconds += t - last[0]
             last = (t, r["step"])
-        return steps / seconds if seconds > 0 and steps > 0 else None
+        return steps / seconds if seconds >= _MIN_MEASURED_S and steps > 0 else None
 
     def steps_done(self) -> int:
         records = self.read()
@@ -281,6 +253,10 @@ class Journal:
                                 (idx, start, seconds, *(json.dumps(d) for d in docs)))
         self._written.update(rows)
 
+    def set_timings(self, idx: int, timings: Mapping[str, float]) -> None:
+        """Replace the timings of round ``idx`` (its enactment is timed after it was journaled)."""
+        self.db.execute("UPDATE rounds SET timings = ? WHERE idx = ?", (json.dumps(timings), idx))
+
     def close(self) -> None:
         self.db.close()
 
@@ -321,16 +297,18 @@ class SlurmController:
         document = journal.engine()
         if document is not None:
             self.engine = Engine.from_json(document)
-            if self.engine.policy != policy or self.engine.mechanism_options.round_seconds != self.round_seconds:
+            journaled_s = self.engine.mechanism_options.round_seconds
+            if self.engine.policy != policy or journaled_s != self.round_seconds:
                 raise InvalidOptionError(f"the journal {journal.path} was written with policy "
-                                         f"{self.engine.policy!r} and {self.engine.mechanism_options.round_seconds:g}-s "
-                                         "rounds; restart with those, or give a new --state file")
+                                         f"{self.engine.policy!r} and {journaled_s:g}-s rounds; restart with "
+                                         "those, or give a new --state file")
         last = journal.last_round()
         self.round_index = 0 if last is None else last[0] + 1
         self.round_start = None if last is None else last[1]
         self.leases: dict[str, str] = {} if last is None else last[2]
         self._progress: dict[str, _Progress] = {}
         self._warned_models: set[tuple[str, int]] = set()
+        self._node_types: dict[str, str] = {}
         (self.spool / "jobs").mkdir(parents=True, exist_ok=True)
 
     # ----- state ------------------------------------------------------------------------
@@ -388,6 +366,11 @@ class SlurmController:
         now = time.time()
         by_id = {j.job_id: j for j in jobs}
         capacity, per_node, node_type = self._cluster(nodes, jobs)
+        if node_type != self._node_types:  # for allocopt slurm exec: the GPU type of the job's node
+            tmp = self.spool / ".nodes.json.tmp"
+            tmp.write_text(json.dumps(node_type), encoding="utf-8")
+            os.replace(tmp, self.spool / "nodes.json")
+            self._node_types = node_type
         if self.engine is None:
             if not capacity:
                 raise InvalidProblemError(f"no typed GPU GRES (gpu:TYPE:N) on the up nodes of partition(s) "
@@ -402,31 +385,78 @@ class SlurmController:
                 engine.set_capacity(gpu_type, capacity.get(gpu_type, 0), gpus_per_node=per_node.get(gpu_type))
         types = list(engine.cluster.gpu_types)
 
-        # 1. credit the last round's leases with the time their jobs ran, and their measured throughput
-        results = []
-        if self.round_start is not None:
-            for job_id, gpu_type in self.leases.items():
-                rec, sj = self.records.get(job_id), by_id.get(job_id)
-                ran = 0.0
-                if sj is not None and sj.start_s is not None:
-                    begin = max(sj.start_s, self.round_start)
-                    if sj.state in _RUNNING and sj.nodes and node_type.get(sj.nodes[0]) == gpu_type:
-                        ran = max(0.0, now - begin)
-                    elif sj.state in FINAL_STATES and sj.end_s is not None:
-                        ran = max(0.0, min(sj.end_s, now) - begin)
-                rate = self._progress_of(job_id).rate(self.round_start, now) if ran > 0 else None
-                if rec is not None:
-                    rec.received[gpu_type] = rec.received.get(gpu_type, 0.0) + ran
-                if job_id in engine:
-                    results.append(JobRoundResult(job_id, RoundOutcome.PREEMPTED, 0, ran, rate))
-            engine.record_round(results)  # the journaled leases are the engine's unrecorded ones
-            for r in results:
-                if r.measured_steps_per_s is not None:
-                    self.records[r.job_id].measured[self.leases[r.job_id]] = \
-                        engine.get_job(r.job_id)["throughputs"][self.leases[r.job_id]]
+        results = self._credit_last_round(by_id, node_type, now)
+        self._track(jobs, by_id, types, now)
 
-        # 2. new, finished and vanished jobs
-        hold, preempt = [], []
+        t1 = time.time()
+        leased: dict[str, str] = {}
+        if len(engine):  # (an engine without jobs has no round to plan)
+            leased = {lease.job_id: lease.gpu_type for lease in engine.next_round(self.round_seconds).leases}
+        t2 = time.time()
+        document = engine.to_json()
+        # the allocation the priority mechanism follows (installed at its last recompute)
+        installed = {str(job): state["allocation"] for job, state in document["rounds"]["jobs"]}
+        hold, preempt, release, settling = self._decide(leased, by_id, node_type, nodes)
+
+        # journal, then enact (a crash in between is repaired by the next round's comparison with Slurm)
+        self.leases = {j: t for j, t in leased.items()}
+        actions = {"hold": hold, "requeuehold": preempt, "release": sorted(release)}
+        self.journal.commit(list(self.records.values()), document,
+                            (self.round_index, now, self.round_seconds, self.leases, installed,
+                             [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
+                             {"observe_s": t1 - t0, "solve_s": t2 - t1}))
+        t3 = time.time()
+        later = [j for j in settling if j in release]
+        failed = self.slurm.enact(hold, preempt, {j: x for j, x in release.items() if j not in later})
+        t4 = time.time()
+        if later:  # the rest are released by a later round (they are held and leased)
+            stopped = self.slurm.wait_requeued(later, timeout_s=min(self.round_seconds / 2, 60.0))
+            failed |= self.slurm.release({j: release[j] for j in stopped})
+        t5 = time.time()
+        timings = {"observe_s": t1 - t0, "solve_s": t2 - t1, "journal_s": t3 - t2, "enact_s": t4 - t3,
+                   "round_s": t4 - t0, "requeued_release_s": t5 - t4}
+        self.journal.set_timings(self.round_index, timings)
+        record = {"idx": self.round_index, "start": now, "leases": self.leases, "actions": actions,
+                  "failed": failed, "timings": timings}
+        if self.out is not None:
+            self._print_round(record)
+        self.round_index += 1
+        self.round_start = now
+        return record
+
+    def _credit_last_round(self, by_id: Mapping[str, SlurmJob], node_type: Mapping[str, str],
+                           now: float) -> list[JobRoundResult]:
+        """Credit the last round's leases with the seconds their jobs ran on the lease's type (Slurm's start
+        and end times, so a controller's downtime counts) and the steps/s they measured."""
+        results: list[JobRoundResult] = []
+        if self.round_start is None or self.engine is None:
+            return results
+        for job_id, gpu_type in self.leases.items():
+            rec, sj = self.records.get(job_id), by_id.get(job_id)
+            ran = 0.0
+            if sj is not None and sj.start_s is not None:
+                begin = max(sj.start_s, self.round_start)
+                if sj.state in _RUNNING and sj.nodes and node_type.get(sj.nodes[0]) == gpu_type:
+                    ran = max(0.0, now - begin)
+                elif sj.state in FINAL_STATES and sj.end_s is not None:
+                    ran = max(0.0, min(sj.end_s, now) - begin)
+            # (from this run's start only: an earlier run on another type may have logged steps in the round)
+            rate = self._progress_of(job_id).rate(begin, now) if ran > 0 else None
+            if rec is not None:
+                rec.received[gpu_type] = rec.received.get(gpu_type, 0.0) + ran
+            if job_id in self.engine:
+                results.append(JobRoundResult(job_id, RoundOutcome.PREEMPTED, 0, ran, rate))
+        self.engine.record_round(results)  # the journaled leases are the engine's unrecorded ones
+        for r in results:
+            if r.measured_steps_per_s is not None:
+                self.records[r.job_id].measured[self.leases[r.job_id]] = \
+                    self.engine.get_job(r.job_id)["throughputs"][self.leases[r.job_id]]
+        return results
+
+    def _track(self, jobs: Sequence[SlurmJob], by_id: Mapping[str, SlurmJob], types: Sequence[str],
+               now: float) -> None:
+        """Records for newly seen opted-in jobs (added to the engine, or rejected); finished and vanished
+        jobs leave the engine."""
         for sj in jobs:
             rec = self.records.get(sj.job_id)
             if rec is None:
@@ -449,36 +479,31 @@ class SlurmController:
                                     message=problem)
                     log.error("job %s rejected (kept held): %s", sj.job_id, problem)
                 else:
-                    engine.add_job(sj.job_id, self._engine_throughputs(rec, types), scale_factor=rec.scale_factor,
-                                   priority_weight=rec.weight)
+                    self.engine.add_job(sj.job_id, self._engine_throughputs(rec, types),
+                                        scale_factor=rec.scale_factor, priority_weight=rec.weight)
                 self.records[sj.job_id] = rec
             elif rec.status in ("active", "rejected") and sj.state in FINAL_STATES:
                 rec.status = {"COMPLETED": "done", "CANCELLED": "cancelled"}.get(sj.state, "failed")
                 rec.finished, rec.lease_type = sj.end_s or now, None
                 rec.message = f"Slurm state {sj.state}" if rec.status != "done" else ""
                 rec.steps_done = max(rec.steps_done, self._progress_of(sj.job_id).steps_done())
-                if sj.job_id in engine:
-                    engine.remove_job(sj.job_id)
+                if sj.job_id in self.engine:
+                    self.engine.remove_job(sj.job_id)
         for job_id, rec in self.records.items():
             if rec.status == "active" and job_id not in by_id:
                 rec.status, rec.finished, rec.lease_type = "gone", now, None
                 rec.message = "left Slurm's records (MinJobAge) before the controller saw it finish"
-                if job_id in engine:
-                    engine.remove_job(job_id)
+                if job_id in self.engine:
+                    self.engine.remove_job(job_id)
             if rec.status == "active" and (job_id in self.leases or rec.lease_type is not None):
                 rec.steps_done = max(rec.steps_done, self._progress_of(job_id).steps_done())
 
-        # 3. plan
-        t1 = time.time()
-        leased: dict[str, str] = {}
-        row_alloc: dict[str, dict[str, float]] = {}
-        if len(engine):  # (an engine without jobs has no round to plan)
-            plan = engine.next_round(self.round_seconds)
-            allocation = engine.allocate()
-            leased = {lease.job_id: lease.gpu_type for lease in plan.leases}
-            row_alloc = {str(j): dict(zip(allocation.gpu_types, map(float, allocation.matrix[k])))
-                         for k, j in enumerate(allocation.job_ids)}
-        t2 = time.time()
+    def _decide(self, leased: Mapping[str, str], by_id: Mapping[str, SlurmJob], node_type: Mapping[str, str],
+                nodes: Sequence[SlurmNode]) -> tuple[list[str], list[str], dict[str, str], list[str]]:
+        """Compare Slurm's state with the round's leases: the jobs to hold, to requeue held, to release
+        (with their exclusion lists), and the requeued ones whose release waits until they stopped."""
+        hold: list[str] = []
+        preempt: list[str] = []
         release: dict[str, str] = {}
         settling: list[str] = []  # requeued jobs to release once they stopped
         all_nodes = sorted(node_type) + sorted(n.name for n in nodes if n.mixed)
@@ -505,32 +530,7 @@ class SlurmController:
                 rec.releases += 1
                 self._write_lease(rec, want)
             rec.lease_type = want
-
-        # 4. journal, then enact (a crash in between is repaired by the next round's comparison)
-        self.leases = {j: t for j, t in leased.items()}
-        actions = {"hold": hold, "requeuehold": preempt, "release": sorted(release)}
-        self.journal.commit(list(self.records.values()), engine.to_json(),
-                            (self.round_index, now, self.round_seconds, self.leases, row_alloc,
-                             [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
-                             {"observe_s": t1 - t0, "solve_s": t2 - t1}))
-        t3 = time.time()
-        later = [j for j in settling if j in release]
-        failed = self.slurm.enact(hold, preempt, {j: x for j, x in release.items() if j not in later})
-        t4 = time.time()
-        if later:  # the rest are released by a later round (they are held and leased)
-            stopped = self.slurm.wait_requeued(later, timeout_s=min(self.round_seconds / 2, 60.0))
-            failed |= self.slurm.release({j: release[j] for j in stopped})
-        t5 = time.time()
-        timings = {"observe_s": t1 - t0, "solve_s": t2 - t1, "journal_s": t3 - t2, "enact_s": t4 - t3,
-                   "round_s": t4 - t0, "requeued_release_s": t5 - t4}
-        self.journal.db.execute("UPDATE rounds SET timings = ? WHERE idx = ?", (json.dumps(timings), self.round_index))
-        record = {"idx": self.round_index, "start": now, "leases": self.leases, "actions": actions,
-                  "failed": failed, "timings": timings}
-        if self.out is not None:
-            self._print_round(record)
-        self.round_index += 1
-        self.round_start = now
-        return record
+        return hold, preempt, release, settling
 
     def _write_lease(self, rec: JobRecord, gpu_type: str) -> None:
         jdir = job_dir(self.spool, rec.job_id)
@@ -546,7 +546,10 @@ class SlurmController:
         rounds = 0
         while max_rounds is None or rounds < max_rounds:
             started = time.monotonic()
-            self.run_round()
+            try:
+                self.run_round()
+            except SlurmError as err:  # slurmctld restarting or overloaded: nothing changed, try next round
+                log.warning("round skipped: %s", err)
             rounds += 1
             if exit_when_done and self.records and not self.active():
                 break
@@ -591,10 +594,9 @@ def add_parser(commands: Any) -> None:
     r.add_argument("--exit-when-done", action="store_true",
                    help="stop once every opted-in job seen has finished")
     r.set_defaults(run=_run_controller)
-    e = sub.add_parser("exec", help="(in a job script) run COMMAND with the allocopt job client's environment")
-    e.add_argument("--spool", default=os.environ.get("ALLOCOPT_SLURM_SPOOL"), metavar="DIR",
-                   help="the controller's --spool (default: $ALLOCOPT_SLURM_SPOOL)")
-    e.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    e = sub.add_parser("exec", help="(in a job script) run COMMAND with the allocopt job client's environment "
+                                    "(python -m allocopt.integrations.slurm_exec starts faster)")
+    add_exec_arguments(e)
     e.set_defaults(run=_run_exec)
     s = sub.add_parser("status", help="print the journaled jobs as JSON")
     s.add_argument("--state", required=True, metavar="FILE", help="the controller's journal")
@@ -616,10 +618,7 @@ def _run_controller(args: argparse.Namespace) -> int:
 
 
 def _run_exec(args: argparse.Namespace) -> int:
-    command = args.job_command[1:] if args.job_command[:1] == ["--"] else args.job_command
-    if not args.spool:
-        raise InvalidOptionError("allocopt slurm exec needs --spool DIR or ALLOCOPT_SLURM_SPOOL")
-    exec_job(args.spool, command)
+    exec_job(args.spool, args.job_command)
     return 0  # not reached
 
 

@@ -288,9 +288,3 @@ class Slurm:
             if all(states.get(j) != "COMPLETING" for j in job_ids) or time.monotonic() >= deadline:
                 return [j for j in job_ids if states.get(j) == "PENDING"]
             time.sleep(0.1)
-
-    def cancel(self, job_ids: Iterable[str]) -> None:
-        """``scancel`` the jobs (tests and benchmarks clean up with it)."""
-        ids = list(job_ids)
-        if ids:
-            self._run(["scancel", *ids], check=False)
