@@ -837,3 +837,19 @@ def test_a_token_is_required_off_loopback(tmp_path):
     assert result.returncode == 2 and "token file" in result.stderr and "Traceback" not in result.stderr
     with AllocoptServer(("::1", 0)) if socket.has_ipv6 else AllocoptServer(("127.0.0.1", 0)) as srv:
         assert request(f"{srv.url}/health")[0] == 200  # loopback, IPv6 where there is one, needs no token
+
+
+def test_solves_with_different_solver_threads_in_different_workers(server):
+    """HiGHS's process-wide scheduler is rebuilt for another thread count; every worker thread keeps solving."""
+    request(f"{server.url}/engine/jobs", "POST", {"id": "a", "throughputs": {"v100": 1.0}})
+
+    def call(k: int) -> int:
+        if k % 4 == 3:  # the engine thread solves with the engine's own options
+            request(f"{server.url}/engine/jobs/a", "PATCH", {"priority_weight": 1.0 + k})
+            return request(f"{server.url}/engine/allocation")[0]
+        options = {"threads": min(1 + k % 2, server.options.max_solver_threads)} if k % 3 else {}
+        return request(f"{server.url}/solve", "POST", {**SMALL, "options": options})[0]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        statuses = list(pool.map(call, range(40)))
+    assert statuses == [200] * 40
