@@ -853,3 +853,18 @@ def test_solves_with_different_solver_threads_in_different_workers(server):
     with ThreadPoolExecutor(max_workers=4) as pool:
         statuses = list(pool.map(call, range(40)))
     assert statuses == [200] * 40
+
+
+def test_connections_over_the_limit_and_unparsable_requests_get_json():
+    with AllocoptServer(("127.0.0.1", 0), options=ServiceOptions(max_connections=3)) as srv:
+        idle = [socket.create_connection(srv.server_address) for _ in range(3)]
+        answer = raw_exchange(srv.server_address, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503") and "limit of 3" in json.loads(payload)["error"], answer
+        for conn in idle:
+            conn.close()
+        time.sleep(0.5)
+        assert request(f"{srv.url}/health")[0] == 200
+        for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000):
+            head, _, payload = raw_exchange(srv.server_address, garbage).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400") and json.loads(payload)["type"] == "RequestError", head

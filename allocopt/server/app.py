@@ -17,7 +17,7 @@ import hmac
 import json
 import logging
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import unquote
@@ -103,6 +103,8 @@ class Service:
         self._engine: Engine | None = None
         self._health: tuple[int, int] | None = None
         self.engine = engine
+        #: The server's open connections (set by the server); past ``max_connections`` requests get 503.
+        self.connections: Sized = ()
 
     # ----- the engine -----------------------------------------------------------------------------------------
     @property
@@ -143,6 +145,10 @@ class Service:
         if scope["type"] != "http":
             return
         try:
+            if len(self.connections) > self.options.max_connections:
+                raise RequestError(503, f"the service has {len(self.connections)} open connections, over its "
+                                        f"limit of {self.options.max_connections}; retry later",
+                                   headers={"Retry-After": "1", "Connection": "close"})
             response = await self._respond(Request(scope, receive))
         except RequestError as err:
             response = _json_response(err.status, _error(err, "RequestError", err.field), err.headers)
