@@ -302,13 +302,7 @@ class Service:
             if name in SOLVE_KEYWORDS and keywords:
                 checked[name] = self._solve_keyword(name, value, where)
             elif name in pol.options:
-                default = pol.options[name]
-                kind = (bool if isinstance(default, bool) else (int, float) if isinstance(default, (int, float))
-                        else str if isinstance(default, str) else object)
-                if (kind is not bool and isinstance(value, bool)) or not isinstance(value, kind):
-                    expected = {bool: "a boolean", str: "a string"}.get(kind, "a number")  # type: ignore[call-overload]
-                    raise RequestError(400, f"'{where}' must be {expected}, got {json.dumps(value)}", field=where)
-                checked[name] = value
+                checked[name] = _policy_option(pol.options[name], value, where)
             else:
                 known = sorted(pol.options) + (list(SOLVE_KEYWORDS) if keywords else [])
                 raise RequestError(400, f"unknown option {name!r} of policy {policy!r}; known: "
@@ -492,6 +486,23 @@ class Service:
         engine.record_round(results)
         self._saved(engine)
         return 200, {"round_index": last, "recorded": len(results), "engine_version": engine.version}
+
+
+def _policy_option(default: Any, value: Any, where: str) -> Any:
+    """``value`` of a policy option, of the type of its ``default`` (an int default: an integer >= 0, e.g. a seed)."""
+    if isinstance(default, bool):
+        ok, expected = isinstance(value, bool), "a boolean"
+    elif isinstance(default, int):
+        ok, expected = isinstance(value, int) and not isinstance(value, bool) and value >= 0, "an integer >= 0"
+    elif isinstance(default, float):
+        ok, expected = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    elif isinstance(default, str):
+        ok, expected = isinstance(value, str), "a string"
+    else:  # no default to go by (None): the policy checks it
+        ok, expected = True, ""
+    if not ok:
+        raise RequestError(400, f"'{where}' must be {expected}, got {json.dumps(value)}", field=where)
+    return value
 
 
 def _required(body: Any) -> Any:
