@@ -871,3 +871,20 @@ def test_connections_over_the_limit_and_unparsable_requests_get_json():
         for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000):
             head, _, payload = raw_exchange(srv.server_address, garbage).partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 400") and json.loads(payload)["type"] == "RequestError", head
+
+
+def test_a_full_solve_pool_answers_503():
+    """One solve worker, one queued request: a third solve is refused at once (503, Retry-After), not queued."""
+    options = ServiceOptions(solve_workers=1, max_queued=1)
+    big = {**big_problem(10_000), "options": {"threads": 1}}  # seconds of HiGHS each
+    with AllocoptServer(("127.0.0.1", 0), options=options) as srv, ThreadPoolExecutor(2) as pool:
+        slow = [pool.submit(request, f"{srv.url}/solve", "POST", big) for _ in range(2)]
+        time.sleep(0.5)  # both admitted: one solving, one waiting
+        connection = http.client.HTTPConnection(*srv.server_address, timeout=60)
+        connection.request("POST", "/solve", body=json.dumps(SMALL))
+        response = connection.getresponse()
+        out = json.loads(response.read())
+        assert not all(f.done() for f in slow), "the big solves finished too soon to fill the pool"
+        assert response.status == 503 and response.headers["Retry-After"] and "busy" in out["error"], out
+        assert [f.result()[0] for f in slow] == [200, 200]
+        assert request(f"{srv.url}/solve", "POST", SMALL)[0] == 200
