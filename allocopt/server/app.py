@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import unquote
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -184,9 +184,10 @@ class Service:
         self._admit(op.pool)
         try:
             raw = await self._read_body(request) if method in ("POST", "PUT", "PATCH") else b""
-            status, data = await self._run(op, raw, params)
-        finally:
-            self._in_flight[op.pool] -= 1
+        except BaseException:
+            self._release(op.pool)
+            raise
+        status, data = await self._run(op, raw, params)
         return Response(data, status_code=status, media_type="application/json")
 
     def _authorize(self, request: Request) -> None:
@@ -205,6 +206,9 @@ class Service:
             raise RequestError(503, f"the service is busy ({self._in_flight[pool]} {pool} requests in progress); "
                                     "retry later", headers={"Retry-After": "1"})
         self._in_flight[pool] += 1
+
+    def _release(self, pool: str) -> None:
+        self._in_flight[pool] -= 1
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.options.max_body_bytes
@@ -236,7 +240,18 @@ class Service:
                                field="body", headers={"Connection": "close"}) from None
 
     async def _run(self, op: Operation, raw: bytes, params: tuple[str, ...]) -> tuple[int, bytes]:
-        future: Future = self._pools[op.pool].submit(self._call, op, raw, params)
+        """Run ``op`` in its pool; its admission is released when the work ends, not when the request is answered."""
+        loop = asyncio.get_running_loop()
+        try:
+            future: Future = self._pools[op.pool].submit(self._call, op, raw, params)
+        except RuntimeError:  # shutting down
+            self._release(op.pool)
+            raise RequestError(503, "the service is shutting down", headers={"Connection": "close"}) from None
+        def release(_: Future) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._release, op.pool)
+
+        future.add_done_callback(release)
         wrapped = asyncio.wrap_future(future)
         try:
             return await asyncio.wait_for(asyncio.shield(wrapped), self.options.solve_timeout_s)
