@@ -838,8 +838,12 @@ def test_a_token_is_required_off_loopback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "allocopt", "serve", "--token-file", str(tmp_path / "empty")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "token file" in result.stderr and "Traceback" not in result.stderr
-    with AllocoptServer(("::1", 0)) if socket.has_ipv6 else AllocoptServer(("127.0.0.1", 0)) as srv:
-        assert request(f"{srv.url}/health")[0] == 200  # loopback, IPv6 where there is one, needs no token
+    try:
+        srv = AllocoptServer(("::1", 0))  # loopback needs no token, IPv6 as well
+    except OSError:  # no IPv6 on this machine: the checks above stand
+        return
+    with srv:
+        assert srv.url.startswith("http://[::1]:") and request(f"{srv.url}/health")[0] == 200
 
 
 def test_solves_with_different_solver_threads_in_different_workers(server):
