@@ -892,3 +892,10 @@ def test_a_full_solve_pool_answers_503():
         assert response.status == 503 and response.headers["Retry-After"] and "busy" in out["error"], out
         assert [f.result()[0] for f in slow] == [200, 200]
         assert request(f"{srv.url}/solve", "POST", SMALL)[0] == 200
+
+
+def test_serve_without_the_service_extra_says_what_to_install():
+    code = ("import sys; sys.modules['uvicorn'] = None\n"  # as if uvicorn were not installed
+            "from allocopt.cli import main; sys.exit(main(['serve', '--port', '0']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "allocopt[service]" in result.stderr and "Traceback" not in result.stderr
