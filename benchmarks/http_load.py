@@ -48,6 +48,12 @@ KEYS = ["id", "throughputs", "scale_factor", "priority_weight", "num_steps_remai
         "steps", "run_seconds", "measured_steps_per_s", "restarted", "message", "format", "format_version",
         "version", "rounds", "measured", "policy_options", "solve_options", "throughput_smoothing", "v100", "k80",
         "threads", "time_limit_s", "mip_gap", "best_effort", "partitions", "heterogeneity_aware", "space_sharing"]
+POLICIES = ["max_min_fairness", "max_throughput", "min_makespan", "finish_time_fairness", "water_filling", "isolated",
+            "proportional", "fifo", "gandiva", "allox", "sia"]
+OPTIONS = ["heterogeneity_aware", "space_sharing", "aggregate_job_types", "column_generation", "price_decomposition",
+           "normalize_by_cost", "reference_gpu_type", "method", "entity_policies", "seed", "packing_threshold", "alpha",
+           "p", "lambda_n", "lambda_a", "relaxation_first", "time_limit_s", "mip_gap", "threads", "best_effort",
+           "partitions", "verbose", "solver_options"]
 ODD_NUMBERS = [0, -1, 1, 2**31, 2**63, 33_554_432, 10**15, 10**16, 1e300, 1e308, -1e308, 1e-300, 5e-324, 0.5, -0.0]
 ODD_STRINGS = ["", "v100", "k80", "tpu", "a", "7", "max_min_fairness", "max_throughput", "sia", "water_filling",
                "finish_time_fairness", "min_makespan", "proportional", "highs", "scipy", "auto", "completed",
@@ -157,6 +163,10 @@ def cases(draw: st.DrawFn, bodies_by_route: dict[tuple[str, str], Any]) -> tuple
     else:
         (method, template), document = draw(st.sampled_from(sorted(bodies_by_route.items(), key=repr)))
         body = draw(bodies(document))
+        if template in ("/solve", "/engine") and draw(st.booleans()):  # policies with drawn options
+            options = draw(st.dictionaries(st.sampled_from(OPTIONS), _leaves() | JSON, max_size=3))
+            key = "options" if template == "/solve" else draw(st.sampled_from(["policy_options", "solve_options"]))
+            body = json.dumps({**document, "policy": draw(st.sampled_from(POLICIES)), key: options}).encode()
     path = template.split("#")[0]
     for name, values in PARAMS.items():
         if "{" + name + "}" in path:

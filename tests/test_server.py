@@ -358,6 +358,9 @@ SMALL = {"cluster": {"gpus": {"v100": 1, "k80": 1}},
     ("POST", "/solve", {**SMALL, "options": {"backend": "highs"}}, 400, "options.backend"),
     ("POST", "/solve", {**SMALL, "options": [1]}, 400, "options"),
     ("POST", "/solve", {**SMALL, "policy": 3}, 400, "policy"),
+    ("POST", "/solve", {**SMALL, "policy": "fifo", "options": {"seed": -5}}, 400, "options.seed"),
+    ("POST", "/engine", {"cluster": {"gpus": {"v100": 1}}, "policy": "fifo", "policy_options": {"seed": 1.5}}, 400,
+     "policy_options.seed"),
     ("POST", "/solve", {"jobs": []}, 400, "cluster"),
     ("POST", "/solve", {**SMALL, "jobs": [{"id": "a", "throughputs": {"v100": -4.0, "k80": 1.0}}]}, 400,
      "jobs[0].throughputs.v100"),
@@ -835,5 +838,64 @@ def test_a_token_is_required_off_loopback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "allocopt", "serve", "--token-file", str(tmp_path / "empty")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "token file" in result.stderr and "Traceback" not in result.stderr
-    with AllocoptServer(("::1", 0)) if socket.has_ipv6 else AllocoptServer(("127.0.0.1", 0)) as srv:
-        assert request(f"{srv.url}/health")[0] == 200  # loopback, IPv6 where there is one, needs no token
+    try:
+        srv = AllocoptServer(("::1", 0))  # loopback needs no token, IPv6 as well
+    except OSError:  # no IPv6 on this machine: the checks above stand
+        return
+    with srv:
+        assert srv.url.startswith("http://[::1]:") and request(f"{srv.url}/health")[0] == 200
+
+
+def test_solves_with_different_solver_threads_in_different_workers(server):
+    """HiGHS's process-wide scheduler is rebuilt for another thread count; every worker thread keeps solving."""
+    request(f"{server.url}/engine/jobs", "POST", {"id": "a", "throughputs": {"v100": 1.0}})
+
+    def call(k: int) -> int:
+        if k % 4 == 3:  # the engine thread solves with the engine's own options
+            request(f"{server.url}/engine/jobs/a", "PATCH", {"priority_weight": 1.0 + k})
+            return request(f"{server.url}/engine/allocation")[0]
+        options = {"threads": min(1 + k % 2, server.options.max_solver_threads)} if k % 3 else {}
+        return request(f"{server.url}/solve", "POST", {**SMALL, "options": options})[0]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        statuses = list(pool.map(call, range(40)))
+    assert statuses == [200] * 40
+
+
+def test_connections_over_the_limit_and_unparsable_requests_get_json():
+    with AllocoptServer(("127.0.0.1", 0), options=ServiceOptions(max_connections=3)) as srv:
+        idle = [socket.create_connection(srv.server_address) for _ in range(3)]
+        answer = raw_exchange(srv.server_address, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503") and "limit of 3" in json.loads(payload)["error"], answer
+        for conn in idle:
+            conn.close()
+        time.sleep(0.5)
+        assert request(f"{srv.url}/health")[0] == 200
+        for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000):
+            head, _, payload = raw_exchange(srv.server_address, garbage).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400") and json.loads(payload)["type"] == "RequestError", head
+
+
+def test_a_full_solve_pool_answers_503():
+    """One solve worker, one queued request: a third solve is refused at once (503, Retry-After), not queued."""
+    options = ServiceOptions(solve_workers=1, max_queued=1)
+    big = {**big_problem(10_000), "options": {"threads": 1}}  # seconds of HiGHS each
+    with AllocoptServer(("127.0.0.1", 0), options=options) as srv, ThreadPoolExecutor(2) as pool:
+        slow = [pool.submit(request, f"{srv.url}/solve", "POST", big) for _ in range(2)]
+        time.sleep(0.5)  # both admitted: one solving, one waiting
+        connection = http.client.HTTPConnection(*srv.server_address, timeout=60)
+        connection.request("POST", "/solve", body=json.dumps(SMALL))
+        response = connection.getresponse()
+        out = json.loads(response.read())
+        assert not all(f.done() for f in slow), "the big solves finished too soon to fill the pool"
+        assert response.status == 503 and response.headers["Retry-After"] and "busy" in out["error"], out
+        assert [f.result()[0] for f in slow] == [200, 200]
+        assert request(f"{srv.url}/solve", "POST", SMALL)[0] == 200
+
+
+def test_serve_without_the_service_extra_says_what_to_install():
+    code = ("import sys; sys.modules['uvicorn'] = None\n"  # as if uvicorn were not installed
+            "from allocopt.cli import main; sys.exit(main(['serve', '--port', '0']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "allocopt[service]" in result.stderr and "Traceback" not in result.stderr

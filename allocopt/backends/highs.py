@@ -41,22 +41,33 @@ class _Scheduler:
     """HiGHS's thread scheduler is process-wide and fixed by the first ``run``: a
     later run that asks for another ``threads`` value fails ("Not Set"). Runs that
     want the current size share it; a run that wants another size waits until no
-    run is active, then rebuilds the scheduler (``resetGlobalScheduler``)."""
+    run is active, then rebuilds the scheduler (``resetGlobalScheduler``). A rebuild
+    leaves every other thread that ran HiGHS before it failing ("Not Set") until that
+    thread calls ``resetGlobalScheduler`` itself: each does so once, before its next run."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._threads: int | None = None  # the size the scheduler was built with; None before the first run
         self._active = 0
+        self._generation = 0  # rebuilds for a new size so far
+        self._local = threading.local()  # .generation: the rebuild this thread last ran under
 
     @contextmanager
     def size(self, threads: int):
         import highspy
 
         with self._cond:
-            while self._threads not in (None, threads) and self._active:
+            def stale() -> bool:
+                return getattr(self._local, "generation", self._generation) != self._generation
+
+            while (self._threads not in (None, threads) or stale()) and self._active:
                 self._cond.wait()
             if self._threads not in (None, threads):
                 highspy.Highs.resetGlobalScheduler(True)
+                self._generation += 1
+            elif stale():
+                highspy.Highs.resetGlobalScheduler(True)
+            self._local.generation = self._generation
             self._threads = threads
             self._active += 1
         try:

@@ -37,7 +37,7 @@ from typing import Any
 from allocopt.errors import BackendNotInstalledError
 from allocopt.server.options import ServiceOptions
 
-__all__ = ["ServiceOptions", "serve"]
+__all__ = ["AllocoptServer", "ServiceOptions", "serve"]
 
 _EXTRA = {"starlette", "uvicorn", "pydantic", "pydantic_core", "h11", "anyio"}  # what 'service' installs
 
@@ -58,3 +58,11 @@ def serve(host: str = "127.0.0.1", port: int = 8000, engine: Any = None, **kwarg
         raise BackendNotInstalledError(f"allocopt serve needs the 'service' extra ({err.name} is missing): "
                                        "pip install 'allocopt[service]'") from None
     run(host, port, engine, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """``AllocoptServer`` from :mod:`allocopt.server.http`, imported on first use (it needs the extra)."""
+    if name == "AllocoptServer":
+        from allocopt.server.http import AllocoptServer
+        return AllocoptServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,12 +17,12 @@ import hmac
 import json
 import logging
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import unquote
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -103,6 +103,8 @@ class Service:
         self._engine: Engine | None = None
         self._health: tuple[int, int] | None = None
         self.engine = engine
+        #: The server's open connections (set by the server); past ``max_connections`` requests get 503.
+        self.connections: Sized = ()
 
     # ----- the engine -----------------------------------------------------------------------------------------
     @property
@@ -143,6 +145,10 @@ class Service:
         if scope["type"] != "http":
             return
         try:
+            if len(self.connections) > self.options.max_connections:
+                raise RequestError(503, f"the service has {len(self.connections)} open connections, over its "
+                                        f"limit of {self.options.max_connections}; retry later",
+                                   headers={"Retry-After": "1", "Connection": "close"})
             response = await self._respond(Request(scope, receive))
         except RequestError as err:
             response = _json_response(err.status, _error(err, "RequestError", err.field), err.headers)
@@ -178,9 +184,10 @@ class Service:
         self._admit(op.pool)
         try:
             raw = await self._read_body(request) if method in ("POST", "PUT", "PATCH") else b""
-            status, data = await self._run(op, raw, params)
-        finally:
-            self._in_flight[op.pool] -= 1
+        except BaseException:
+            self._release(op.pool)
+            raise
+        status, data = await self._run(op, raw, params)
         return Response(data, status_code=status, media_type="application/json")
 
     def _authorize(self, request: Request) -> None:
@@ -199,6 +206,9 @@ class Service:
             raise RequestError(503, f"the service is busy ({self._in_flight[pool]} {pool} requests in progress); "
                                     "retry later", headers={"Retry-After": "1"})
         self._in_flight[pool] += 1
+
+    def _release(self, pool: str) -> None:
+        self._in_flight[pool] -= 1
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.options.max_body_bytes
@@ -230,7 +240,18 @@ class Service:
                                field="body", headers={"Connection": "close"}) from None
 
     async def _run(self, op: Operation, raw: bytes, params: tuple[str, ...]) -> tuple[int, bytes]:
-        future: Future = self._pools[op.pool].submit(self._call, op, raw, params)
+        """Run ``op`` in its pool; its admission is released when the work ends, not when the request is answered."""
+        loop = asyncio.get_running_loop()
+        try:
+            future: Future = self._pools[op.pool].submit(self._call, op, raw, params)
+        except RuntimeError:  # shutting down
+            self._release(op.pool)
+            raise RequestError(503, "the service is shutting down", headers={"Connection": "close"}) from None
+        def release(_: Future) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._release, op.pool)
+
+        future.add_done_callback(release)
         wrapped = asyncio.wrap_future(future)
         try:
             return await asyncio.wait_for(asyncio.shield(wrapped), self.options.solve_timeout_s)
@@ -296,13 +317,7 @@ class Service:
             if name in SOLVE_KEYWORDS and keywords:
                 checked[name] = self._solve_keyword(name, value, where)
             elif name in pol.options:
-                default = pol.options[name]
-                kind = (bool if isinstance(default, bool) else (int, float) if isinstance(default, (int, float))
-                        else str if isinstance(default, str) else object)
-                if (kind is not bool and isinstance(value, bool)) or not isinstance(value, kind):
-                    expected = {bool: "a boolean", str: "a string"}.get(kind, "a number")  # type: ignore[call-overload]
-                    raise RequestError(400, f"'{where}' must be {expected}, got {json.dumps(value)}", field=where)
-                checked[name] = value
+                checked[name] = _policy_option(pol.options[name], value, where)
             else:
                 known = sorted(pol.options) + (list(SOLVE_KEYWORDS) if keywords else [])
                 raise RequestError(400, f"unknown option {name!r} of policy {policy!r}; known: "
@@ -486,6 +501,23 @@ class Service:
         engine.record_round(results)
         self._saved(engine)
         return 200, {"round_index": last, "recorded": len(results), "engine_version": engine.version}
+
+
+def _policy_option(default: Any, value: Any, where: str) -> Any:
+    """``value`` of a policy option, of the type of its ``default`` (an int default: an integer >= 0, e.g. a seed)."""
+    if isinstance(default, bool):
+        ok, expected = isinstance(value, bool), "a boolean"
+    elif isinstance(default, int):
+        ok, expected = isinstance(value, int) and not isinstance(value, bool) and value >= 0, "an integer >= 0"
+    elif isinstance(default, float):
+        ok, expected = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    elif isinstance(default, str):
+        ok, expected = isinstance(value, str), "a string"
+    else:  # no default to go by (None): the policy checks it
+        ok, expected = True, ""
+    if not ok:
+        raise RequestError(400, f"'{where}' must be {expected}, got {json.dumps(value)}", field=where)
+    return value
 
 
 def _required(body: Any) -> Any:

@@ -1,15 +1,17 @@
 """The HTTP server: uvicorn (HTTP/1.1 over h11) running :class:`~allocopt.server.app.Service` on one socket.
 
-uvicorn closes idle keep-alive connections (``keep_alive_s``) and bounds open
-connections (``max_connections``); :class:`_Protocol` adds what it lacks: a
+uvicorn closes idle keep-alive connections (``keep_alive_s``); the service answers
+503 past ``max_connections`` open connections; :class:`_Protocol` adds what uvicorn lacks: a
 deadline for each request's line and headers (a client that sends them slowly,
-or connects and sends nothing, is disconnected after ``header_timeout_s``) and
-for a client that stops reading a response (writing stalled ``body_timeout_s``).
+or connects and sends nothing, is disconnected after ``header_timeout_s``), one
+for a client that stops reading a response (writing stalled ``body_timeout_s``),
+and JSON for the 400 of a request h11 cannot parse.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import sys
@@ -62,6 +64,18 @@ class _Protocol(H11Protocol):
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._arm_head_timer()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse (or a head over ``MAX_HEAD_BYTES``): 400 in JSON, then close."""
+        body = json.dumps({"error": f"invalid HTTP request: {msg}", "type": "RequestError", "field": None}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        try:
+            self.transport.write(self.conn.send(h11.Response(status_code=400, headers=headers, reason=b"Bad Request"))
+                                 + self.conn.send(h11.Data(data=body)) + self.conn.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:  # a response was already under way: just close
+            pass
+        self.transport.close()
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -134,10 +148,11 @@ class AllocoptServer:
         config = uvicorn.Config(self.service, http=protocol, ws="none", lifespan="off", log_config=None,
                                 log_level="info" if not quiet else "warning", access_log=not quiet,
                                 timeout_keep_alive=self.options.keep_alive_s,
-                                limit_concurrency=self.options.max_connections, backlog=self.options.backlog,
+                                backlog=self.options.backlog,
                                 h11_max_incomplete_event_size=MAX_HEAD_BYTES, timeout_graceful_shutdown=5,
                                 server_header=False)
         self._server = uvicorn.Server(config)
+        self.service.connections = self._server.server_state.connections
         self._thread: threading.Thread | None = None
 
     @property
