@@ -58,7 +58,8 @@ def max_min_fairness_closed_form(problem: Problem, coefficients: np.ndarray) -> 
     achieved = float(np.min(X[np.arange(n), best] * top))
     return PolicyResult(X, achieved, message="Optimal solution found (closed form: every job reaches the "
                         "level of the job with the lowest best-type throughput; certified by that bound).",
-                        extras={"dual_bound": t_cap, "certified_gap": (t_cap - achieved) / t_cap})
+                        extras={"certified": True, "dual_bound": t_cap, "primal_objective": achieved,
+                                "certified_gap": (t_cap - achieved) / t_cap})
 
 
 def max_throughput_closed_form(problem: Problem, value: np.ndarray) -> PolicyResult | None:
@@ -77,4 +78,5 @@ def max_throughput_closed_form(problem: Problem, value: np.ndarray) -> PolicyRes
     bound = float(top.sum())
     return PolicyResult(X, bound, message="Optimal solution found (closed form: every job fits on its best "
                         "type; certified by the sum of the jobs' best throughputs).",
-                        extras={"dual_bound": bound, "certified_gap": 0.0})
+                        extras={"certified": True, "dual_bound": bound, "primal_objective": bound,
+                                "certified_gap": 0.0})
