@@ -92,9 +92,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--families", nargs="?", const="all", metavar="NAMES",
                    help=f"every technique x instance family x size (default sizes "
                         f"{','.join(map(str, FAMILY_SIZES))}), with the ratio to the plain LP and to cvxpy, slowdowns "
-                        f"flagged, then POP's figure-2 and Sia's scale instances; NAMES: comma-separated of "
-                        f"{', '.join(FAMILIES)} (default: all); rows are printed and written to families.csv as "
-                        "they finish")
+                        f"flagged, then (without NAMES) POP's figure-2 and Sia's scale instances; NAMES: comma-separated of "
+                        f"{', '.join(FAMILIES)} (default: all); rows are printed as they finish and written to "
+                        "families.csv with each instance's baseline")
     p.add_argument("--out", default="bench-results", metavar="DIR",
                    help="directory for bench.json, bench.csv, bench-<backend>.png (targets: targets.json, "
                         "targets.csv) (default: %(default)s)")
@@ -249,13 +249,14 @@ def _families(config: Config, args: argparse.Namespace, info: dict[str, Any], ou
         def on_row(row: dict[str, Any]) -> None:
             print("  ".join(f"{c.header}={c.show(row.get(c.key))}" for c in FAMILY_COLUMNS
                             if row.get(c.key) is not None), flush=True)
-            if row["technique"] != "cvxpy":
-                writer.writerow(row)
-                handle.flush()
+
+        def on_cell(rows: list[dict[str, Any]]) -> None:
+            writer.writerows(rows)
+            handle.flush()
 
         rows = run_families(names, sizes, seed=config.seed, repeat=config.repeat, baseline=config.baseline,
                             baseline_time_limit_s=config.baseline_time_limit_s, max_seconds=config.max_seconds,
-                            on_row=on_row)
+                            anchors=args.families == "all", on_row=on_row, on_cell=on_cell)
     print()
     print(format_table(rows, FAMILY_COLUMNS, group="family"))
     slower = [r for r in rows if r.get("flag") and "SLOWER" in r["flag"]]
