@@ -266,7 +266,6 @@ def _solve_by_prices(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray
     per_job = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, rows.size]))
     regret = r - m[per_job]
     idle_regret = np.where(can_idle, -m, np.inf)  # pinned jobs cannot idle
-    n_free = np.bincount(per_job, minlength=starts.size)
     eps = ROUNDOFF * max(1.0, abs(bound))
     # a feasible point: fixing at its gap keeps it, so a reduced MILP at that threshold proves its optimum
     known_gap = float(cost @ _greedy_incumbent(per_job, t, g, cost, r, m, capacity, pinned_entry)) - bound
