@@ -80,10 +80,10 @@ class Choice:
 
 
 def _options_for(technique: str, policy_options: Mapping[str, Any]) -> dict[str, Any]:
-    """Policy options that select ``technique`` (the others' switched off)."""
-    options = {name: False for name in TECHNIQUE_OPTIONS if name in policy_options and name != "relaxation_first"}
-    if technique in options or technique in ("aggregate_job_types", "price_decomposition", "column_generation"):
-        options[technique] = True
+    """Policy options that select ``technique`` (the others' switched off); ``policy_options``
+    holds every option of the policy (defaults included)."""
+    options = {name: name == technique for name in TECHNIQUE_OPTIONS
+               if name in policy_options and name != "relaxation_first"}
     if "relaxation_first" in policy_options:
         options["relaxation_first"] = technique != "whole_milp"
     return options

@@ -134,3 +134,38 @@ def test_resolve_target_rows_agree_with_cold_solves():
     assert (after.capacity >= before.capacity).all() and after.capacity.sum() > before.capacity.sum()
     assert event_pair(full, 64, "departure", 0)[1].num_jobs == 63
     assert event_pair(full, 64, "arrival", 0)[1].num_jobs == 65
+
+
+def test_families_rows_compare_every_technique_with_the_plain_lp(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "allocopt.bench", "--families", "uniform,random", "--sizes", "96",
+                           "--baseline-time-limit", "60", "--no-progress", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    with (tmp_path / "families.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(r["family"], r["technique"]) for r in rows} == {
+        (f, t) for f in ("uniform", "random")
+        for t in ("plain", "auto", "closed_form", "aggregate_job_types", "price_decomposition")}
+    for row in rows:
+        assert row["status"] == "ok" and float(row["objective_rel_diff"]) <= 1e-6
+        assert "DIFFERS" not in row["flag"] and float(row["vs_cvxpy"]) > 0
+    chosen = {r["family"]: r["chosen"] for r in rows if r["technique"] == "auto"}
+    assert chosen["uniform"] == "closed_form"
+    assert "family=uniform" in done.stdout and "technique=cvxpy" in done.stdout  # printed as they finish
+    assert "issue" not in subprocess.run([sys.executable, "-m", "allocopt.bench", "--help"], capture_output=True,
+                                         text=True).stdout
+
+
+def test_a_baseline_is_stopped_at_its_wall_clock_and_memory_limits():
+    from allocopt.bench.baselines import BASELINES
+    from allocopt.bench.bounded import run_bounded
+    from allocopt.bench.instances import random_problem, table_problem
+
+    ok = run_bounded(BASELINES["max_min_fairness"], (random_problem(64, 3), {}, 30.0, 1), wall_limit_s=120)
+    assert ok.ok and ok.objective is not None
+    big = table_problem(512, 3, space_sharing=True)  # 130,816 pairs: cvxpy's tree needs far more than this
+    capped = run_bounded(BASELINES["mmf_space_sharing"], (big, {"space_sharing": True}, 60.0, 1),
+                         wall_limit_s=120, memory_limit_bytes=1200 << 20)
+    assert capped.status.startswith("error") and capped.objective is None
+    stopped = run_bounded(BASELINES["mmf_space_sharing"], (big, {"space_sharing": True}, 60.0, 1), wall_limit_s=1)
+    assert stopped.status.startswith("timeout")

@@ -109,3 +109,15 @@ def test_warm_start_from_a_plain_solve_stays_plain():
     cold = allocopt.solve(problem)
     assert cold.extras["technique"] == "price_decomposition"
     assert cold.objective == pytest.approx(first.objective, rel=RTOL)
+
+
+def test_single_type_water_level_closed_form():
+    """One GPU type: the level min(min_i a_i, c / sum_i s_i / a_i), certified by those bounds."""
+    for capacity in (20, 400):
+        problem = uniform_problem(300, 1, 4, capacity=capacity)
+        alloc = allocopt.solve(problem)
+        assert alloc.extras["technique"] == "closed_form"
+        plain = allocopt.solve(problem, technique="plain")
+        assert alloc.objective == pytest.approx(plain.objective, rel=RTOL)
+        check_feasible(problem, alloc.matrix)
+        assert normalized_minimum(problem, alloc.matrix) == pytest.approx(alloc.objective, rel=RTOL)

@@ -30,6 +30,7 @@ def _child(connection: Any, function: Callable[..., Measurement], args: tuple[An
         from allocopt.backends.highs import new_highs
 
         new_highs()  # HiGHS's copyright banner goes to /dev/null in this process too
+        import cvxpy  # noqa: F401 - loaded before the cap: mapping its libraries needs address space
         if memory_limit_bytes:
             import resource
 

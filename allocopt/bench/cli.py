@@ -42,7 +42,8 @@ ROW_COLUMNS = (
 TARGET_COLUMNS = (
     Column("name", "target", left=True), Column("limit_s", "limit_s", "g"), Column("total_s", "measured_s", seconds),
     Column("verdict", "verdict", left=True), Column("technique", "technique", left=True),
-    Column("baseline_total_s", "cvxpy_s", seconds), Column("ratio", "cvxpy/ours", ratio),
+    Column("vs_plain", "vs plain", ratio), Column("baseline_total_s", "cvxpy_s", seconds),
+    Column("ratio", "cvxpy/ours", ratio),
     Column("objective_rel_diff", "rel.diff", ".1e"), Column("note", "note", left=True))
 
 
@@ -92,9 +93,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--families", nargs="?", const="all", metavar="NAMES",
                    help=f"every technique x instance family x size (default sizes "
                         f"{','.join(map(str, FAMILY_SIZES))}), with the ratio to the plain LP and to cvxpy, slowdowns "
-                        f"flagged, then POP's figure-2 and Sia's scale instances; NAMES: comma-separated of "
-                        f"{', '.join(FAMILIES)} (default: all); rows are printed and written to families.csv as "
-                        "they finish")
+                        f"flagged, then (without NAMES) POP's figure-2 and Sia's scale instances; NAMES: comma-separated of "
+                        f"{', '.join(FAMILIES)} (default: all); rows are printed as they finish and written to "
+                        "families.csv with each instance's baseline")
     p.add_argument("--out", default="bench-results", metavar="DIR",
                    help="directory for bench.json, bench.csv, bench-<backend>.png (targets: targets.json, "
                         "targets.csv) (default: %(default)s)")
@@ -207,27 +208,45 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+TARGET_FIELDS = ["name", "policy", "kind", "n_jobs", "n_gpu_types", "limit_s", "total_s", "verdict", "technique",
+                 "vs_plain", "baseline_status", "baseline_total_s", "ratio", "objective_rel_diff", "note"]
+
+
 def _targets(config: Config, args: argparse.Namespace, info: dict[str, Any], out: Path) -> int:
-    results = run_targets(config, config.policies if args.policies else None)
-    for r in results:
-        r["verdict"] = {True: "MET", False: "MISSED", None: "NOT MEASURED"}[r["met"]]
-        notes = [f"{name}: {t['status']}" for name, t in r["techniques"].items() if t["status"] != "ok"]
-        notes += [f"{name} not run: {why}" for name, why in r["exclude"].items()]
-        if r.get("techniques_agree") is False:
-            notes.append(f"TECHNIQUES' OBJECTIVES DIFFER by {r['techniques_rel_diff']:.1e}")
-        if r.get("baseline_status") not in (None, "ok"):
-            notes.append(f"cvxpy {r['baseline_status']}")
-        r["note"] = "; ".join(notes)
+    with (out / "targets.csv").open("w", newline="") as handle:  # each target as it finishes
+        writer = csv.DictWriter(handle, fieldnames=TARGET_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+
+        def on_result(r: dict[str, Any]) -> None:
+            _describe_target(r)
+            print("  ".join(f"{c.header}={c.show(r.get(c.key))}" for c in TARGET_COLUMNS
+                            if r.get(c.key) is not None), flush=True)
+            writer.writerow(r)
+            handle.flush()
+
+        results = run_targets(config, config.policies if args.policies else None, on_result)
+    print()
     print(format_table(results, TARGET_COLUMNS))
-    print("\nmeasured_s: allocopt.solve end to end on highs (instance generation excluded), the fastest technique; "
-          "cvxpy/ours: the baseline's end-to-end seconds over that")
+    print("\nmeasured_s: allocopt.solve end to end on highs with its defaults (technique auto; instance generation "
+          "excluded); vs plain: the plain LP's seconds over that; cvxpy/ours: the baseline's end-to-end seconds "
+          "over that")
     _finish(info)
     output.write_json(out / "targets.json", {"machine": info, "config": vars(config), "targets": results})
-    output.write_csv(out / "targets.csv", results, ["name", "policy", "kind", "n_jobs", "n_gpu_types", "limit_s",
-                                                    "total_s", "verdict", "technique", "baseline_status",
-                                                    "baseline_total_s", "ratio", "objective_rel_diff", "note"])
+    output.write_csv(out / "targets.csv", results, TARGET_FIELDS)
     print(f"wrote {out / 'targets.json'}, {out / 'targets.csv'}")
     return 0
+
+
+def _describe_target(r: dict[str, Any]) -> None:
+    """Add the verdict and the note to a target result."""
+    r["verdict"] = {True: "MET", False: "MISSED", None: "NOT MEASURED"}[r["met"]]
+    notes = [f"{name}: {t['status']}" for name, t in r["techniques"].items() if t["status"] != "ok"]
+    notes += [f"{name} not run: {why}" for name, why in r["exclude"].items()]
+    if r.get("techniques_agree") is False:
+        notes.append(f"TECHNIQUES' OBJECTIVES DIFFER by {r['techniques_rel_diff']:.1e}")
+    if r.get("baseline_status") not in (None, "ok"):
+        notes.append(f"cvxpy {r['baseline_status']}")
+    r["note"] = "; ".join(notes)
 
 
 FAMILY_COLUMNS = (
@@ -249,13 +268,14 @@ def _families(config: Config, args: argparse.Namespace, info: dict[str, Any], ou
         def on_row(row: dict[str, Any]) -> None:
             print("  ".join(f"{c.header}={c.show(row.get(c.key))}" for c in FAMILY_COLUMNS
                             if row.get(c.key) is not None), flush=True)
-            if row["technique"] != "cvxpy":
-                writer.writerow(row)
-                handle.flush()
+
+        def on_cell(rows: list[dict[str, Any]]) -> None:
+            writer.writerows(rows)
+            handle.flush()
 
         rows = run_families(names, sizes, seed=config.seed, repeat=config.repeat, baseline=config.baseline,
                             baseline_time_limit_s=config.baseline_time_limit_s, max_seconds=config.max_seconds,
-                            on_row=on_row)
+                            anchors=args.families == "all", on_row=on_row, on_cell=on_cell)
     print()
     print(format_table(rows, FAMILY_COLUMNS, group="family"))
     slower = [r for r in rows if r.get("flag") and "SLOWER" in r["flag"]]

@@ -54,9 +54,10 @@ def anchor_instances(seed: int) -> list[tuple[str, str, Instance]]:
 
 def run_families(families: Sequence[str], sizes: Sequence[int], *, seed: int = 0, repeat: int = 1,
                  baseline: bool = True, baseline_time_limit_s: float = 60.0, max_seconds: float = 120.0,
-                 anchors: bool = True, on_row: Callable[[dict[str, Any]], None] = lambda row: None
-                 ) -> list[dict[str, Any]]:
-    """Measure every technique on each family and size (and the anchors); the rows, also passed to ``on_row``."""
+                 anchors: bool = True, on_row: Callable[[dict[str, Any]], None] = lambda row: None,
+                 on_cell: Callable[[list[dict[str, Any]]], None] = lambda rows: None) -> list[dict[str, Any]]:
+    """Measure every technique on each family and size (and the anchors); the rows. Each row (and each
+    baseline's) goes to ``on_row`` when measured, each cell's rows, compared with its baseline, to ``on_cell``."""
     rows: list[dict[str, Any]] = []
     histories: dict[tuple[str, str], History] = {}
     cells: list[tuple[str, str, int, Callable[[], Instance]]] = []
@@ -69,6 +70,7 @@ def run_families(families: Sequence[str], sizes: Sequence[int], *, seed: int = 0
         for family, policy, instance in anchor_instances(seed):
             cells.append((family, policy, instance.problem.num_jobs, lambda i=instance: i))
     for family, policy, n, make in cells:
+        first = len(rows)
         instance = make()
         spec = POLICIES[policy]
         reference: Measurement | None = None
@@ -90,14 +92,14 @@ def run_families(families: Sequence[str], sizes: Sequence[int], *, seed: int = 0
         if baseline:
             base = run_baseline(spec, instance, n, histories.setdefault((family, "cvxpy"), History()),
                                 baseline_time_limit_s, repeat)
-            for row in rows:
-                if row["family"] == family and row["n_jobs"] == n:
-                    row.update(baseline_status=base.status, baseline_total_s=base.total_s)
-                    if row["status"] == "ok" and base.total_s:
-                        row["vs_cvxpy"] = base.total_s / row["total_s"]
+            for row in rows[first:]:
+                row.update(baseline_status=base.status, baseline_total_s=base.total_s)
+                if row["status"] == "ok" and base.total_s:
+                    row["vs_cvxpy"] = base.total_s / row["total_s"]
             on_row({"family": family, "policy": policy, "n_jobs": n, "technique": "cvxpy",
                     "status": base.status, "total_s": base.total_s, "objective": base.objective,
                     "description": instance.description})
+        on_cell(rows[first:])
     return rows
 
 

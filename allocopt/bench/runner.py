@@ -247,9 +247,11 @@ def run_target(target: Target, config: Config) -> dict[str, Any]:
     return result
 
 
-def run_targets(config: Config, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def run_targets(config: Config, names: Sequence[str] | None = None,
+                on_result: Callable[[dict[str, Any]], None] = lambda result: None) -> list[dict[str, Any]]:
     """Every target (or those whose policy is in ``names``), then the re-solve target
-    (:mod:`allocopt.bench.resolve`) when max-min fairness is among them."""
+    (:mod:`allocopt.bench.resolve`) when max-min fairness is among them; each result also goes
+    to ``on_result`` as soon as it is measured."""
     chosen = [t for t in TARGETS if names is None or t.policy in names]
     resolve = names is None or "max_min_fairness" in names
     progress = Progress(len(chosen) + resolve, config.progress)
@@ -258,10 +260,13 @@ def run_targets(config: Config, names: Sequence[str] | None = None) -> list[dict
         for target in chosen:
             progress.step(target.name)
             out.append(run_target(target, config))
+            on_result(out[-1])
             progress.advance()
         if resolve:
             progress.step(RESOLVE_TARGET["name"])
-            out.extend(run_resolve_target(seed=config.seed))
+            for row in run_resolve_target(seed=config.seed):
+                out.append(row)
+                on_result(row)
             progress.advance()
     finally:
         progress.close()

@@ -7,7 +7,11 @@ best type's (its time fractions sum to at most 1):
 (:func:`~allocopt.formulations.max_min_fairness.normalized_coefficients`),
 ``t* <= t_cap = min_i max_j a_ij`` for every allocation. If every job ``i``
 can get ``t_cap`` on its best type ``b_i`` (``X_ib = t_cap / a_ib``) within
-every type's capacity, that allocation is optimal. Each type's jobs then get
+every type's capacity, that allocation is optimal. When every job can run
+on one type only (one GPU type, or disjoint types), the jobs ``J_j`` of type
+``j`` need ``t sum_{J_j} s_i / a_ij`` of its ``c_j`` GPUs, so
+``t* <= c_j / sum_{J_j} s_i / a_ij`` too: a single water level with per-job
+caps, attained by the same allocation at the lower bound. Each type's jobs then get
 their time scaled up by the type's spare capacity (capped at 1), which keeps
 the optimum and leaves fewer GPUs idle.
 
@@ -47,9 +51,14 @@ def max_min_fairness_closed_form(problem: Problem, coefficients: np.ndarray) -> 
         return None
     t_cap = float(top.min())
     scale = problem.scale_factors.astype(np.float64)
-    need = t_cap / top  # time on the best type
-    use = np.bincount(best, weights=scale * need, minlength=k)
     capacity = problem.capacity.astype(np.float64)
+    per_unit = np.bincount(best, weights=scale / top, minlength=k)  # GPUs per unit of level, per type
+    if np.all(np.count_nonzero(coefficients, axis=1) == 1):
+        # every job has one type: per type, the level is capped by its jobs' time limit and its GPUs
+        with np.errstate(divide="ignore"):
+            t_cap = min(t_cap, float(np.min(np.where(per_unit > 0, capacity / per_unit, np.inf))))
+    need = t_cap / top  # time on the best type
+    use = t_cap * per_unit
     if np.any(use > capacity * (1.0 + CAPACITY_RTOL)):
         return None
     spare = np.divide(capacity, use, out=np.full(k, np.inf), where=use > 0)
@@ -58,7 +67,8 @@ def max_min_fairness_closed_form(problem: Problem, coefficients: np.ndarray) -> 
     achieved = float(np.min(X[np.arange(n), best] * top))
     return PolicyResult(X, achieved, message="Optimal solution found (closed form: every job reaches the "
                         "level of the job with the lowest best-type throughput; certified by that bound).",
-                        extras={"dual_bound": t_cap, "certified_gap": (t_cap - achieved) / t_cap})
+                        extras={"certified": True, "dual_bound": t_cap, "primal_objective": achieved,
+                                "certified_gap": (t_cap - achieved) / t_cap})
 
 
 def max_throughput_closed_form(problem: Problem, value: np.ndarray) -> PolicyResult | None:
@@ -77,4 +87,5 @@ def max_throughput_closed_form(problem: Problem, value: np.ndarray) -> PolicyRes
     bound = float(top.sum())
     return PolicyResult(X, bound, message="Optimal solution found (closed form: every job fits on its best "
                         "type; certified by the sum of the jobs' best throughputs).",
-                        extras={"dual_bound": bound, "certified_gap": 0.0})
+                        extras={"certified": True, "dual_bound": bound, "primal_objective": bound,
+                                "certified_gap": 0.0})

@@ -25,6 +25,7 @@ type pair ``r`` gets ``Q[r] / (number of concrete pairs of r)``.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,10 @@ def _relabel(rows: np.ndarray) -> np.ndarray:
     return rank[inverse.reshape(-1)]
 
 
+#: The last problem grouped (a weak reference), its space_sharing flag and its groups.
+_LAST_GROUPS: list = []
+
+
 def job_type_groups(problem: Problem, *, space_sharing: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Group interchangeable jobs into job types.
 
@@ -111,6 +116,8 @@ def job_type_groups(problem: Problem, *, space_sharing: bool = True) -> tuple[np
     representative_rows : int ndarray of shape (n_types,)
         Row of the first job of each type (increasing).
     """
+    if _LAST_GROUPS and _LAST_GROUPS[0]() is problem and _LAST_GROUPS[1] == space_sharing:
+        return _LAST_GROUPS[2]  # the same problem again (auto technique selection, then the solve)
     base = np.column_stack([problem.throughputs, problem.scale_factors, problem.priority_weights])
     labels = _relabel(base)
     if space_sharing and problem.pairs is not None and problem.pairs.shape[0]:
@@ -132,7 +139,10 @@ def job_type_groups(problem: Problem, *, space_sharing: bool = True) -> tuple[np
             labels = labels.copy()
             labels[split] = n_types + np.arange(int(split.sum()))
             labels = _relabel(labels[:, None])
-    _, representative_rows = np.unique(labels, return_index=True)
+    # labels are numbered by first appearance: a label is new where it exceeds every earlier one
+    running = np.maximum.accumulate(labels)
+    representative_rows = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
+    _LAST_GROUPS[:] = [weakref.ref(problem), space_sharing, (labels, representative_rows)]
     return labels, representative_rows
 
 

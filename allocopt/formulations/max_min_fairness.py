@@ -24,7 +24,8 @@ same optimum, a fraction of the pairs built. With ``price_decomposition=True``
 (:mod:`allocopt.formulations.price_decomposition`): cutting planes on the
 ``k``-dimensional dual, then a small LP over the jobs the prices leave
 undecided; the result is certified against the dual bound, and the plain LP
-is solved when certification fails.
+is solved when certification fails (or most jobs need rows); the time-limit
+closed form (:mod:`allocopt.formulations.closed_forms`) is tried first.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020.
@@ -39,6 +40,7 @@ import numpy as np
 
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model
+from allocopt.formulations.closed_forms import max_min_fairness_closed_form
 from allocopt.formulations.column_generation import (COLUMN_GENERATION_SETTINGS,
                                                      max_min_fairness_column_generation)
 from allocopt.formulations.job_types import max_min_fairness_by_job_type
@@ -78,9 +80,14 @@ class MaxMinFairness(Policy):
                 raise InvalidOptionError("price_decomposition=True solves the LP without space sharing over "
                                          "single jobs: it cannot be combined with space_sharing, "
                                          "column_generation or aggregate_job_types")
-            result, fallback = max_min_fairness_price_decomposition(
-                normalized_coefficients(problem, heterogeneity_aware) * problem.runnable,
-                problem.scale_factors, problem.capacity, solver)
+            coefficients = normalized_coefficients(problem, heterogeneity_aware) * problem.runnable
+            # when the per-job time limit decides the optimum the GPU prices are 0 and fix no job: the
+            # closed form (certified by the time-limit bound) covers the case where every best type has room
+            closed = max_min_fairness_closed_form(problem, coefficients)
+            if closed is not None:
+                return closed
+            result, fallback = max_min_fairness_price_decomposition(coefficients, problem.scale_factors,
+                                                                    problem.capacity, solver)
             if result is not None:
                 return result
         if column_generation:
