@@ -109,6 +109,12 @@ def environment(shim: Path | None) -> dict[str, str]:
 
 def run_policy_tests(scheduler_dir: Path, shim: Path | None, timeout_s: float) -> tuple[int, int, str]:
     """Gavel's policies_tests.py: (passed, total, failing test names)."""
+    if shim is not None:  # the tests must import the shim's policies, not Gavel's
+        check = subprocess.run([sys.executable, "-c", "import sys; sys.path.append('..'); import policies.allox as m; "
+                                "print(m.__file__)"], cwd=scheduler_dir / "tests", env=environment(shim),
+                               capture_output=True, text=True, timeout=timeout_s)
+        if not check.stdout.strip().startswith(str(shim)):
+            return 0, 0, f"Gavel's policies were imported, not the adapter: {check.stdout.strip() or check.stderr}"
     proc = subprocess.run([sys.executable, "policies_tests.py"], cwd=scheduler_dir / "tests",
                           env=environment(shim), capture_output=True, text=True, timeout=timeout_s)
     failed = re.findall(r"^(?:FAIL|ERROR): (test_\w+)", proc.stderr, flags=re.M)
