@@ -92,7 +92,6 @@ from allocopt.formulations.shares import isolated_matrix
 from allocopt.problem import Problem
 from allocopt.solution import Status
 
-NestedDict = Mapping[Hashable, Mapping[str, float]]
 Allocation = dict[Hashable, dict[str, float]]
 
 SIGNATURES: dict[str, tuple[str, ...]] = {

@@ -38,7 +38,6 @@ Differences from Sia's code, on purpose:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -51,8 +50,6 @@ from allocopt.errors import InvalidOptionError, InvalidProblemError
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
 from allocopt.mechanism.sia_rounds import restart_delay_s
 from allocopt.solution import Status
-
-logger = logging.getLogger(__name__)
 
 ZERO_GOODPUT = 1e-4  # Sia's ZERO_ALLOC_GAIN: goodputs at or below it do not count
 MIN_RESTART_FACTOR = 1e-6  # a restart factor of 0 (restarts ate the job's age) makes every move prohibitive
