@@ -44,7 +44,7 @@ from allocopt.adapters.gavel import GAVEL_CLASSES  # noqa: E402
 
 DEFAULT_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
                     "finish_time_fairness", "finish_time_fairness_perf", "min_total_duration_perf",
-                    "max_sum_throughput_perf", "fifo", "fifo_perf", "gandiva", "allox", "isolated")
+                    "max_sum_throughput_perf", "fifo", "fifo/gavel", "fifo_perf", "gandiva", "allox", "isolated")
 DEFAULT_TRACES = ("artifact_evaluation",)
 
 SIMULATE = """
@@ -73,6 +73,17 @@ print('CONFORMANCE ' + json.dumps(results))
 """
 
 
+FAITHFUL_FIFO = """
+import os
+if os.environ.get("FIFO_TYPE_CHOICE") == "gavel":
+    _FIFOPolicy = FIFOPolicy
+
+    class FIFOPolicy(_FIFOPolicy):
+        def __init__(self, mode="base", seed=None, packing_threshold=1.5):
+            super().__init__(mode, seed, packing_threshold, faithful_type_choice=True)
+"""
+
+
 def write_shim(directory: Path) -> Path:
     """A ``policies`` package whose Gavel modules export the adapter's classes."""
     package = directory / "policies"
@@ -84,6 +95,8 @@ def write_shim(directory: Path) -> Path:
     for module, classes in modules.items():
         (package / f"{module}.py").write_text(
             f"from allocopt.adapters.gavel import {', '.join(sorted(classes))}  # noqa: F401\n")
+    with open(package / "fifo.py", "a") as f:  # FIFO_TYPE_CHOICE=gavel: Gavel's base-mode type choice
+        f.write(FAITHFUL_FIFO)
     return directory
 
 
@@ -96,6 +109,12 @@ def environment(shim: Path | None) -> dict[str, str]:
 
 def run_policy_tests(scheduler_dir: Path, shim: Path | None, timeout_s: float) -> tuple[int, int, str]:
     """Gavel's policies_tests.py: (passed, total, failing test names)."""
+    if shim is not None:  # the tests must import the shim's policies, not Gavel's
+        check = subprocess.run([sys.executable, "-c", "import sys; sys.path.append('..'); import policies.allox as m; "
+                                "print(m.__file__)"], cwd=scheduler_dir / "tests", env=environment(shim),
+                               capture_output=True, text=True, timeout=timeout_s)
+        if not check.stdout.strip().startswith(str(shim)):
+            return 0, 0, f"Gavel's policies were imported, not the adapter: {check.stdout.strip() or check.stderr}"
     proc = subprocess.run([sys.executable, "policies_tests.py"], cwd=scheduler_dir / "tests",
                           env=environment(shim), capture_output=True, text=True, timeout=timeout_s)
     failed = re.findall(r"^(?:FAIL|ERROR): (test_\w+)", proc.stderr, flags=re.M)
@@ -107,12 +126,16 @@ def run_policy_tests(scheduler_dir: Path, shim: Path | None, timeout_s: float) -
 
 def run_simulation(scheduler_dir: Path, trace: str, policy: str, cluster: str, solver: str,
                    shim: Path | None, timeout_s: float) -> dict:
+    """One simulation; ``fifo/gavel`` is Gavel's ``fifo`` with the adapter's ``faithful_type_choice``."""
+    env = environment(shim)
+    if policy == "fifo/gavel":
+        policy, env["FIFO_TYPE_CHOICE"] = "fifo", "gavel"
     code = SIMULATE.format(drivers=str(scheduler_dir / "scripts" / "drivers"),
                            trace=str(scheduler_dir / "traces" / "physical_cluster" / f"{trace}.trace"),
                            throughputs=str(scheduler_dir / "simulation_throughputs.json"),
                            policy=policy, cluster=cluster, solver=solver, shim=str(shim) if shim else "")
     try:
-        proc = subprocess.run([sys.executable, "-c", code], cwd=scheduler_dir, env=environment(shim),
+        proc = subprocess.run([sys.executable, "-c", code], cwd=scheduler_dir, env=env,
                               capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"error": f"over {timeout_s:.0f} s"}

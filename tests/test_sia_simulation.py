@@ -82,6 +82,25 @@ def test_sia_simulation_end_to_end(profiles):
     assert np.all(result.jobs["restarts"] >= 0)
 
 
+def test_sia_replica_exploration_and_node_cap(profiles):
+    """Sia's simulator's max_replicas: a job's GPUs at most double from round to round (1 at its
+    first start), and no configuration spans more nodes than the cap."""
+    executor = RecordingExecutor()
+    simulate(small_workload(8), CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=executor,
+             policy_options={"explore_replicas": True, "max_nodes": {"aws": 2, "rtx": 1, "dgx-ext": 1}})
+    most: dict = {}
+    for plan in executor.plans:
+        for lease in plan.leases:
+            assert len(lease.gpu_ids) <= max(2 * most.get(lease.job_id, 0), 1)
+            per_node = 4 if lease.gpu_type == "aws" else 8
+            start = {"aws": 0, "rtx": 24, "dgx-ext": 48}[lease.gpu_type]
+            assert len({(g - start) // per_node for g in lease.gpu_ids}) <= {"aws": 2, "rtx": 1, "dgx-ext": 1}[
+                lease.gpu_type]
+        for lease in plan.leases:
+            most[lease.job_id] = max(most.get(lease.job_id, 0), len(lease.gpu_ids))
+    assert max(most.values()) > 1  # jobs did scale up, step by step
+
+
 def test_gavel_rounds_on_a_sia_workload_keep_requested_gpus(profiles):
     jobs = small_workload()
     result = simulate(jobs, CLUSTER, "max_sum_throughput_perf", profiles=profiles, round_seconds=360.0)

@@ -1,1 +1,3 @@
-"""Drop-in interfaces for other schedulers (``allocopt.adapters.gavel``)."""
+"""Drop-in interfaces for other schedulers: Gavel's policy objects (``allocopt.adapters.gavel``),
+Sia's simulator policy (``allocopt.adapters.sia_simulator``), a Sia-style round policy
+(``allocopt.adapters.sia``) and a Blox-style round hook (``allocopt.adapters.blox``)."""

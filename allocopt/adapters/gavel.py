@@ -12,6 +12,15 @@ names with their constructors (``MaxMinFairnessPolicyWithPerf(solver)``,
 ``GandivaPolicy(seed=None)``, ``AlloXPolicy(alpha=1.0)``, ...), so a shim
 ``policies`` package can stand in for Gavel's (``benchmarks/conformance_gavel.py``).
 
+Public methods: ``get_allocation``, ``name``,
+``get_allocation_using_job_type_throughputs`` (``MaxMinFairness_Packing``) and
+``get_throughputs`` (the isolated share's throughputs, as Gavel's
+``IsolatedPolicy``). Gavel's model-building helpers (``flatten``,
+``unflatten``, ``get_base_constraints``, ``get_allocation_helper``,
+``convert_job_type_allocation``) build its cvxpy expressions and have no
+counterpart. Measured against Gavel's own tests and simulator: see
+``benchmarks/README.md`` ("Conformance").
+
 Job ids may be any hashable (Gavel's ``JobIdPair`` included). Packing policies
 and ``gandiva`` read pairs from the same throughputs dict: a key that is a
 2-tuple of job ids or a Gavel ``JobIdPair`` whose values are ``[tput_a, tput_b]``
@@ -58,6 +67,8 @@ Differences from Gavel, by design (allocopt's documented semantics)
   and a 1.0001 slack.
 * ``seed=None`` means seed 0 for ``gandiva`` and ``fifo`` (Gavel draws an
   unseeded generator): the adapter is deterministic.
+* ``max_min_fairness_packed`` solves jobs of different scale factors (Gavel's
+  fails: its per-job constraint reshape assumes every job has as many pairs).
 * Gavel's ``FinishTimeFairnessPolicyWithPerf`` returns the isolated
   allocation when its solver fails; the adapter warns and returns the
   solver's answer (:class:`~allocopt.errors.AllocoptWarning`).
@@ -81,7 +92,6 @@ from allocopt.formulations.shares import isolated_matrix
 from allocopt.problem import Problem
 from allocopt.solution import Status
 
-NestedDict = Mapping[Hashable, Mapping[str, float]]
 Allocation = dict[Hashable, dict[str, float]]
 
 SIGNATURES: dict[str, tuple[str, ...]] = {

@@ -38,7 +38,6 @@ Differences from Sia's code, on purpose:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -49,19 +48,17 @@ from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError, InvalidProblemError
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
+from allocopt.mechanism.sia_rounds import restart_delay_s
 from allocopt.solution import Status
-
-logger = logging.getLogger(__name__)
 
 ZERO_GOODPUT = 1e-4  # Sia's ZERO_ALLOC_GAIN: goodputs at or below it do not count
 MIN_RESTART_FACTOR = 1e-6  # a restart factor of 0 (restarts ate the job's age) makes every move prohibitive
 SIA_MAX_GPUS = 64  # Sia's configuration tables end at 64 GPUs
-RESTART_PENALTY_S = {"deepspeech": 25, "imagenet": 250, "cifar": 30, "bert": 120, "yolov3": 45}
 
 
 def restart_penalty_s(job_name: str) -> float:
-    """Sia's measured checkpoint-restore cost of a job, by the model in its name (default 30 s)."""
-    return float(next((v for k, v in RESTART_PENALTY_S.items() if k in job_name), 30))
+    """Sia's measured checkpoint-restore cost of a job named ``<application>-<number>``, in seconds."""
+    return restart_delay_s(str(job_name).split("-")[0])
 
 
 class SiaSimulatorPolicy:

@@ -69,6 +69,7 @@ RESTART_DELAY_S: Mapping[str, float] = {"deepspeech2": 25.0, "imagenet": 250.0, 
 DEFAULT_RESTART_DELAY_S = 30.0
 #: Smallest restart factor passed to the MILP (a factor of 0 would make every move worthless).
 MIN_RESTART_FACTOR = 1e-3
+SIA_MAX_REPLICAS = 64  # Sia's simulator caps a job at 64 replicas
 
 
 def restart_delay_s(application: str) -> float:
@@ -488,15 +489,26 @@ class SiaPlanner:
     p, lambda_n, lambda_a : float
         Options of the ``sia`` policy.
     backend : str, default "highs"
+    max_nodes : int or mapping of str to int, optional
+        Most nodes one configuration may span (Sia's ``cluster_max_physical_nnodes``,
+        :func:`~allocopt.configurations.sia_configurations`); default uncapped.
+    explore_replicas : bool, default False
+        Sia's simulator's replica cap: a job may take at most twice the GPUs it has
+        held so far (1 before it first runs), at most 64 and at most its
+        application's ``max_batch_size // min_local_bsz`` (Sia's ``max_replicas``,
+        shared across GPU types). Without it every configuration is open.
     **solve_options
         Passed to :func:`allocopt.solve`.
     """
 
     def __init__(self, state: SimulationState, profiles: Mapping[tuple[str, str], ApplicationProfile], *,
                  round_seconds: float = 60.0, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0,
-                 backend: str = "highs", **solve_options: Any):
+                 backend: str = "highs", max_nodes: int | Mapping[str, int] | None = None,
+                 explore_replicas: bool = False, **solve_options: Any):
         self.cluster: Cluster = state.cluster
-        self.configurations = sia_configurations(self.cluster)
+        self.configurations = sia_configurations(self.cluster, max_nodes=max_nodes)
+        self.explore_replicas = bool(explore_replicas)
+        self._most_gpus: dict[Hashable, int] = {}  # per job: most GPUs held so far (explore_replicas)
         self.profiles = profiles
         self.round_seconds = float(round_seconds)
         self.options = dict(p=p, lambda_n=lambda_n, lambda_a=lambda_a, backend=backend, **solve_options)
@@ -541,6 +553,7 @@ class SiaPlanner:
         for row in [r for r in self._jobs if not state.active[r]]:
             del self._jobs[row]
             self._gpu_ids.pop(row, None)
+            self._most_gpus.pop(row, None)
         jobs = list(self._jobs.values())
         names = self.cluster.gpu_types
         models, epochs = [], {}
@@ -549,6 +562,9 @@ class SiaPlanner:
             epochs[job.job_id] = epoch = self._epoch(job)
             models.append([self._model(job.application, t, epoch) for t in names])
         goodput = goodput_matrix(models, self.configurations) if jobs else np.zeros((0, len(self.configurations)))
+        if self.explore_replicas and jobs:
+            cap = np.array([self._replica_cap(job) for job in jobs])
+            goodput = np.where(self.configurations.num_gpus[None, :] <= cap[:, None], goodput, 0.0)
         started = time.perf_counter()
         plan = plan_round(jobs, self.cluster, self.configurations, goodput, self._gpu_ids, round_index=round_index,
                           start_s=now_s, round_seconds=self.round_seconds, **self.options)
@@ -564,8 +580,16 @@ class SiaPlanner:
             rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids, epochs[lease.job_id])
             leases.append(replace(lease, max_steps=int(state.remaining_steps[lease.job_id])))
         self._gpu_ids = plan.gpu_ids
+        for lease in plan.leases:
+            self._most_gpus[lease.job_id] = max(self._most_gpus.get(lease.job_id, 0), len(lease.gpu_ids))
         return replace(plan, leases=tuple(leases), samples_per_s=rates,
                        train_s={job: train_s[job] for job in rates})
+
+    def _replica_cap(self, job: SiaJobState) -> int:
+        """Sia's simulator's ``max_replicas``: ``min(max(2 * most GPUs held, 1), 64, max batch / min local batch)``."""
+        profile = self._any_profile(job.application)
+        return min(max(2 * self._most_gpus.get(job.job_id, 0), 1), SIA_MAX_REPLICAS,
+                   profile.max_batch_size // profile.min_local_bsz)
 
     def _true_rate(self, application: str, t: int, model: GoodputModel, gpu_ids: tuple[int, ...],
                    epoch: int) -> float:
