@@ -265,7 +265,8 @@ TRACE_LINE = "ResNet-18 (batch size 16)\tcmd\tdir\t--n\tFalse\t100\t1\t1.0\t-1\t
      ["w.csv, line 2: not UTF-8"]),
     ("t.csv", b"model,scale_factor,gpu_type,throughput\nm,1,v100,\x00\n", ["simulate", "--generate", "3",
                                                                              "--throughputs"], ["t.csv, line 2: binary"]),
-    ("state.json", '{"format": "allocopt-engine",\n "format_version": 1, "version": -1}', ["serve", "--state"],
+    ("state.json", '{"format": "allocopt-engine", "format_version": 1, "version": 0, "policy": "max_min_fairness",'
+                   '\n "backend": "highs", "cluster": null, "jobs": []}', ["serve", "--state"],
      ["state.json: invalid engine state: cluster must be an object"]),
 ])
 def test_malformed_input_files_exit_2_naming_the_file(tmp_path, name, content, command, fragments):

@@ -56,7 +56,8 @@ def problem_documents(draw: st.DrawFn) -> dict:
     doc: dict[str, Any] = {"cluster": {"gpus": {t: draw(st.integers(0, 6)) for t in types}}, "jobs": []}
     for k in range(draw(st.integers(0, 4))):
         job: dict[str, Any] = {"id": draw(st.sampled_from([k, f"job-{k}"])),
-                               "throughputs": {t: draw(st.floats(0, 100)) for t in types}}
+                               "throughputs": {t: draw(st.one_of(st.just(0.0), st.floats(0.01, 100)))
+                                               for t in types}}
         for name, values in (("scale_factor", st.integers(1, 3)), ("priority_weight", st.floats(0.1, 10)),
                              ("num_steps_remaining", st.floats(0, 1e6)), ("entity", st.sampled_from(["u", 1]))):
             if draw(st.booleans()):
