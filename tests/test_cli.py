@@ -288,8 +288,8 @@ def test_corrupted_state_journal_names_the_path(tmp_path):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["solve", "P", "--option", "heterogeneity_aware=maybe"], "heterogeneity_aware of policy 'max_min_fairness' "
-                                                              "must be true or false, got 'maybe'"),
+    (["solve", "P", "--option", "heterogeneity_aware=maybe"], "heterogeneity_aware must be true or false (an option "
+                                                              "of policy 'max_min_fairness'), got 'maybe'"),
     (["solve", "P", "--option", "threads=2.5"], "threads must be a positive integer"),
     (["solve", "P", "--option", "mip_gap=NaN"], "mip_gap must be in [0, 1)"),
     (["solve", "P", "--option", "verbose=1"], "verbose must be true or false"),
