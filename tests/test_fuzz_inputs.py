@@ -265,7 +265,8 @@ def cli_arguments() -> st.SearchStrategy[list[str]]:
     option = st.builds(lambda k, v: ["--option", f"{k}={v}"], st.sampled_from(OPTION_KEYS),
                        st.sampled_from(OPTION_VALUES))
     flag = st.one_of(option, st.builds(lambda v: ["--policy", v], st.sampled_from(
-        ["max_min_fairness", "water_filling", "max_throughput", "sia", "min_makespan", "nope", ""])),
+        ["max_min_fairness", "water_filling", "max_throughput", "sia", "min_makespan", "finish_time_fairness",
+         "fifo", "gandiva", "allox", "isolated", "proportional", "nope", ""])),
         st.builds(lambda v: ["--backend", v], st.sampled_from(["highs", "scipy", "auto", "nope"])),
         st.builds(lambda v: ["--time-limit-s", v], st.sampled_from(["1", "0", "-1", "nan", "inf", "x", "1e999"])),
         st.just(["--best-effort"]), st.sampled_from([["-v"], ["-q"], ["--bogus"], ["-"], ["--out", "OUT"]]))
@@ -292,11 +293,21 @@ def cli_bad_file(workdir: Path, argv: list[str], data: bytes) -> str:
     return run_cli([str(workdir / a) if a in ("FILE", "STATE") else a for a in argv])
 
 
-def cli_solve(workdir: Path, argv: list[str]) -> str:
-    path = workdir / "small.json"
-    path.write_text(json.dumps({"cluster": {"gpus": {"v100": 1, "k80": 1}},
-                                "jobs": [{"id": "a", "throughputs": {"v100": 4.0, "k80": 1.0}},
-                                         {"id": "b", "throughputs": {"v100": 2.0, "k80": 1.5}}]}))
+_JOBS = [{"id": "a", "throughputs": {"v100": 4.0, "k80": 1.0}}, {"id": "b", "throughputs": {"v100": 2.0, "k80": 1.5}}]
+#: Problems for the CLI: plain, with steps and deadlines, with pairs and entities.
+CLI_PROBLEMS = [
+    {"cluster": {"gpus": {"v100": 1, "k80": 1}}, "jobs": _JOBS},
+    {"cluster": {"gpus": {"v100": 1, "k80": 1}},
+     "jobs": [{**job, "num_steps_remaining": 1000.0, "slo_s": 900.0} for job in _JOBS]},
+    {"cluster": {"gpus": {"v100": 1, "k80": 1}}, "jobs": [{**job, "entity": job["id"]} for job in _JOBS],
+     "entity_weights": {"a": 2.0, "b": 1.0},
+     "pairs": [{"jobs": ["a", "b"], "throughputs": {"v100": [3.0, 1.0], "k80": [0.5, 1.0]}}]},
+]
+
+
+def cli_solve(workdir: Path, problem: int, argv: list[str]) -> str:
+    path = workdir / "problem.json"
+    path.write_text(json.dumps(CLI_PROBLEMS[problem]))
     return run_cli(["solve", str(path), *[str(workdir / "out.json") if a == "OUT" else a for a in argv]])
 
 
@@ -317,7 +328,7 @@ TARGETS: dict[str, tuple[st.SearchStrategy, Callable[..., str]]] = {
             {"v100": {"('m', 1)": {"null": 2.0}}, "k80": {"('m', 1)": {"null": 1.0}}})).flatmap(as_bytes))),
         throughput_file),
     "job file": (job_files(), job_file),
-    "CLI solve arguments": (st.tuples(cli_arguments()), cli_solve),
+    "CLI solve arguments": (st.tuples(st.integers(0, len(CLI_PROBLEMS) - 1), cli_arguments()), cli_solve),
     "CLI commands on malformed files": (cli_bad_files(), cli_bad_file),
 }
 

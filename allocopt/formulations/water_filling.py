@@ -215,6 +215,9 @@ class WaterFilling(Policy):
         if entity_policies is not None and not isinstance(entity_policies, Mapping):
             raise InvalidOptionError("entity_policies must be a dict {entity: 'fairness' | 'fifo'}, got "
                                      f"{type(entity_policies).__name__}")
+        if space_sharing and problem.pairs is None:
+            raise InvalidOptionError("space_sharing=True needs Problem(pair_throughputs=...): the throughput "
+                                     "of each pair of jobs that may share GPUs")
         tree = _hierarchy(problem, entity_policies)
         n_jobs, s = problem.num_jobs, problem.scale_factors.astype(np.float64)
         scale = s / problem.proportional_throughputs if heterogeneity_aware else s
