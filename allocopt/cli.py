@@ -213,7 +213,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="local: processes on this machine's devices; ray: Ray actors (default: local)")
     r.add_argument("--ray-address", metavar="ADDR",
                    help="Ray cluster to connect to (e.g. auto or HOST:6379; default: start a local instance)")
-    r.add_argument("--round-seconds", type=_positive_float, default=30.0, metavar="S", help="round length (default: 30)")
+    r.add_argument("--round-seconds", type=_positive_float, default=30.0, metavar="S",
+                   help="round length (default: 30)")
     r.add_argument("--state", required=True, metavar="STATE.db", help="SQLite journal; reused to resume")
     r.add_argument("--work-dir", metavar="DIR", help="job files, logs, checkpoints (default: STATE.db.d)")
     r.add_argument("--grace-s", type=_non_negative_float, default=2.0, metavar="S",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -263,8 +265,8 @@ TRACE_LINE = "ResNet-18 (batch size 16)\tcmd\tdir\t--n\tFalse\t100\t1\t1.0\t-1\t
      ["a.trace:2: total_steps is '1e400'"]),
     ("w.csv", b"name,time,application,num_replicas,batch_size\nbert-0,0,bert,1,\xff\n", ["simulate", "--workload"],
      ["w.csv, line 2: not UTF-8"]),
-    ("t.csv", b"model,scale_factor,gpu_type,throughput\nm,1,v100,\x00\n", ["simulate", "--generate", "3",
-                                                                             "--throughputs"], ["t.csv, line 2: binary"]),
+    ("t.csv", b"model,scale_factor,gpu_type,throughput\nm,1,v100,\x00\n",
+     ["simulate", "--generate", "3", "--throughputs"], ["t.csv, line 2: binary"]),
     ("state.json", '{"format": "allocopt-engine", "format_version": 1, "version": 0, "policy": "max_min_fairness",'
                    '\n "backend": "highs", "cluster": null, "jobs": []}', ["serve", "--state"],
      ["state.json: invalid engine state: cluster must be an object"]),
@@ -312,9 +314,6 @@ def test_exit_codes_are_documented_in_help():
 
 
 def test_ctrl_c_exits_130_with_one_line():
-    import signal
-    import time
-
     process = subprocess.Popen([sys.executable, "-m", "allocopt", "solve", "-"], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -329,8 +328,6 @@ def test_ctrl_c_exits_130_with_one_line():
 
 def _wait_until_idle(pid: int, timeout_s: float = 60.0) -> None:
     """Until the process has used no CPU for 0.5 s (it is blocked), or timeout_s."""
-    import time
-
     def cpu() -> int:
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         return int(fields[11]) + int(fields[12])

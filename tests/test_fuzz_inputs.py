@@ -100,8 +100,13 @@ def mutated(draw: st.DrawFn, base: st.SearchStrategy) -> Any:
 def as_bytes(document: Any) -> st.SearchStrategy[bytes]:
     """JSON text of a document, spliced with junk at a random point, or junk alone."""
     text = json.dumps(document).encode()
-    return st.one_of(st.just(text), st.builds(lambda k, junk: text[:k % (len(text) + 1)] + junk + text[k % (len(text) + 1):],
-                                              st.integers(0, 10**6), st.binary(max_size=8)), st.binary(max_size=40))
+
+    def splice(k: int, junk: bytes) -> bytes:
+        k %= len(text) + 1
+        return text[:k] + junk + text[k:]
+
+    return st.one_of(st.just(text), st.builds(splice, st.integers(0, 10**6), st.binary(max_size=8)),
+                     st.binary(max_size=40))
 
 
 @st.composite
