@@ -5,7 +5,7 @@ Each target feeds one generated input to the real reader (real files in a tempor
 returns its outcome: ``accepted`` or the name of the typed error (:mod:`allocopt.errors`) it raised.
 Anything else (an untyped exception, a traceback or exit status 3 from the CLI, a document the JSON
 Schema rejects but the reader accepts, an accepted engine state that later breaks) fails. The CI
-budget is ``ALLOCOPT_FUZZ_EXAMPLES`` examples per target (default 40); ``benchmarks/fuzz_inputs.py``
+budget is ``ALLOCOPT_FUZZ_EXAMPLES`` examples per target (default 100); ``benchmarks/fuzz_inputs.py``
 runs the same targets with a long budget and prints the counts by outcome.
 """
 
@@ -35,7 +35,7 @@ from allocopt.runtime.executor import JobRoundResult, RoundOutcome
 from allocopt.runtime.loop import load_jobs
 from allocopt.throughput import ThroughputTable
 
-EXAMPLES = int(os.environ.get("ALLOCOPT_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("ALLOCOPT_FUZZ_EXAMPLES", "100"))
 SCHEMAS = Path(allocopt.__file__).parent / "schemas"
 
 # ----- generators -------------------------------------------------------------------------------
