@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,7 @@ def check_policy_options(pol: Any, options: dict[str, Any]) -> None:
         else:
             continue
         if not ok:
-            raise InvalidOptionError(f"option {name} of policy {pol.name!r} must be {expected}, got {value!r}")
+            raise InvalidOptionError(f"{name} must be {expected} (an option of policy {pol.name!r}), got {value!r}")
 
 
 def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "highs",
@@ -154,6 +155,9 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
         raise InvalidOptionError(f"policy {policy!r} has no option(s) {unknown}; its options: {allowed}; "
                                  f"options of every policy: {common}")
     check_policy_options(pol, policy_options)
+    if solver_options is not None and not isinstance(solver_options, Mapping):
+        raise InvalidOptionError(f"solver_options must be an object of the solver's own option names to values, "
+                                 f"got {solver_options!r}")
     if not isinstance(best_effort, (bool, np.bool_)):
         raise InvalidOptionError(f"best_effort must be true or false, got {best_effort!r}")
     if warm_start is not None and (not isinstance(warm_start, Allocation) or warm_start.policy != pol.name):

@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except RecursionError:
             return _error("input nested too deeply", EXIT_USAGE)
         except Exception as err:  # a bug: one line, the traceback with -v
-            logger.debug("internal error", exc_info=True)
+            logger.info("traceback of the internal error:", exc_info=True)
             return _error(f"internal error: {type(err).__name__}: {err} (a bug in allocopt; please report it, "
                           "-v shows the traceback)", EXIT_INTERNAL)
 

@@ -37,14 +37,15 @@ from allocopt.api import check_policy_options, solve
 from allocopt.backends import BACKENDS, SolveOptions
 from allocopt.cluster import DEFAULT_GPUS_PER_NODE, MAX_COUNT, Cluster
 from allocopt.documents import parse_json, read_text
-from allocopt.errors import (AllocoptError, DataFileError, DuplicateJobError, InvalidOptionError, InvalidProblemError,
-                             UnknownBackendError, UnknownJobError)
+from allocopt.errors import (AllocoptError, DataFileError, DuplicateJobError, InvalidOptionError,
+                             InvalidProblemError, UnknownBackendError, UnknownJobError)
 from allocopt.formulations import get_policy
 from allocopt.jsonio import JsonSource, document_or_write, read_json
 from allocopt.mechanism.placement import GpuLayout, place
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
-from allocopt.problem import Problem, check_cluster_document
+from allocopt.problem import Problem
 from allocopt.runtime.executor import JobRoundResult, Lease, RoundPlan
+from allocopt.schemas.checks import check_cluster_document
 
 #: ``format`` of the engine's state document (:meth:`Engine.to_json`).
 STATE_FORMAT = "allocopt-engine"
@@ -612,7 +613,8 @@ class Engine:
                                            "version, policy, backend, cluster and jobs)")
         unknown = sorted(set(document) - _STATE_FIELDS, key=str)
         if unknown:
-            raise _state_error(str(unknown[0]), f"is not a field of an engine state; known: {', '.join(sorted(_STATE_FIELDS))}")
+            raise _state_error(str(unknown[0]), "is not a field of an engine state; known: "
+                                                f"{', '.join(sorted(_STATE_FIELDS))}")
         jobs, measured = document.get("jobs", []), document.get("measured", [])
         if not isinstance(jobs, list) or not all(isinstance(j, Mapping) and "id" in j for j in jobs):
             raise InvalidProblemError("'jobs' must be a list of job objects with an 'id'", field="jobs")
@@ -693,7 +695,8 @@ class Engine:
             if job in jobs:
                 raise _state_error(where, f"repeats job {job!r}")
             if not isinstance(state, Mapping) or set(state) != _ROUND_JOB_FIELDS:
-                raise _state_error(where, f"state must be an object with exactly {', '.join(sorted(_ROUND_JOB_FIELDS))}")
+                raise _state_error(where, "state must be an object with exactly "
+                                          f"{', '.join(sorted(_ROUND_JOB_FIELDS))}")
             restored: dict[str, Any] = {}
             for key in ("allocation", "received_s", "deficit_s"):
                 restored[key] = self._per_type(state[key], f"{where}.{key}", negative=key == "deficit_s")
@@ -711,7 +714,8 @@ class Engine:
             raise _state_error("rounds.pending", "must be a list of [job_id, gpu_type]")
         pending: dict[Hashable, str] = {}
         for k, cell in enumerate(pending_list):
-            if not (isinstance(cell, list) and len(cell) == 2 and _known(cell[0], jobs) and _known(cell[1], self._gpus)):
+            if not (isinstance(cell, list) and len(cell) == 2 and _known(cell[0], jobs)
+                    and _known(cell[1], self._gpus)):
                 raise _state_error(f"rounds.pending[{k}]", f"is {cell!r}; give [job_id, gpu_type] of a job in "
                                                            "rounds.jobs and a GPU type of the cluster")
             pending[cell[0]] = cell[1]
@@ -726,7 +730,8 @@ class Engine:
         out = {}
         for gpu_type, value in values.items():
             if not _known(gpu_type, self._gpus):
-                raise _state_error(f"{field}.{gpu_type}", f"names an unknown GPU type; the cluster's are {list(self._gpus)}")
+                raise _state_error(f"{field}.{gpu_type}", "names an unknown GPU type; the cluster's are "
+                                                          f"{list(self._gpus)}")
             ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and abs(value) <= MAX_CLOCK_SECONDS
             if not ok or (value < 0 and not negative):
                 raise _state_error(f"{field}.{gpu_type}", f"is {value!r}; give a number from "

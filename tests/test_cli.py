@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -260,10 +262,11 @@ TRACE_LINE = "ResNet-18 (batch size 16)\tcmd\tdir\t--n\tFalse\t100\t1\t1.0\t-1\t
      ["a.trace:2: total_steps is '1e400'"]),
     ("w.csv", b"name,time,application,num_replicas,batch_size\nbert-0,0,bert,1,\xff\n", ["simulate", "--workload"],
      ["w.csv, line 2: not UTF-8"]),
-    ("t.csv", b"model,scale_factor,gpu_type,throughput\nm,1,v100,\x00\n", ["simulate", "--generate", "3",
-                                                                             "--throughputs"], ["t.csv, line 2: binary"]),
-    ("state.json", '{"format": "allocopt-engine",\n "format_version": 1, "version": -1}', ["serve", "--state"],
-     ["state.json: invalid engine state: policy is missing"]),
+    ("t.csv", b"model,scale_factor,gpu_type,throughput\nm,1,v100,\x00\n",
+     ["simulate", "--generate", "3", "--throughputs"], ["t.csv, line 2: binary"]),
+    ("state.json", '{"format": "allocopt-engine", "format_version": 1, "version": 0, "policy": "max_min_fairness",'
+                   '\n "backend": "highs", "cluster": null, "jobs": []}', ["serve", "--state"],
+     ["state.json: invalid engine state: cluster must be an object"]),
 ])
 def test_malformed_input_files_exit_2_naming_the_file(tmp_path, name, content, command, fragments):
     path = tmp_path / name
@@ -303,8 +306,8 @@ def test_corrupted_state_journal_names_the_path(tmp_path):
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["solve", "P", "--option", "heterogeneity_aware=maybe"], "heterogeneity_aware of policy 'max_min_fairness' "
-                                                              "must be true or false, got 'maybe'"),
+    (["solve", "P", "--option", "heterogeneity_aware=maybe"], "heterogeneity_aware must be true or false (an option "
+                                                              "of policy 'max_min_fairness'), got 'maybe'"),
     (["solve", "P", "--option", "threads=2.5"], "threads must be a positive integer"),
     (["solve", "P", "--option", "mip_gap=NaN"], "mip_gap must be in [0, 1)"),
     (["solve", "P", "--option", "verbose=1"], "verbose must be true or false"),
@@ -327,9 +330,6 @@ def test_exit_codes_are_documented_in_help():
 
 
 def test_ctrl_c_exits_130_with_one_line():
-    import signal
-    import time
-
     process = subprocess.Popen([sys.executable, "-m", "allocopt", "solve", "-"], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -344,8 +344,6 @@ def test_ctrl_c_exits_130_with_one_line():
 
 def _wait_until_idle(pid: int, timeout_s: float = 60.0) -> None:
     """Until the process has used no CPU for 0.5 s (it is blocked), or timeout_s."""
-    import time
-
     def cpu() -> int:
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         return int(fields[11]) + int(fields[12])

@@ -5,7 +5,7 @@ Each target feeds one generated input to the real reader (real files in a tempor
 returns its outcome: ``accepted`` or the name of the typed error (:mod:`allocopt.errors`) it raised.
 Anything else (an untyped exception, a traceback or exit status 3 from the CLI, a document the JSON
 Schema rejects but the reader accepts, an accepted engine state that later breaks) fails. The CI
-budget is ``ALLOCOPT_FUZZ_EXAMPLES`` examples per target (default 40); ``benchmarks/fuzz_inputs.py``
+budget is ``ALLOCOPT_FUZZ_EXAMPLES`` examples per target (default 100); ``benchmarks/fuzz_inputs.py``
 runs the same targets with a long budget and prints the counts by outcome.
 """
 
@@ -35,7 +35,7 @@ from allocopt.runtime.executor import JobRoundResult, RoundOutcome
 from allocopt.runtime.loop import load_jobs
 from allocopt.throughput import ThroughputTable
 
-EXAMPLES = int(os.environ.get("ALLOCOPT_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("ALLOCOPT_FUZZ_EXAMPLES", "100"))
 SCHEMAS = Path(allocopt.__file__).parent / "schemas"
 
 # ----- generators -------------------------------------------------------------------------------
@@ -56,7 +56,8 @@ def problem_documents(draw: st.DrawFn) -> dict:
     doc: dict[str, Any] = {"cluster": {"gpus": {t: draw(st.integers(0, 6)) for t in types}}, "jobs": []}
     for k in range(draw(st.integers(0, 4))):
         job: dict[str, Any] = {"id": draw(st.sampled_from([k, f"job-{k}"])),
-                               "throughputs": {t: draw(st.floats(0, 100)) for t in types}}
+                               "throughputs": {t: draw(st.one_of(st.just(0.0), st.floats(0.01, 100)))
+                                               for t in types}}
         for name, values in (("scale_factor", st.integers(1, 3)), ("priority_weight", st.floats(0.1, 10)),
                              ("num_steps_remaining", st.floats(0, 1e6)), ("entity", st.sampled_from(["u", 1]))):
             if draw(st.booleans()):
@@ -99,8 +100,13 @@ def mutated(draw: st.DrawFn, base: st.SearchStrategy) -> Any:
 def as_bytes(document: Any) -> st.SearchStrategy[bytes]:
     """JSON text of a document, spliced with junk at a random point, or junk alone."""
     text = json.dumps(document).encode()
-    return st.one_of(st.just(text), st.builds(lambda k, junk: text[:k % (len(text) + 1)] + junk + text[k % (len(text) + 1):],
-                                              st.integers(0, 10**6), st.binary(max_size=8)), st.binary(max_size=40))
+
+    def splice(k: int, junk: bytes) -> bytes:
+        k %= len(text) + 1
+        return text[:k] + junk + text[k:]
+
+    return st.one_of(st.just(text), st.builds(splice, st.integers(0, 10**6), st.binary(max_size=8)),
+                     st.binary(max_size=40))
 
 
 @st.composite
@@ -264,7 +270,8 @@ def cli_arguments() -> st.SearchStrategy[list[str]]:
     option = st.builds(lambda k, v: ["--option", f"{k}={v}"], st.sampled_from(OPTION_KEYS),
                        st.sampled_from(OPTION_VALUES))
     flag = st.one_of(option, st.builds(lambda v: ["--policy", v], st.sampled_from(
-        ["max_min_fairness", "water_filling", "max_throughput", "sia", "min_makespan", "nope", ""])),
+        ["max_min_fairness", "water_filling", "max_throughput", "sia", "min_makespan", "finish_time_fairness",
+         "fifo", "gandiva", "allox", "isolated", "proportional", "nope", ""])),
         st.builds(lambda v: ["--backend", v], st.sampled_from(["highs", "scipy", "auto", "nope"])),
         st.builds(lambda v: ["--time-limit-s", v], st.sampled_from(["1", "0", "-1", "nan", "inf", "x", "1e999"])),
         st.just(["--best-effort"]), st.sampled_from([["-v"], ["-q"], ["--bogus"], ["-"], ["--out", "OUT"]]))
@@ -291,11 +298,21 @@ def cli_bad_file(workdir: Path, argv: list[str], data: bytes) -> str:
     return run_cli([str(workdir / a) if a in ("FILE", "STATE") else a for a in argv])
 
 
-def cli_solve(workdir: Path, argv: list[str]) -> str:
-    path = workdir / "small.json"
-    path.write_text(json.dumps({"cluster": {"gpus": {"v100": 1, "k80": 1}},
-                                "jobs": [{"id": "a", "throughputs": {"v100": 4.0, "k80": 1.0}},
-                                         {"id": "b", "throughputs": {"v100": 2.0, "k80": 1.5}}]}))
+_JOBS = [{"id": "a", "throughputs": {"v100": 4.0, "k80": 1.0}}, {"id": "b", "throughputs": {"v100": 2.0, "k80": 1.5}}]
+#: Problems for the CLI: plain, with steps and deadlines, with pairs and entities.
+CLI_PROBLEMS = [
+    {"cluster": {"gpus": {"v100": 1, "k80": 1}}, "jobs": _JOBS},
+    {"cluster": {"gpus": {"v100": 1, "k80": 1}},
+     "jobs": [{**job, "num_steps_remaining": 1000.0, "slo_s": 900.0} for job in _JOBS]},
+    {"cluster": {"gpus": {"v100": 1, "k80": 1}}, "jobs": [{**job, "entity": job["id"]} for job in _JOBS],
+     "entity_weights": {"a": 2.0, "b": 1.0},
+     "pairs": [{"jobs": ["a", "b"], "throughputs": {"v100": [3.0, 1.0], "k80": [0.5, 1.0]}}]},
+]
+
+
+def cli_solve(workdir: Path, problem: int, argv: list[str]) -> str:
+    path = workdir / "problem.json"
+    path.write_text(json.dumps(CLI_PROBLEMS[problem]))
     return run_cli(["solve", str(path), *[str(workdir / "out.json") if a == "OUT" else a for a in argv]])
 
 
@@ -316,7 +333,7 @@ TARGETS: dict[str, tuple[st.SearchStrategy, Callable[..., str]]] = {
             {"v100": {"('m', 1)": {"null": 2.0}}, "k80": {"('m', 1)": {"null": 1.0}}})).flatmap(as_bytes))),
         throughput_file),
     "job file": (job_files(), job_file),
-    "CLI solve arguments": (st.tuples(cli_arguments()), cli_solve),
+    "CLI solve arguments": (st.tuples(st.integers(0, len(CLI_PROBLEMS) - 1), cli_arguments()), cli_solve),
     "CLI commands on malformed files": (cli_bad_files(), cli_bad_file),
 }
 

@@ -70,8 +70,8 @@ class SolveOptions:
             raise InvalidOptionError(f"mip_gap must be in [0, 1), got {self.mip_gap!r}")
         if not isinstance(self.verbose, (bool, np.bool_)):
             raise InvalidOptionError(f"verbose must be true or false, got {self.verbose!r}")
-        if self.threads is not None and (not isinstance(self.threads, (int, np.integer)) or isinstance(self.threads, bool)
-                                         or not 1 <= self.threads <= 2**16):
+        if self.threads is not None and (not isinstance(self.threads, (int, np.integer))
+                                         or isinstance(self.threads, bool) or not 1 <= self.threads <= 2**16):
             raise InvalidOptionError(f"threads must be a positive integer, got {self.threads!r}")
         if not isinstance(self.solver_options, dict):
             raise InvalidOptionError("solver_options must be a dict of the solver's own option names to values")

@@ -235,6 +235,9 @@ class WaterFilling(Policy):
         if entity_policies is not None and not isinstance(entity_policies, Mapping):
             raise InvalidOptionError("entity_policies must be a dict {entity: 'fairness' | 'fifo'}, got "
                                      f"{type(entity_policies).__name__}")
+        if space_sharing and problem.pairs is None:
+            raise InvalidOptionError("space_sharing=True needs Problem(pair_throughputs=...): the throughput "
+                                     "of each pair of jobs that may share GPUs")
         return _WaterFill(problem, solver, _hierarchy(problem, entity_policies), heterogeneity_aware,
                           space_sharing).run()
 

@@ -421,7 +421,7 @@ class ThroughputTable:
             scale = number("scale_factor", k)
             if scale != int(scale) or not 1 <= scale <= _MAX_SCALE_FACTOR:
                 raise fail(k, "scale_factor", f"{columns['scale_factor'][k]!r} must be an integer number of "
-                                              f"GPUs from 1 to {_MAX_SCALE_FACTOR}")
+                                              f"GPUs >= 1 (at most {_MAX_SCALE_FACTOR})")
             scale, tput = int(scale), number("throughput", k)
             other, other_tput = text("other_model", k, required=False), number("throughput_other", k, required=False)
             if (other is None) != (other_tput is None):
