@@ -55,7 +55,7 @@ def max_min_fairness_closed_form(problem: Problem, coefficients: np.ndarray) -> 
     per_unit = np.bincount(best, weights=scale / top, minlength=k)  # GPUs per unit of level, per type
     if np.all(np.count_nonzero(coefficients, axis=1) == 1):
         # every job has one type: per type, the level is capped by its jobs' time limit and its GPUs
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):
             t_cap = min(t_cap, float(np.min(np.where(per_unit > 0, capacity / per_unit, np.inf))))
     need = t_cap / top  # time on the best type
     use = t_cap * per_unit
