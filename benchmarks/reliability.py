@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Reliability: `allocopt run` SIGKILLed again and again; counts by outcome.
 
-Runtime faults part. Each chain starts a fresh state with three jobs on two
+Runtime faults part. Each chain starts a fresh state with three jobs on three
 ``cpu`` devices (``tests/jobs/count_steps.py`` run plainly, through a shell
 command line that forks it, and through a launcher that runs it as its child and
 leaves an orphan ``sleep`` in a session of its own) and kills the scheduler
@@ -44,7 +44,7 @@ from allocopt.bench.machine import machine_info
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = ROOT / "tests" / "jobs"
-TOTALS = {"plain": 400, "shell": 350, "launcher": 380}
+TOTALS = {"plain": 1500, "shell": 1200, "launcher": 1300}
 
 
 def _env() -> dict[str, str]:
@@ -81,7 +81,7 @@ def _job_file(directory: Path, mark: str) -> Path:
 
 
 def _args(directory: Path, jobs_file: Path) -> list[str]:
-    return [str(jobs_file), "--cluster", "cpu=2", "--round-seconds", "1", "--grace-s", "1",
+    return [str(jobs_file), "--cluster", "cpu=3", "--round-seconds", "1", "--grace-s", "1",
             "--state", str(directory / "state.db")]
 
 

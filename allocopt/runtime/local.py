@@ -35,6 +35,7 @@ environment with :func:`job_environment` and :func:`rank_environment`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -51,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from allocopt.errors import InvalidProblemError
+from allocopt.errors import InvalidProblemError, StateError
 from allocopt.runtime import client
 from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
@@ -237,7 +238,8 @@ class _Job:
         return all(r.proc.poll() is not None for r in self.ranks)
 
 
-def _safe_name(job_id: Hashable) -> str:
+def sanitized_job_name(job_id: Hashable) -> str:
+    """``job_id`` with every character but letters, digits and ``_.-`` replaced by ``_``."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(job_id)) or "job"
 
 
@@ -249,7 +251,7 @@ def job_directory_name(job_id: Hashable) -> str:
     InvalidProblemError
         For names that would not be a directory of their own (``"."``, ``".."``).
     """
-    name = _safe_name(job_id)
+    name = sanitized_job_name(job_id)
     if name in (".", ".."):
         raise InvalidProblemError(f"job name {str(job_id)!r} cannot name a job directory; rename the job",
                                   field="name", job=job_id)
@@ -261,6 +263,30 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def exclusive_lock(path: Path, what: str, hint: str) -> int:
+    """Take the exclusive lock ``path`` (``flock``; the file holds the holder's PID) for ``what``;
+    return its fd (closing it, or exiting, releases the lock).
+
+    Raises
+    ------
+    StateError
+        When another process holds it (its PID named, then ``hint``), or the file cannot be created.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise StateError(f"cannot create the lock file {path}: {err.strerror or err}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StateError(f"{what} is in use by another scheduler (pid {holder}); stop it first, or {hint}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -359,9 +385,10 @@ class LocalExecutor(Executor):
         The device behind each cluster-wide GPU id (``devices[g]`` for id ``g``);
         see :func:`allocopt.runtime.devices.devices_for_cluster`.
     work_dir : path
-        Lease, stop, progress, log and checkpoint files. Processes left over by
-        an earlier executor on the same ``work_dir`` (a scheduler that was
-        killed) are stopped when this one starts.
+        Lease, stop, progress, log and checkpoint files. Held exclusively until
+        :meth:`close` (StateError naming the holder's PID otherwise). Processes
+        left over by an earlier executor on the same ``work_dir`` (a scheduler
+        that was killed) are stopped when this one starts.
     grace_s : float, default 2.0
         Seconds from a stop request to SIGKILL: half waits for a cooperative
         stop, half after SIGTERM; also how long a job may overrun its lease end.
@@ -382,6 +409,8 @@ class LocalExecutor(Executor):
         self.devices = list(devices)
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock_fd: int | None = exclusive_lock(self.work_dir / "executor.lock",
+                                                   f"the work directory {self.work_dir}", "use another one")
         self.grace_s = float(grace_s)
         self.max_retries = int(max_retries)
         self.retry_backoff_s = float(retry_backoff_s)
@@ -413,7 +442,7 @@ class LocalExecutor(Executor):
         """
         name = job_directory_name(job_id)
         for other in self.jobs:
-            if other != job_id and _safe_name(other) == name:
+            if other != job_id and sanitized_job_name(other) == name:
                 raise InvalidProblemError(f"jobs {str(other)!r} and {str(job_id)!r} would share the job directory "
                                           f"{name!r}; rename one of them", field="name", job=job_id)
         self.jobs[job_id] = spec
@@ -424,7 +453,7 @@ class LocalExecutor(Executor):
 
     def job_dir(self, job_id: Hashable) -> Path:
         """The job's directory: lease, stop and progress files, logs, and ``checkpoints/``."""
-        return self.work_dir / "jobs" / _safe_name(job_id)
+        return self.work_dir / "jobs" / sanitized_job_name(job_id)
 
     def checkpoint_dir(self, job_id: Hashable) -> Path:
         """The directory a job's checkpoints live in (under the job's work directory)."""
@@ -524,8 +553,11 @@ class LocalExecutor(Executor):
         return [results[l.job_id] for l in plan.leases]
 
     def close(self) -> None:
-        """Stop every job this executor still holds."""
+        """Stop every job this executor still holds and release the work directory."""
         self._stop(list(self._running))
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     # ----- internals -----------------------------------------------------------------
     def _validate(self, plan: RoundPlan) -> None:
@@ -661,8 +693,9 @@ class LocalExecutor(Executor):
         if job.stopping or all(r.exit_reason in ("lease", "stop") for r in job.ranks):
             return RoundOutcome.PREEMPTED
         if not any(r.records for r in job.ranks):
-            problem = (f"exited with status 0 without reporting any progress: run the steps through "
-                       f"allocopt.runtime.client.steps() (see examples/pytorch_mlp.py); log {self.log_file(job.job_id, 0)}")
+            problem = ("exited with status 0 without reporting any progress: run the steps through "
+                       "allocopt.runtime.client.steps() (see examples/pytorch_mlp.py); log "
+                       f"{self.log_file(job.job_id, 0)}")
         else:
             problem = (f"exited with status 0 at step {job.step} of {total}, before its lease ended and without "
                        f"a stop request; a job runs until client.steps() ends")
@@ -813,6 +846,6 @@ class LocalExecutor(Executor):
             pid_file.unlink()
 
 
-__all__ = ["POLL_S", "ExecutorStats", "JobSpec", "LocalExecutor", "Rank", "RankProcess", "free_port",
-           "cpu_threads", "job_directory_name", "job_environment", "merge_environment", "new_token", "rank_environment",
-           "start_process"]
+__all__ = ["POLL_S", "ExecutorStats", "JobSpec", "LocalExecutor", "Rank", "RankProcess", "cpu_threads",
+           "exclusive_lock", "free_port", "job_directory_name", "job_environment", "merge_environment", "new_token",
+           "rank_environment", "sanitized_job_name", "start_process"]
