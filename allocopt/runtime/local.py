@@ -777,7 +777,7 @@ class LocalExecutor(Executor):
             table = process_table()
             keep = frozenset(p.pid for p in local)
             for proc in local:
-                reap_children([m for m in proc.tree.members(table) if m.zombie], keep)
+                reap_children([m for m in proc.tree.members(table, tokens=False) if m.zombie], keep)
 
     def _log_interval(self, job_id: Hashable, gpu_ids: Sequence[int], pids: Sequence[int], start: float) -> None:
         with open(self.work_dir / "devices.jsonl", "a", encoding="utf-8") as f:
