@@ -751,8 +751,8 @@ class LocalExecutor(Executor):
                 rank.proc.signal_group(signal.SIGKILL)  # what was forked meanwhile
         for rank in job.ranks:
             if rank.proc.group_alive():
-                raise RuntimeError(f"processes of job {job.job_id!r} (launched as pid {rank.proc.pid}) survived "
-                                   "SIGKILL for 10 s")
+                raise StateError(f"processes of job {job.job_id!r} (launched as pid {rank.proc.pid}) survived SIGKILL "
+                                 "for 10 s: its devices cannot be confirmed free; see ps for their state")
         for rank in job.ranks:
             rank.proc.reap()
         jdir = self.job_dir(job.job_id)
@@ -834,11 +834,15 @@ class LocalExecutor(Executor):
             except (OSError, ValueError, AttributeError, TypeError):
                 log.warning("unreadable process journal %s: its processes cannot be found", pid_file)
                 continue
-            for tree in trees:
-                tree.kill()
-            issue_epoch(str(pid_file.parent))
-            for tree in trees:  # anything the trees forked while they were killed
-                tree.kill()
+            try:
+                for tree in trees:
+                    tree.kill()
+                issue_epoch(str(pid_file.parent))
+                for tree in trees:  # anything the trees forked while they were killed
+                    tree.kill()
+            except RuntimeError as err:
+                raise StateError(f"processes an earlier scheduler left in {pid_file.parent} cannot be stopped: {err}; "
+                                 "see ps for their state") from None
             if entries:
                 self._log_interval(pid_file.parent.name, entries[0]["gpu_ids"], [e.get("pid") for e in entries],
                                    min(e["launched"] for e in entries))

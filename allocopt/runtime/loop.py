@@ -557,7 +557,7 @@ class Scheduler:
             s.message = r.message
             if r.measured_steps_per_s is not None:
                 s.measured[lease.gpu_type] = self.engine.get_job(lease.job_id)["throughputs"][lease.gpu_type]
-            if r.outcome is RoundOutcome.COMPLETED:
+            if r.outcome is RoundOutcome.COMPLETED or s.steps_done >= s.config.total_steps:  # its checkpoint says so
                 s.status, s.finished, s.steps_done = "done", t1, max(s.steps_done, s.config.total_steps)
             elif r.outcome is RoundOutcome.FAILED and self.executor.failed(lease.job_id):
                 s.status, s.finished = "failed", t1
