@@ -158,3 +158,26 @@ def test_stale_copy_is_refused_at_its_next_commit(tmp_path: Path) -> None:
     finally:
         os.environ.clear()
         os.environ.update(monkey)
+
+
+def test_process_tree_is_found_and_killed_whole_after_its_leader_died(tmp_path: Path) -> None:
+    """A shell whose children stay in its session, one escaping into a session of its own; the leader
+    is killed first: the tree (session members, token holders) is still found and killed whole."""
+    from allocopt.runtime.local import start_process
+    from allocopt.runtime.procs import ProcessTree, start_ticks
+
+    mark = uuid.uuid4().hex
+    env = {**os.environ, "ALLOCOPT_TEST_MARK": mark}
+    proc, token = start_process("sleep 600 & setsid sleep 601 & wait", env, None, tmp_path / "log")
+    tree = ProcessTree(proc.pid, start_ticks(proc.pid), token)
+    limit = time.time() + 10
+    while len(marked_processes(mark)) < 3 and time.time() < limit:
+        time.sleep(0.01)
+    assert len(marked_processes(mark)) == 3  # the shell and its two sleeps
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    survivors = marked_processes(mark)
+    assert len(survivors) == 2 and {p.pid for p in tree.members()} >= set(survivors)
+    assert ProcessTree(None, None, token).alive()  # found by the launch token alone, as after a restart
+    tree.kill(timeout_s=10)
+    assert marked_processes(mark) == [] and not tree.alive()
