@@ -44,7 +44,7 @@ from allocopt.bench.machine import machine_info
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = ROOT / "tests" / "jobs"
-TOTALS = {"plain": 1500, "shell": 1200, "launcher": 1300}
+TOTALS = {"plain": 3000, "shell": 2500, "launcher": 2800}
 
 
 def _env() -> dict[str, str]:
