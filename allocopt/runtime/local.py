@@ -13,8 +13,9 @@ Exactly-once progress: each launch gets a new lease epoch
 rank's whole process tree (:class:`allocopt.runtime.procs.ProcessTree`: its
 session, its descendants, the holders of its launch token) is contained: the
 executor is their subreaper, each rank dies with the executor (the death-signal
-race closed), and a restarted executor kills the trees recorded in each job's
-``pids.json`` before it launches anything.
+race closed), the executor's watchdog (:mod:`allocopt.runtime.watchdog`) kills
+the trees recorded in each job's ``pids.json`` when the executor dies, and a
+restarted executor kills whatever is left of them before it launches anything.
 
 At a lease's end a job pauses; the next round either extends it (same process)
 or stops it: stop file, then SIGTERM, then SIGKILL, all within ``grace_s``;
@@ -53,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from allocopt.errors import InvalidProblemError, StateError
-from allocopt.runtime import client
+from allocopt.runtime import client, watchdog
 from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.runtime.fence import issue_epoch
@@ -265,9 +266,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def exclusive_lock(path: Path, what: str, hint: str) -> int:
-    """Take the exclusive lock ``path`` (``flock``; the file holds the holder's PID) for ``what``;
-    return its fd (closing it, or exiting, releases the lock).
+def exclusive_lock(path: Path, what: str, hint: str, wait_s: float = 0.0) -> int:
+    """Take the exclusive lock ``path`` (``flock``; the file holds the holder's PID) for ``what``,
+    waiting up to ``wait_s`` seconds for it; return its fd (closing it, or exiting, releases the lock).
 
     Raises
     ------
@@ -278,12 +279,19 @@ def exclusive_lock(path: Path, what: str, hint: str) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as err:
         raise StateError(f"cannot create the lock file {path}: {err.strerror or err}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise StateError(f"{what} is in use by another scheduler (pid {holder}); stop it first, or {hint}") from None
+    limit = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < limit:
+                time.sleep(0.02)
+                continue
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StateError(f"{what} is in use by another scheduler (pid {holder}); stop it first, or {hint}") \
+                from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
@@ -409,8 +417,9 @@ class LocalExecutor(Executor):
         self.devices = list(devices)
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._lock_fd: int | None = exclusive_lock(self.work_dir / "executor.lock",
-                                                   f"the work directory {self.work_dir}", "use another one")
+        # (waiting briefly: the watchdog of an executor that just died may hold it while it cleans up)
+        self._lock_fd: int | None = exclusive_lock(self.work_dir / watchdog.LOCK_FILE,
+                                                   f"the work directory {self.work_dir}", "use another one", 5.0)
         self.grace_s = float(grace_s)
         self.max_retries = int(max_retries)
         self.retry_backoff_s = float(retry_backoff_s)
@@ -429,6 +438,7 @@ class LocalExecutor(Executor):
         self._last_reap = time.monotonic()
         become_subreaper()
         self._reap_orphans()
+        self._watchdog = _start_watchdog(self.work_dir)
 
     # ----- public helpers ------------------------------------------------------------
     def add_job(self, job_id: Hashable, spec: JobSpec) -> None:
@@ -553,8 +563,17 @@ class LocalExecutor(Executor):
         return [results[l.job_id] for l in plan.leases]
 
     def close(self) -> None:
-        """Stop every job this executor still holds and release the work directory."""
+        """Stop every job this executor still holds, end the watchdog and release the work directory."""
         self._stop(list(self._running))
+        if self._watchdog is not None:
+            proc, pipe = self._watchdog
+            os.close(pipe)  # the watchdog wakes up, finds the work directory still held and exits
+            try:
+                proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            self._watchdog = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -829,25 +848,40 @@ class LocalExecutor(Executor):
         them off with a new lease epoch."""
         for pid_file in sorted((self.work_dir / "jobs").glob("*/pids.json")):
             try:
-                entries = json.loads(pid_file.read_text(encoding="utf-8"))
-                trees = [ProcessTree(e.get("pid"), e.get("ticks"), e.get("token") or "-") for e in entries]
-            except (OSError, ValueError, AttributeError, TypeError):
-                log.warning("unreadable process journal %s: its processes cannot be found", pid_file)
-                continue
-            try:
-                for tree in trees:
-                    tree.kill()
-                issue_epoch(str(pid_file.parent))
-                for tree in trees:  # anything the trees forked while they were killed
-                    tree.kill()
+                entries = watchdog.stop_recorded(pid_file)
             except RuntimeError as err:
                 raise StateError(f"processes an earlier scheduler left in {pid_file.parent} cannot be stopped: {err}; "
                                  "see ps for their state") from None
+            if entries is None:
+                continue
             if entries:
                 self._log_interval(pid_file.parent.name, entries[0]["gpu_ids"], [e.get("pid") for e in entries],
                                    min(e["launched"] for e in entries))
             (pid_file.parent / "stop").unlink(missing_ok=True)
             pid_file.unlink()
+
+
+def _start_watchdog(work_dir: Path) -> tuple[subprocess.Popen, int] | None:
+    """Start the work directory's watchdog (Linux; see :mod:`allocopt.runtime.watchdog`): the process
+    and the write end of its pipe, or None where it cannot run."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import allocopt
+
+    read, write = os.pipe()  # neither end is inherited by the jobs (O_CLOEXEC)
+    env = {k: v for k, v in os.environ.items() if k != LAUNCH_VAR}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(allocopt.__file__).resolve().parents[1]),
+                                         *filter(None, [env.get("PYTHONPATH")])])
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "allocopt.runtime.watchdog", str(work_dir)], stdin=read,
+                                stdout=subprocess.DEVNULL, env=env, start_new_session=True)
+    except OSError as err:
+        log.warning("no watchdog for %s (%s): jobs outlive a killed scheduler until it restarts", work_dir, err)
+        os.close(write)
+        return None
+    finally:
+        os.close(read)
+    return proc, write
 
 
 __all__ = ["POLL_S", "ExecutorStats", "JobSpec", "LocalExecutor", "Rank", "RankProcess", "cpu_threads",
