@@ -567,7 +567,11 @@ class LocalExecutor(Executor):
         self._stop(list(self._running))
         if self._watchdog is not None:
             proc, pipe = self._watchdog
-            os.close(pipe)  # the watchdog wakes up, finds the work directory still held and exits
+            try:
+                os.write(pipe, watchdog.CLOSING)  # the watchdog wakes up and exits
+            except OSError:
+                pass  # it is gone already
+            os.close(pipe)
             try:
                 proc.wait(timeout=10.0)
             except subprocess.TimeoutExpired:

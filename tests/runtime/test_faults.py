@@ -193,7 +193,8 @@ def test_orphan_that_never_uses_the_client_dies_with_its_scheduler(tmp_path: Pat
         assert orphans, "the launcher job did not start its orphan"
         run.send_signal(signal.SIGKILL)
         run.wait()
-        assert _wait_gone(mark, 5.0) == []
+        left = _wait_gone(mark, 5.0)
+        assert left == [], [(p, _cmdline(p), Path(f"/proc/{p}/stat").read_text()) for p in left]
     finally:
         run.kill()
         _cleanup(mark)
