@@ -498,8 +498,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
 
     from allocopt.runtime.devices import devices_for_cluster
     from allocopt.runtime.local import LocalExecutor
-    from allocopt.runtime.loop import (Scheduler, StateStore, default_state_path, load_jobs, lock_work_dir,
-                                       parse_cluster)
+    from allocopt.runtime.loop import Scheduler, StateStore, default_state_path, load_jobs, parse_cluster
 
     if args.ray_address is not None and args.executor != "ray":
         raise _UsageError("--ray-address needs --executor ray")
@@ -522,7 +521,6 @@ def _run_jobs(args: argparse.Namespace) -> int:
     state = None
     try:
         state = StateStore(state_path, store_env=args.journal_env)  # locked before any job process is touched
-        lock_work_dir(work_dir)  # held until exit
         if args.executor == "ray":
             from allocopt.runtime.ray_executor import RayExecutor
 

@@ -156,10 +156,10 @@ def _starter_gone() -> bool:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         gone = fields[0] in ("Z", "X") or bool(ticks and fields[19] != ticks)
-    except OSError:
+    except OSError:  # no /proc (or not this pid's): ask the kernel
         try:
             os.kill(pid, 0)
-            gone = os.path.isdir("/proc")
+            gone = False
         except ProcessLookupError:
             gone = True
         except PermissionError:

@@ -13,8 +13,9 @@ Exactly-once progress: each launch gets a new lease epoch
 rank's whole process tree (:class:`allocopt.runtime.procs.ProcessTree`: its
 session, its descendants, the holders of its launch token) is contained: the
 executor is their subreaper, each rank dies with the executor (the death-signal
-race closed), and a restarted executor kills the trees recorded in each job's
-``pids.json`` before it launches anything.
+race closed), the executor's watchdog (:mod:`allocopt.runtime.watchdog`) kills
+the trees recorded in each job's ``pids.json`` when the executor dies, and a
+restarted executor kills whatever is left of them before it launches anything.
 
 At a lease's end a job pauses; the next round either extends it (same process)
 or stops it: stop file, then SIGTERM, then SIGKILL, all within ``grace_s``;
@@ -35,6 +36,7 @@ environment with :func:`job_environment` and :func:`rank_environment`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -51,8 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from allocopt.errors import InvalidProblemError
-from allocopt.runtime import client
+from allocopt.errors import InvalidProblemError, StateError
+from allocopt.runtime import client, watchdog
 from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.runtime.fence import issue_epoch
@@ -237,7 +239,8 @@ class _Job:
         return all(r.proc.poll() is not None for r in self.ranks)
 
 
-def _safe_name(job_id: Hashable) -> str:
+def sanitized_job_name(job_id: Hashable) -> str:
+    """``job_id`` with every character but letters, digits and ``_.-`` replaced by ``_``."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", str(job_id)) or "job"
 
 
@@ -249,7 +252,7 @@ def job_directory_name(job_id: Hashable) -> str:
     InvalidProblemError
         For names that would not be a directory of their own (``"."``, ``".."``).
     """
-    name = _safe_name(job_id)
+    name = sanitized_job_name(job_id)
     if name in (".", ".."):
         raise InvalidProblemError(f"job name {str(job_id)!r} cannot name a job directory; rename the job",
                                   field="name", job=job_id)
@@ -261,6 +264,37 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def exclusive_lock(path: Path, what: str, hint: str, wait_s: float = 0.0) -> int:
+    """Take the exclusive lock ``path`` (``flock``; the file holds the holder's PID) for ``what``,
+    waiting up to ``wait_s`` seconds for it; return its fd (closing it, or exiting, releases the lock).
+
+    Raises
+    ------
+    StateError
+        When another process holds it (its PID named, then ``hint``), or the file cannot be created.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise StateError(f"cannot create the lock file {path}: {err.strerror or err}") from None
+    limit = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < limit:
+                time.sleep(0.02)
+                continue
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StateError(f"{what} is in use by another scheduler (pid {holder}); stop it first, or {hint}") \
+                from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
@@ -359,9 +393,10 @@ class LocalExecutor(Executor):
         The device behind each cluster-wide GPU id (``devices[g]`` for id ``g``);
         see :func:`allocopt.runtime.devices.devices_for_cluster`.
     work_dir : path
-        Lease, stop, progress, log and checkpoint files. Processes left over by
-        an earlier executor on the same ``work_dir`` (a scheduler that was
-        killed) are stopped when this one starts.
+        Lease, stop, progress, log and checkpoint files. Held exclusively until
+        :meth:`close` (StateError naming the holder's PID otherwise). Processes
+        left over by an earlier executor on the same ``work_dir`` (a scheduler
+        that was killed) are stopped when this one starts.
     grace_s : float, default 2.0
         Seconds from a stop request to SIGKILL: half waits for a cooperative
         stop, half after SIGTERM; also how long a job may overrun its lease end.
@@ -382,6 +417,9 @@ class LocalExecutor(Executor):
         self.devices = list(devices)
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # (waiting briefly: the watchdog of an executor that just died may hold it while it cleans up)
+        self._lock_fd: int | None = exclusive_lock(self.work_dir / watchdog.LOCK_FILE,
+                                                   f"the work directory {self.work_dir}", "use another one", 5.0)
         self.grace_s = float(grace_s)
         self.max_retries = int(max_retries)
         self.retry_backoff_s = float(retry_backoff_s)
@@ -400,6 +438,7 @@ class LocalExecutor(Executor):
         self._last_reap = time.monotonic()
         become_subreaper()
         self._reap_orphans()
+        self._watchdog = _start_watchdog(self.work_dir)
 
     # ----- public helpers ------------------------------------------------------------
     def add_job(self, job_id: Hashable, spec: JobSpec) -> None:
@@ -413,7 +452,7 @@ class LocalExecutor(Executor):
         """
         name = job_directory_name(job_id)
         for other in self.jobs:
-            if other != job_id and _safe_name(other) == name:
+            if other != job_id and sanitized_job_name(other) == name:
                 raise InvalidProblemError(f"jobs {str(other)!r} and {str(job_id)!r} would share the job directory "
                                           f"{name!r}; rename one of them", field="name", job=job_id)
         self.jobs[job_id] = spec
@@ -424,7 +463,7 @@ class LocalExecutor(Executor):
 
     def job_dir(self, job_id: Hashable) -> Path:
         """The job's directory: lease, stop and progress files, logs, and ``checkpoints/``."""
-        return self.work_dir / "jobs" / _safe_name(job_id)
+        return self.work_dir / "jobs" / sanitized_job_name(job_id)
 
     def checkpoint_dir(self, job_id: Hashable) -> Path:
         """The directory a job's checkpoints live in (under the job's work directory)."""
@@ -524,8 +563,24 @@ class LocalExecutor(Executor):
         return [results[l.job_id] for l in plan.leases]
 
     def close(self) -> None:
-        """Stop every job this executor still holds."""
+        """Stop every job this executor still holds, end the watchdog and release the work directory."""
         self._stop(list(self._running))
+        if self._watchdog is not None:
+            proc, pipe = self._watchdog
+            try:
+                os.write(pipe, watchdog.CLOSING)  # the watchdog wakes up and exits
+            except OSError:
+                pass  # it is gone already
+            os.close(pipe)
+            try:
+                proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            self._watchdog = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     # ----- internals -----------------------------------------------------------------
     def _validate(self, plan: RoundPlan) -> None:
@@ -661,8 +716,9 @@ class LocalExecutor(Executor):
         if job.stopping or all(r.exit_reason in ("lease", "stop") for r in job.ranks):
             return RoundOutcome.PREEMPTED
         if not any(r.records for r in job.ranks):
-            problem = (f"exited with status 0 without reporting any progress: run the steps through "
-                       f"allocopt.runtime.client.steps() (see examples/pytorch_mlp.py); log {self.log_file(job.job_id, 0)}")
+            problem = ("exited with status 0 without reporting any progress: run the steps through "
+                       "allocopt.runtime.client.steps() (see examples/pytorch_mlp.py); log "
+                       f"{self.log_file(job.job_id, 0)}")
         else:
             problem = (f"exited with status 0 at step {job.step} of {total}, before its lease ended and without "
                        f"a stop request; a job runs until client.steps() ends")
@@ -718,8 +774,8 @@ class LocalExecutor(Executor):
                 rank.proc.signal_group(signal.SIGKILL)  # what was forked meanwhile
         for rank in job.ranks:
             if rank.proc.group_alive():
-                raise RuntimeError(f"processes of job {job.job_id!r} (launched as pid {rank.proc.pid}) survived "
-                                   "SIGKILL for 10 s")
+                raise StateError(f"processes of job {job.job_id!r} (launched as pid {rank.proc.pid}) survived SIGKILL "
+                                 "for 10 s: its devices cannot be confirmed free; see ps for their state")
         for rank in job.ranks:
             rank.proc.reap()
         jdir = self.job_dir(job.job_id)
@@ -744,7 +800,7 @@ class LocalExecutor(Executor):
             table = process_table()
             keep = frozenset(p.pid for p in local)
             for proc in local:
-                reap_children([m for m in proc.tree.members(table) if m.zombie], keep)
+                reap_children([m for m in proc.tree.members(table, tokens=False) if m.zombie], keep)
 
     def _log_interval(self, job_id: Hashable, gpu_ids: Sequence[int], pids: Sequence[int], start: float) -> None:
         with open(self.work_dir / "devices.jsonl", "a", encoding="utf-8") as f:
@@ -796,16 +852,12 @@ class LocalExecutor(Executor):
         them off with a new lease epoch."""
         for pid_file in sorted((self.work_dir / "jobs").glob("*/pids.json")):
             try:
-                entries = json.loads(pid_file.read_text(encoding="utf-8"))
-                trees = [ProcessTree(e.get("pid"), e.get("ticks"), e.get("token") or "-") for e in entries]
-            except (OSError, ValueError, AttributeError, TypeError):
-                log.warning("unreadable process journal %s: its processes cannot be found", pid_file)
+                entries = watchdog.stop_recorded(pid_file)
+            except RuntimeError as err:
+                raise StateError(f"processes an earlier scheduler left in {pid_file.parent} cannot be stopped: {err}; "
+                                 "see ps for their state") from None
+            if entries is None:
                 continue
-            for tree in trees:
-                tree.kill()
-            issue_epoch(str(pid_file.parent))
-            for tree in trees:  # anything the trees forked while they were killed
-                tree.kill()
             if entries:
                 self._log_interval(pid_file.parent.name, entries[0]["gpu_ids"], [e.get("pid") for e in entries],
                                    min(e["launched"] for e in entries))
@@ -813,6 +865,29 @@ class LocalExecutor(Executor):
             pid_file.unlink()
 
 
-__all__ = ["POLL_S", "ExecutorStats", "JobSpec", "LocalExecutor", "Rank", "RankProcess", "free_port",
-           "cpu_threads", "job_directory_name", "job_environment", "merge_environment", "new_token", "rank_environment",
-           "start_process"]
+def _start_watchdog(work_dir: Path) -> tuple[subprocess.Popen, int] | None:
+    """Start the work directory's watchdog (Linux; see :mod:`allocopt.runtime.watchdog`): the process
+    and the write end of its pipe, or None where it cannot run."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import allocopt
+
+    read, write = os.pipe()  # neither end is inherited by the jobs (O_CLOEXEC)
+    env = {k: v for k, v in os.environ.items() if k != LAUNCH_VAR}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(allocopt.__file__).resolve().parents[1]),
+                                         *filter(None, [env.get("PYTHONPATH")])])
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "allocopt.runtime.watchdog", str(work_dir)], stdin=read,
+                                stdout=subprocess.DEVNULL, env=env, start_new_session=True)
+    except OSError as err:
+        log.warning("no watchdog for %s (%s): jobs outlive a killed scheduler until it restarts", work_dir, err)
+        os.close(write)
+        return None
+    finally:
+        os.close(read)
+    return proc, write
+
+
+__all__ = ["POLL_S", "ExecutorStats", "JobSpec", "LocalExecutor", "Rank", "RankProcess", "cpu_threads",
+           "exclusive_lock", "free_port", "job_directory_name", "job_environment", "merge_environment", "new_token",
+           "rank_environment", "sanitized_job_name", "start_process"]

@@ -13,7 +13,6 @@ resumes every job from its last checkpoint.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -37,7 +36,8 @@ from allocopt.engine import Engine
 from allocopt.documents import parse_json, parse_yaml, read_text
 from allocopt.errors import DataFileError, InvalidProblemError, StateError
 from allocopt.runtime.executor import Lease, RoundOutcome
-from allocopt.runtime.local import JobSpec, LocalExecutor, _safe_name, job_directory_name
+from allocopt.runtime.local import (JobSpec, LocalExecutor, exclusive_lock, job_directory_name,
+                                    sanitized_job_name)
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +91,13 @@ def load_jobs(path: str | Path, *, invalid: dict[str, str] | None = None) -> lis
     jobs, dirs = [], {}
     for k, entry in enumerate(doc["jobs"]):
         name = str(entry["name"]) if isinstance(entry, Mapping) and "name" in entry else f"#{k}"
-        other = dirs.get(_safe_name(name))
+        other = dirs.get(sanitized_job_name(name))
         if other is not None:
-            raise InvalidProblemError(f"{path}: jobs {other!r} and {name!r} " + (
-                "have the same name" if other == name else f"would share the job directory {_safe_name(name)!r}")
-                + "; rename one of them", field="name", job=name)
-        dirs[_safe_name(name)] = name
+            what = "have the same name" if other == name else \
+                f"would share the job directory {sanitized_job_name(name)!r}"
+            raise InvalidProblemError(f"{path}: jobs {other!r} and {name!r} {what}; rename one of them",
+                                      field="name", job=name)
+        dirs[sanitized_job_name(name)] = name
         try:
             job_directory_name(name)
             jobs.append(_job_config(entry, k, path))
@@ -232,7 +233,8 @@ class StateStore:
 
     def __init__(self, path: str | Path, *, store_env: bool = False):
         self.path, self.store_env = Path(path), store_env
-        self._lock_fd = _lock(self.path)
+        self._lock_fd = exclusive_lock(Path(f"{self.path}.lock"), f"the journal {self.path}",
+                                       "pass another --state")
         try:
             self.created = not self.path.exists()
             left = [f"{self.path}{x}" for x in ("-wal", "-shm") if self.created and os.path.exists(f"{self.path}{x}")]
@@ -348,33 +350,6 @@ def default_state_path(jobs_file: str | Path) -> Path:
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
     resolved = Path(jobs_file).resolve()
     return base / f"{resolved.stem}-{hashlib.sha256(str(resolved).encode()).hexdigest()[:10]}.db"
-
-
-def lock_work_dir(work_dir: str | Path) -> int:
-    """Take the exclusive lock of a scheduler's work directory (``DIR/scheduler.lock``); return its
-    fd (closing it releases the lock). StateError naming the holder's PID when another one holds it."""
-    Path(work_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    return _lock(Path(work_dir) / "scheduler", what=f"the work directory {work_dir}")
-
-
-def _lock(path: Path, what: str | None = None) -> int:
-    """Take the exclusive lock of journal ``path`` (``PATH.lock`` holds the holder's PID); its fd."""
-    lock_path = Path(f"{path}.lock")
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as err:
-        raise StateError(f"cannot create the lock file {lock_path}: {err.strerror or err}; pass a --state in a "
-                         "writable directory") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise StateError(f"{what or f'the journal {path}'} is in use by another scheduler (pid {holder}); stop it "
-                         "first, or pass another --state" + (" and --work-dir" if what else "")) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 def _with_env(journaled: JobConfig, from_file: JobConfig | None) -> JobConfig:
@@ -569,7 +544,7 @@ class Scheduler:
             s.message = r.message
             if r.measured_steps_per_s is not None:
                 s.measured[lease.gpu_type] = self.engine.get_job(lease.job_id)["throughputs"][lease.gpu_type]
-            if r.outcome is RoundOutcome.COMPLETED:
+            if r.outcome is RoundOutcome.COMPLETED or s.steps_done >= s.config.total_steps:  # its checkpoint says so
                 s.status, s.finished, s.steps_done = "done", t1, max(s.steps_done, s.config.total_steps)
             elif r.outcome is RoundOutcome.FAILED and self.executor.failed(lease.job_id):
                 s.status, s.finished = "failed", t1

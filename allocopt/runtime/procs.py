@@ -110,8 +110,9 @@ class ProcessTree:
     ticks: int | None
     token: str
 
-    def members(self, table: dict[int, ProcInfo] | None = None) -> list[ProcInfo]:
-        """The live or zombie processes of the tree, never this process."""
+    def members(self, table: dict[int, ProcInfo] | None = None, *, tokens: bool = True) -> list[ProcInfo]:
+        """The live or zombie processes of the tree, never this process; ``tokens=False`` skips reading
+        every process's environment (zombies have none: enough to find the tree's exited processes)."""
         if not _LINUX:
             return [ProcInfo(self.pid, 0, self.pid, 0, False)] if self.pid and _group_exists(self.pid) else []
         table = process_table() if table is None else table
@@ -135,7 +136,7 @@ class ProcessTree:
                     found.add(child)
                     stack.append(child)
         token = f"{LAUNCH_VAR}={self.token}".encode()
-        for pid in table:
+        for pid in table if tokens else ():
             if pid not in found and pid != me and _has_token(pid, token):
                 found.add(pid)
         found.discard(me)

@@ -7,7 +7,8 @@ file to it, so the file lists every step exactly once even when a run is killed
 between writing a step and checkpointing it. Each step's line and its checkpoint
 are one fenced commit (``client.fenced()``), so a stale copy of the job that
 survived its scheduler cannot add a line either. ``--crash-at`` exits with status 3
-before running that step, ``--return-at`` leaves the loop there and exits 0; ``--ignore-stop`` ignores SIGTERM and keeps stepping
+before running that step, ``--return-at`` leaves the loop there and exits 0;
+``--ignore-stop`` ignores SIGTERM and keeps stepping
 past its lease (it must be killed); ``--env-out PREFIX`` writes the environment of rank r as JSON to PREFIX.r.
 """
 
@@ -35,7 +36,8 @@ def main() -> int:
     lease = client.lease()
     if args.env_out:
         with open(f"{args.env_out}.{lease.rank}", "w", encoding="utf-8") as f:
-            json.dump({"env": dict(os.environ), "pid": os.getpid(), "rank": lease.rank, "executable": sys.executable}, f)
+            json.dump({"env": dict(os.environ), "pid": os.getpid(), "rank": lease.rank,
+                       "executable": sys.executable}, f)
     if args.ignore_stop:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         while True:

@@ -111,14 +111,9 @@ def test_scheduler_killed_at_random_points_with_forking_jobs(tmp_path: Path) -> 
             time.sleep(rng.uniform(0.3, 2.5))
             run.send_signal(signal.SIGKILL)
             run.wait()
-            # the jobs using the client notice their scheduler is gone and stop on their own; only the
-            # orphan that never uses the client waits for the restart to be killed
-            left, limit = [], time.time() + 5.0
-            while time.time() < limit:
-                left = [p for p in marked_processes(mark) if "sleep" not in _cmdline(p)]
-                if not left:
-                    break
-                time.sleep(0.05)
+            # no job process outlives its scheduler, not even the orphan that never uses the client: the
+            # executor's watchdog kills the journaled trees, and the client stops on its own
+            left = _wait_gone(mark, 5.0)
             assert left == [], [_cmdline(p) for p in left]
         _finish(tmp_path, jobs_file, mark)
     finally:
@@ -158,3 +153,48 @@ def test_stale_copy_is_refused_at_its_next_commit(tmp_path: Path) -> None:
     finally:
         os.environ.clear()
         os.environ.update(monkey)
+
+
+def test_process_tree_is_found_and_killed_whole_after_its_leader_died(tmp_path: Path) -> None:
+    """A shell whose children stay in its session, one escaping into a session of its own; the leader
+    is killed first: the tree (session members, token holders) is still found and killed whole."""
+    from allocopt.runtime.local import start_process
+    from allocopt.runtime.procs import ProcessTree, start_ticks
+
+    mark = uuid.uuid4().hex
+    env = {**os.environ, "ALLOCOPT_TEST_MARK": mark}
+    proc, token = start_process("sleep 600 & setsid sleep 601 & wait", env, None, tmp_path / "log")
+    tree = ProcessTree(proc.pid, start_ticks(proc.pid), token)
+    limit = time.time() + 10
+    while len(marked_processes(mark)) < 3 and time.time() < limit:
+        time.sleep(0.01)
+    assert len(marked_processes(mark)) == 3  # the shell and its two sleeps
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    survivors = marked_processes(mark)
+    assert len(survivors) == 2 and {p.pid for p in tree.members()} >= set(survivors)
+    assert ProcessTree(None, None, token).alive()  # found by the launch token alone, as after a restart
+    tree.kill(timeout_s=10)
+    assert marked_processes(mark) == [] and not tree.alive()
+
+
+def test_orphan_that_never_uses_the_client_dies_with_its_scheduler(tmp_path: Path) -> None:
+    """No restart needed: the executor's watchdog kills the journaled trees once the executor is gone."""
+    mark = uuid.uuid4().hex
+    jobs_file = _job_file(tmp_path, mark)
+    run = subprocess.Popen([sys.executable, "-m", "allocopt", "run", str(jobs_file), "--cluster", "cpu=3",
+                            "--round-seconds", "30", "--state", str(tmp_path / "state.db")],
+                           env=repo_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        limit = time.time() + 30
+        while not any("sleep 600" in _cmdline(p) for p in marked_processes(mark)) and time.time() < limit:
+            time.sleep(0.05)
+        orphans = [p for p in marked_processes(mark) if "sleep 600" in _cmdline(p)]
+        assert orphans, "the launcher job did not start its orphan"
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        left = _wait_gone(mark, 5.0)
+        assert left == [], [(p, _cmdline(p), Path(f"/proc/{p}/stat").read_text()) for p in left]
+    finally:
+        run.kill()
+        _cleanup(mark)

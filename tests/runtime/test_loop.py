@@ -141,5 +141,6 @@ def test_restarted_scheduler_keeps_the_engines_round_state(tmp_path: Path) -> No
     second = scheduler()
     again = second.engine.to_json()["rounds"]
     second.state.close()
+    second.executor.close()  # the work directory is held exclusively too
     assert again["round_index"] == 3 and again["jobs"] == before["jobs"] and again["pending"] == []
     assert scheduler("max_throughput").engine.to_json()["rounds"]["round_index"] == 0  # another policy: fresh

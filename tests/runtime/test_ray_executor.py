@@ -78,8 +78,10 @@ def test_ranks_run_in_ray_actors_with_the_local_environment(tmp_path: Path, ex: 
         assert env["ALLOCOPT_GPU_TYPE"] == "cpu" and env["ALLOCOPT_MAX_STEPS"] == "5"
         assert env["ALLOCOPT_TOTAL_STEPS"] == "10000" and env["ALLOCOPT_JOB_ID"] == "a" and env["EXTRA"] == "1"
         assert env["ALLOCOPT_CHECKPOINT_DIR"] == str(ex.checkpoint_dir("a"))
-        assert env["ALLOCOPT_LEASE_FILE"] == str(ex.job_dir("a") / "lease.json")
-        assert env["ALLOCOPT_SYNC_FILE"] == str(ex.job_dir("a") / "sync.json")
+        epoch = env["ALLOCOPT_EPOCH"]  # the launch's files are named by its lease epoch
+        assert env["ALLOCOPT_LEASE_FILE"] == str(ex.job_dir("a") / f"lease-e{epoch}.json")
+        assert env["ALLOCOPT_SYNC_FILE"] == str(ex.job_dir("a") / f"sync-e{epoch}.json")
+        assert env["ALLOCOPT_FENCE_DIR"] == str(ex.job_dir("a"))
         assert env["MASTER_ADDR"] == ray.util.get_node_ip_address() and int(env["MASTER_PORT"]) > 0
     assert seen[0]["env"]["MASTER_PORT"] == seen[1]["env"]["MASTER_PORT"] and seen[0]["pid"] != seen[1]["pid"]
     assert result.outcome is RoundOutcome.PREEMPTED and result.steps == 5 and result.restarted

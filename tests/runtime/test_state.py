@@ -53,7 +53,7 @@ def _wait_rounds(db: Path, n: int, proc: subprocess.Popen) -> None:
 
 def test_second_scheduler_on_the_same_state_is_refused_naming_the_holder(tmp_path: Path) -> None:
     mark = uuid.uuid4().hex
-    jobs_file = _jobs(tmp_path, mark, total=600)
+    jobs_file = _jobs(tmp_path, mark)
     first = _start(tmp_path, jobs_file)
     try:
         _wait_rounds(tmp_path / "s.db", 1, first)
@@ -66,10 +66,17 @@ def test_second_scheduler_on_the_same_state_is_refused_naming_the_holder(tmp_pat
                                       "--state", str(tmp_path / "t.db"), "--work-dir", str(tmp_path / "s.db.d")],
                                      env=repo_env(), capture_output=True, text=True, timeout=30)
         assert other_state.returncode == 1 and f"(pid {first.pid})" in other_state.stderr  # its work directory
-        out, err = first.communicate(timeout=90)
-        assert first.returncode == 0, err  # its jobs were not touched
+        # the first scheduler's jobs were not touched: they keep running, each step once
+        before = {n: len(steps_written(tmp_path / f"{n}.txt")) for n in ("a", "b")}
+        _wait_rounds(tmp_path / "s.db", 3, first)
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=30)
+        assert first.returncode == 130 and "Traceback" not in err, err
         for n in ("a", "b"):
-            assert steps_written(tmp_path / f"{n}.txt") == list(range(600))
+            written = steps_written(tmp_path / f"{n}.txt")
+            assert written == list(range(len(written)))
+        assert sum(len(steps_written(tmp_path / f"{n}.txt")) for n in ("a", "b")) > sum(before.values())
+        assert marked_processes(mark) == []
     finally:
         first.kill()
 
