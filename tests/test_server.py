@@ -63,7 +63,9 @@ def start_cli_server(*args: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "allocopt", "serve", "--port", "0", "--quiet", *args],
                             stderr=subprocess.PIPE, text=True)
     line = proc.stderr.readline()
-    assert "serving on http://" in line, line + proc.stderr.read()
+    if "serving on http://" not in line:  # stop it before reading the rest, or read() waits for ever
+        proc.kill()
+        pytest.fail("expected 'serving on' as the first line on stderr, got:\n" + line + proc.stderr.read())
     return proc, line.split("serving on ")[1].strip()
 
 

@@ -120,6 +120,8 @@ class PairFractions(_Model):
 
 
 class Timings(_Model):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())  # model_build_s is allocopt's name
+
     model_build_s: NonNegative
     solver_build_s: NonNegative
     solve_s: NonNegative
