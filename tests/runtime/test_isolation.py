@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocopt.cluster import Cluster
-from allocopt.errors import InvalidProblemError
+from allocopt.errors import DataFileError, InvalidProblemError
 from allocopt.runtime.devices import cpu_devices
 from allocopt.runtime.local import JobSpec, LocalExecutor, cpu_threads
 from allocopt.runtime.loop import JobConfig, Scheduler, StateStore, load_jobs
@@ -161,7 +162,7 @@ def test_ctrl_c_stops_the_jobs_with_one_line_and_the_rerun_resumes(tmp_path: Pat
 def test_malformed_job_files_are_typed_errors(tmp_path: Path, text: str) -> None:
     path = tmp_path / "jobs.yaml"
     path.write_text(text)
-    with pytest.raises(InvalidProblemError, match=str(path)):
+    with pytest.raises((InvalidProblemError, DataFileError), match=re.escape(str(path))):
         load_jobs(path, invalid={})
 
 
@@ -175,7 +176,7 @@ def test_an_entry_that_is_not_a_mapping_is_that_entrys_error(tmp_path: Path) -> 
 def test_binary_job_file_is_a_typed_error(tmp_path: Path) -> None:
     path = tmp_path / "jobs.yaml"
     path.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(InvalidProblemError, match="not a text file"):
+    with pytest.raises(DataFileError, match=re.escape(f"{path}, line 1: binary data")):
         load_jobs(path)
 
 
@@ -195,7 +196,7 @@ def test_any_job_entries_load_or_fail_with_a_typed_error(tmp_path: Path, jobs: l
     invalid: dict[str, str] = {}
     try:
         loaded = load_jobs(path, invalid=invalid)
-    except InvalidProblemError:
+    except (InvalidProblemError, DataFileError):
         return
     assert len(loaded) + len(invalid) == len(jobs)
     for job in loaded:

@@ -109,7 +109,7 @@ def test_corrupted_journal_is_named(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "allocopt", "run", str(_jobs(tmp_path, "x")), "--cluster", "cpu=2",
                           "--state", str(tmp_path / "s.db")], env=repo_env(), capture_output=True, text=True,
                          timeout=30)
-    assert run.returncode == 1 and "s.db" in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode == 2 and "s.db" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_state_files_are_private_and_env_values_are_not_journaled(tmp_path: Path) -> None:
