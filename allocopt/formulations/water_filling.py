@@ -372,7 +372,11 @@ class _HighsSession:
             h.changeCoeff(row, int(A.indices[k]), float(A.data[k]))
         rows = np.flatnonzero((new.row_lb != old.row_lb) | (new.row_ub != old.row_ub))
         if rows.size:
-            h.changeRowsBounds(rows.size, rows.astype(np.int32), new.row_lb[rows], new.row_ub[rows])
+            if hasattr(h, "changeRowsBounds"):
+                h.changeRowsBounds(rows.size, rows.astype(np.int32), new.row_lb[rows], new.row_ub[rows])
+            else:  # older highspy has no batch call for row bounds
+                for row in rows.tolist():
+                    h.changeRowBounds(row, float(new.row_lb[row]), float(new.row_ub[row]))
         cols = np.flatnonzero((new.col_lb != old.col_lb) | (new.col_ub != old.col_ub))
         if cols.size:
             h.changeColsBounds(cols.size, cols.astype(np.int32), new.col_lb[cols], new.col_ub[cols])
