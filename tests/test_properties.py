@@ -1,9 +1,10 @@
 """Properties over random problems (Hypothesis), for every policy x backend that supports it.
 
 Problems come in two families: *moderate* (throughputs 0.1..10 steps/s, weights
-0.5..4) and *wide* (throughputs log-uniform over 1e-6..1e6 steps/s with 20%
-zeros, weights 1e-3..1e3, mixed scale factors, entities with fairness and fifo
-policies: the edges of the supported numeric range). Checked:
+0.5..4) and *wide* (the edges of the supported numeric range: each job's scale
+log-uniform over 1e-3..1e6 steps/s and its types up to 1e6 times slower, so
+throughputs span 1e-9..1e6; 20% zeros; weights 1e-3..1e3), both with mixed scale
+factors and optionally entities with fairness and fifo policies. Checked:
 
 * every policy solves on every backend, the answer passes allocopt's own check
   (:mod:`allocopt.verify`) and the base constraints;
@@ -55,8 +56,10 @@ def make_problem(seed: int, n_jobs: int, n_types: int, wide: bool, entities: boo
     rng = np.random.default_rng(seed)
     capacity = rng.integers(1, 9, n_types)
     capacity[0] = 8  # every job fits on type 0
-    lo, hi = (1e-6, 1e6) if wide else (0.1, 10.0)
-    T = np.exp(rng.uniform(np.log(lo), np.log(hi), (n_jobs, n_types)))
+    if wide:  # every job its own scale in 1e-3..1e6, its types up to 1e6 slower than that
+        T = np.exp(rng.uniform(np.log(1e-3), np.log(1e6), (n_jobs, 1)) - rng.uniform(0, np.log(1e6), (n_jobs, n_types)))
+    else:
+        T = rng.uniform(0.1, 10.0, (n_jobs, n_types))
     T[:, 1:][rng.random((n_jobs, n_types - 1)) < 0.2] = 0.0
     w_lo, w_hi = (1e-3, 1e3) if wide else (0.5, 4.0)
     kwargs = dict(scale_factors=rng.choice([1, 1, 2, 4, 8], n_jobs),
@@ -274,6 +277,7 @@ def test_water_filling_refines_max_min(seed, n_jobs, n_types, wide, entities):
     ("priority_weights", dict(priority_weights=[1e-300, 1.0]), "priority weights between 0.001 and 1000"),
     ("entity_weights", dict(entities=["a", "b"], entity_weights={"a": 1e4}), "entity weights between"),
     ("pair_throughputs", dict(pair_throughputs={(0, 1): {"x": (1e12, 1.0), "y": (0.0, 0.0)}}), "between 1e-09"),
+    ("throughputs", dict(throughputs=[[1e4, 1e-3], [3.0, 1.0]]), "range from 0.001 to 10000 .* factor of at most 1e.06"),
 ])
 def test_out_of_range_inputs_name_field_and_range(field, kwargs, match):
     kwargs = {"throughputs": [[1.0, 2.0], [3.0, 1.0]], **kwargs}

@@ -117,14 +117,15 @@ def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name
     """
     active = rate > 0
     base, e = planning_model(problem, active, name=name, throughputs=throughputs, space_sharing=space_sharing)
-    # rows e_i / rate_i >= s, and s in units of the speedup of an equal split of every type: coefficients
-    # and optimum near 1 whatever the throughputs
+    # s in units of the speedup of an equal split of every type, and row i divided by its rate in those
+    # units (at least 1e-6 of the job's best throughput): coefficients and optimum near 1 whatever the data
     share = problem.capacity / max(float(problem.capacity.sum()), float(problem.scale_factors.sum()))
     T = problem.throughputs if throughputs is None else throughputs
     unit = float((((T * problem.runnable) @ share)[active] / rate[active]).min())
     unit = unit if np.isfinite(unit) and unit > 0 else 1.0
+    row = np.maximum(rate * unit, 1e-6 * T.max(axis=1))[active]
     speedup = base.model.add_variable("speedup", lb=0.0)
-    base.model.add_constraint("finish", e[active] / (rate[active] * unit) - speedup >= 0.0)
+    base.model.add_constraint("finish", e[active] / row - speedup * (rate[active] * unit / row) >= 0.0)
     base.model.maximize(speedup)
     solution = solver.solve(base.model, name)
     if solution.objective is not None:

@@ -313,8 +313,8 @@ class _Lps:
         try:
             solution = solve_model(replace(model, A=A), self.solver.backend, self.solver.options,
                                    {"highs": SOLVER_DEFAULTS})
-        except SolverError as err:  # the solver gave up on the model: a status, to try otherwise
-            solution = _failed(str(err), self.solver.backend)
+        except (SolverError, ValueError) as err:  # the solver gave up on the model (cvxpy raises ValueError
+            solution = _failed(str(err), self.solver.backend)  # for an unknown status): a status, to try otherwise
         return self.solver.record(solution)
 
 
