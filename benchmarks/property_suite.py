@@ -129,22 +129,29 @@ def main(argv: list[str] | None = None) -> int:
     counts: collections.Counter = collections.Counter()
     failures: list[tuple[str, str, str, str]] = []
     t0 = time.perf_counter()
-    with multiprocessing.Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
-        for done, outcomes in enumerate(pool.imap_unordered(check, tasks, chunksize=4), 1):
-            for policy, backend, outcome, detail in outcomes:
-                counts[(policy, backend, outcome)] += 1
-                if outcome != "ok":
-                    failures.append((policy, backend, outcome, detail))
-                    print(f"{outcome}: {policy} on {backend}: {detail}", file=sys.stderr, flush=True)
-            if done % 250 == 0:
-                print(f"{done}/{args.budget} problems, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    done = 0
+    try:  # Ctrl-C (SIGINT) stops early and still reports the problems done
+        with multiprocessing.Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
+            for outcomes in pool.imap_unordered(check, tasks, chunksize=4):
+                done += 1
+                for policy, backend, outcome, detail in outcomes:
+                    counts[(policy, backend, outcome)] += 1
+                    if outcome != "ok":
+                        failures.append((policy, backend, outcome, detail))
+                        print(f"{outcome}: {policy} on {backend}: {detail}", file=sys.stderr, flush=True)
+                if done % 100 == 0:
+                    print(f"{done}/{args.budget} problems, {time.perf_counter() - t0:.0f} s", file=sys.stderr,
+                          flush=True)
+    except KeyboardInterrupt:
+        print(f"stopped after {done} of {args.budget} problems", file=sys.stderr)
     by_outcome = collections.Counter()
     for (policy, backend, outcome), count in sorted(counts.items()):
         print(f"{policy:24s} {backend:16s} {outcome:24s} {count}")
         by_outcome[outcome] += count
-    print(f"{args.budget} problems in {time.perf_counter() - t0:.0f} s; answers by outcome: {dict(by_outcome)}")
+    print(f"{done} problems in {time.perf_counter() - t0:.0f} s; answers by outcome: {dict(by_outcome)}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"budget": args.budget, "seed": args.seed, "backends": backends,
+        Path(args.json).write_text(json.dumps({"budget": args.budget, "done": done, "seed": args.seed,
+                                               "backends": backends,
                                                "counts": [[*k, v] for k, v in sorted(counts.items())],
                                                "failures": failures}, indent=1))
     return 0 if set(by_outcome) <= {"ok"} else 1
