@@ -59,16 +59,22 @@ changed in place, so each LP goes on from the previous one's basis and
 factorization (primal simplex: the previous point stays feasible), usually in
 a few pivots.
 
-Numerics. Every job's row is divided by its natural magnitude ``r_i``: its
-target at the level the start point reaches (every job an equal fraction of
-every type), at least ``10^{-6} u_i`` where ``u_i`` is the most ``n_i`` can be.
-Targets only rise, so solver tolerances are at most that fraction of each
-job's own level whatever the throughputs and weights; the level ``t`` is
-measured in units of that start level. Each LP's point is clipped to its
-bounds and scaled into the capacity, so it is exactly feasible, and targets
-and levels are capped at what it achieves: every LP of the next step has a
-feasible point, with no margin needed. Finally each job's time alone is
-trimmed so that ``n_i`` is its level.
+Numerics. The level is ``t = t_low + tau t_unit``, where ``t_low`` is the level
+the current exactly feasible point already reaches, and every job's row is
+divided by its natural magnitude ``r_i``: its target at ``t_low`` (or, for a job
+whose target starts at 0, what ``t_low`` itself is worth to it), clipped to
+``[10^{-6} u_i, u_i]`` where ``u_i`` is the most ``n_i`` can be; ``t_unit`` is the
+rise that lifts the most sensitive job by its ``r_i``. Solver tolerances are so
+relative to each job's own level whatever the throughputs and weights; scales
+are kept while within a factor 4, so few coefficients change from one LP to
+the next. Types a job does not fit on stay out of its row. Each LP's point is
+clipped to its bounds and scaled into the capacity, so it is exactly feasible,
+and targets and levels are capped at what it achieves: every LP has a
+feasible point, with no margin needed. Where a solve still fails, it is
+repeated from scratch with dual simplex, then interior point, and if the
+level LP fails even so, the rest of the run divides every row by ``u_i``
+(coefficients at most 1). Finally each job's time alone is trimmed so that
+``n_i`` is its level.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
