@@ -50,6 +50,10 @@ class MaxThroughput(Policy):
             required[has_deadline] = (problem.num_steps_remaining[has_deadline]
                                       / problem.slos[has_deadline])
 
+        # the objective in units of its largest coefficient: solver tolerances relative to it
+        rates = problem.throughputs / problem.costs if normalize_by_cost else problem.throughputs
+        unit = float(rates.max())
+
         def throughput_model(shortfall: np.ndarray | None) -> AllocationModel:
             base = base_model(problem, name=self.name, space_sharing=space_sharing)
             if has_deadline.any():
@@ -62,9 +66,9 @@ class MaxThroughput(Policy):
                 if base.P is not None:
                     pair_steps = problem.pair_throughput_array.sum(axis=2)
                     steps_per_cost = steps_per_cost + (base.P * (pair_steps / problem.costs)).sum()
-                base.model.maximize(steps_per_cost)
+                base.model.maximize(steps_per_cost / unit)
             else:
-                base.model.maximize(base.throughput.sum())
+                base.model.maximize(base.throughput.sum() / unit)
             return base
 
         base = throughput_model(None)
@@ -84,13 +88,13 @@ class MaxThroughput(Policy):
             base = throughput_model(shortfall)
             solution = solver.solve(base.model, "max_throughput (deadlines relaxed)")
             X, P = base.matrices(solution)
-            return PolicyResult(X, solution.objective, Status.INFEASIBLE, P,
+            return PolicyResult(X, solution.objective * unit, Status.INFEASIBLE, P,
                                 f"{text}; returned the allocation that minimizes the total relative "
                                 "shortfall, then maximizes throughput.",
                                 {"deadline_met": deadline_met})
         solution = solver.check(solution, "max_throughput")
         X, P = base.matrices(solution)
-        return PolicyResult(X, solution.objective, solution.status, P, solution.message,
+        return PolicyResult(X, solution.objective * unit, solution.status, P, solution.message,
                             {"deadline_met": deadline_met})
 
     @staticmethod
