@@ -71,7 +71,8 @@ the next. Types a job does not fit on stay out of its row. Each LP's point is
 clipped to its bounds and scaled into the capacity, so it is exactly feasible,
 and targets and levels are capped at what it achieves: every LP has a
 feasible point, with no margin needed. Where a solve still fails, it is
-repeated from scratch with dual simplex, then interior point, and if the
+repeated from scratch with dual simplex, then interior point, then in a
+fresh HiGHS with its default scaling and presolve, and if the
 level LP fails even so, the rest of the run divides every row by ``u_i``
 (coefficients at most 1). Finally each job's time alone is trimmed so that
 ``n_i`` is its level.
@@ -358,9 +359,13 @@ class _HighsSession:
             if raw.status is Status.OPTIMAL:
                 break
         self.handle.setOptionValue("solver", self.options.solver_options["solver"])
-        if raw.status is not Status.OPTIMAL:
-            self.last = None  # start the next solve afresh
         t2 = time.perf_counter()
+        if raw.status is not Status.OPTIMAL:  # last, a fresh HiGHS with its own defaults (scaling, presolve)
+            self.last = None  # and the next solve starts afresh too
+            try:
+                return self.solver.record(self.backend.solve(model, self.solver.options))
+            except SolverError as err:
+                return self.solver.record(_failed(str(err), "highs"))
         return self.solver.record(self.backend._to_solution(model, raw, t1 - t0, t2 - t1))
 
     def _run(self, model: CompiledModel) -> RawResult:
