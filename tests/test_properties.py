@@ -297,3 +297,23 @@ def test_weights_a_million_apart_keep_every_job(backend, weights):
         alloc = solve(problem, policy, backend, None)
         assert alloc.objective == pytest.approx(dense_max_min(problem), rel=1e-6)
         assert np.all(alloc.fair_share_ratio >= alloc.objective * (1 - 1e-6))
+
+
+def test_the_check_refuses_answers_that_disagree_with_their_allocation():
+    """allocopt.verify, on answers altered after the solve: a wrong objective, an overfull cluster."""
+    import dataclasses
+
+    from allocopt.errors import NotOptimalError
+    from allocopt.verify import checked
+
+    problem = Problem([[40.0, 10.0], [12.0, 4.0], [100.0, 50.0]], Cluster({"v100": 1, "k80": 1}))
+    alloc = allocopt.solve(problem, "max_min_fairness")
+    assert checked(alloc, {}, best_effort=False) is alloc
+    wrong = dataclasses.replace(alloc, objective=alloc.objective * (1 + 1e-4))
+    with pytest.raises(NotOptimalError, match="reported objective .* is not the .* the allocation attains"):
+        checked(wrong, {}, best_effort=False)
+    assert checked(wrong, {}, best_effort=True).status is allocopt.Status.APPROXIMATE
+    overfull = dataclasses.replace(alloc, matrix=np.array([[0.5, 0.0], [0.5, 0.0], [0.1, 0.5]]))
+    with pytest.raises(NotOptimalError, match="GPUs of type 'v100' are in use, more than its 1"):
+        checked(overfull, {}, best_effort=False)
+    assert checked(overfull, {}, best_effort=True).status is allocopt.Status.ERROR
