@@ -33,7 +33,7 @@ import allocopt
 from allocopt import Cluster, Problem
 from allocopt.errors import InvalidProblemError, LicenseError
 
-PROPERTY = settings(max_examples=10, deadline=None, derandomize=True, database=None, print_blob=True,
+PROPERTY = settings(max_examples=20, deadline=None, derandomize=True, database=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 #: policy -> options, and whether every backend solves it in a few LPs

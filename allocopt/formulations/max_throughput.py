@@ -31,7 +31,15 @@ from allocopt.solution import Status
 _SHORTFALL_TOL = 1e-7
 # Throughputs of one problem may span 1e15: with HiGHS's default dual tolerance (1e-7 of the largest)
 # a vertex 5e-5 below the optimum passed for optimal.
-SOLVER_DEFAULTS = {"highs": {"dual_feasibility_tolerance": 1e-10}, "scipy": {"dual_feasibility_tolerance": 1e-10}}
+_TIGHT = {"dual_feasibility_tolerance": 1e-10}
+
+
+def _solver_defaults(solver: ModelSolver) -> dict:
+    """The tighter tolerance wherever HiGHS solves the LP: highs, scipy, and cvxpy's default HIGHS."""
+    defaults = {"highs": _TIGHT, "scipy": _TIGHT}
+    if str(solver.options.solver_options.get("solver", "HIGHS")).upper() == "HIGHS":
+        defaults["cvxpy"] = _TIGHT
+    return defaults
 
 
 class MaxThroughput(Policy):
@@ -75,7 +83,7 @@ class MaxThroughput(Policy):
             return base
 
         base = throughput_model(None)
-        solution = solver.solve_raw(base.model, defaults=SOLVER_DEFAULTS)
+        solution = solver.solve_raw(base.model, defaults=_solver_defaults(solver))
         deadline_met = np.ones(problem.num_jobs, dtype=bool)
         if solution.status in (Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED) and has_deadline.any():
             shortfall = self._min_shortfall(problem, solver, has_deadline, required, space_sharing)
@@ -89,7 +97,8 @@ class MaxThroughput(Policy):
                                       "best_effort=True to minimize the shortfall instead.",
                                       status=Status.INFEASIBLE, solution=solution)
             base = throughput_model(shortfall)
-            solution = solver.solve(base.model, "max_throughput (deadlines relaxed)", defaults=SOLVER_DEFAULTS)
+            solution = solver.solve(base.model, "max_throughput (deadlines relaxed)",
+                                    defaults=_solver_defaults(solver))
             X, P = base.matrices(solution)
             return PolicyResult(X, solution.objective * unit, Status.INFEASIBLE, P,
                                 f"{text}; returned the allocation that minimizes the total relative "
