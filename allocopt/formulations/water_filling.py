@@ -74,7 +74,8 @@ feasible point, with no margin needed. Where a solve still fails, it is
 repeated from scratch with dual simplex, then interior point, then in a
 fresh HiGHS with its default scaling and presolve, and if the
 level LP fails even so, the rest of the run divides every row by ``u_i``
-(coefficients at most 1). Finally each job's time alone is trimmed so that
+(coefficients at most 1), and after that the frozen levels give way by a
+relative ``10^{-7}`` once. Finally each job's time alone is trimmed so that
 ``n_i`` is its level.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
@@ -106,6 +107,7 @@ RISE_TOL = 1e-6  # ... and it rises when idle GPUs and time of its own lift it b
 DUAL_TOL = 1e-6  # a row certifies its job stuck when its share of t's dual weight exceeds this
 IMPROVEMENT = 1e-3  # epsilon: the raise an improvement LP asks of a job, as a fraction of its row scale
 STILL = 1e-3  # a job rises in an improvement LP when d_i exceeds this (a rise of 1e-6 of its row scale)
+GIVE_WAY = 1e-7  # the relative give of the frozen levels where no solver finishes a level LP otherwise
 MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
 
 # HiGHS options of the LPs: simplex (its bases carry over from one LP to the next), without
@@ -415,6 +417,7 @@ class _WaterFill:
         self.lps = _Lps(problem, solver, self._n_of, space_sharing)
         self.rows: np.ndarray | None = None  # r_i
         self.plain_rows = False  # r_i = u_i (after numerical trouble)
+        self.relaxed = False  # the frozen levels gave way by GIVE_WAY (after more trouble)
         self.t_unit = np.inf
         self.last: tuple[Solution, np.ndarray] | None = None
 
@@ -465,6 +468,11 @@ class _WaterFill:
             # rows scaled by their targets can be too badly conditioned (targets far below u_i):
             # rows scaled by u_i instead, coefficients at most 1, for the rest of the run
             self.plain_rows = True
+            return self.level_lp(slope, offset, positive)
+        if solution.status in NUMERICAL_TROUBLE and not self.relaxed:
+            # still no answer: the frozen levels give way by a relative GIVE_WAY, once per run
+            self.relaxed = True
+            self.level[self.frozen] *= 1.0 - GIVE_WAY
             return self.level_lp(slope, offset, positive)
         solution = self.solver.check(solution, f"water_filling level LP of iteration {self.iterations}")
         self._point(solution)
