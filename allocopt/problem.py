@@ -21,6 +21,9 @@ from allocopt.jsonio import JsonSource, document_or_write, read_json
 #: Positive throughputs (steps/s, pair throughputs too) allocopt accepts: outside it solver
 #: tolerances swamp the data; 0 (cannot run) is always allowed.
 THROUGHPUT_RANGE = (1e-9, 1e9)
+#: The most one job's positive throughputs may differ (a type a million times slower than the
+#: job's best is as good as unusable: give it 0).
+THROUGHPUT_SPREAD = 1e6
 #: Priority weights and entity weights allocopt accepts: a job of a millionth of another's weight
 #: is still allocated to solver precision.
 WEIGHT_RANGE = (1e-3, 1e3)
@@ -114,10 +117,12 @@ class Problem:
         (shape (n_pairs, n_gpu_types, 2)).
 
     Numeric range: positive throughputs (and pair throughputs) from 1e-9 to
-    1e9 steps/s (:data:`THROUGHPUT_RANGE`) and priority and entity weights
-    from 1e-3 to 1e3 (:data:`WEIGHT_RANGE`); every problem inside it is solved
-    to the solvers' precision, and values outside it raise
-    :class:`~allocopt.errors.InvalidProblemError` naming the field and the range.
+    1e9 steps/s (:data:`THROUGHPUT_RANGE`), one job's positive throughputs
+    within a factor 1e6 of each other (:data:`THROUGHPUT_SPREAD`), and
+    priority and entity weights from 1e-3 to 1e3 (:data:`WEIGHT_RANGE`); every
+    problem inside it is solved to the solvers' precision, and values outside
+    it raise :class:`~allocopt.errors.InvalidProblemError` naming the field and
+    the range.
     """
 
     def __init__(self, throughputs: Any, cluster: Cluster, *,
@@ -630,6 +635,16 @@ class Problem:
                 f"{_range_text('positive throughputs', THROUGHPUT_RANGE, ' steps/s')} (0 where a job cannot "
                 "run): express them in other units (e.g. steps per minute, or thousands of steps per second)",
                 field="throughputs", job=ids[i])
+        positive = np.where(T > 0, T, np.nan)
+        with np.errstate(invalid="ignore"):
+            low, high = np.nanmin(positive, axis=1, initial=np.inf), np.nanmax(positive, axis=1, initial=0.0)
+        wide = np.flatnonzero(high > THROUGHPUT_SPREAD * low)
+        if wide.size:
+            i = int(wide[0])
+            raise InvalidProblemError(
+                f"the throughputs of job {ids[i]!r} range from {low[i]:g} to {high[i]:g} steps/s; allocopt supports "
+                f"a factor of at most {THROUGHPUT_SPREAD:g} between one job's positive throughputs: a GPU type that "
+                "much slower than the job's best is as good as unusable, give it 0", field="throughputs", job=ids[i])
         s = self.scale_factors
         if (s < 1).any():
             i = int(np.flatnonzero(s < 1)[0])

@@ -1,9 +1,10 @@
 """Properties over random problems (Hypothesis), for every policy x backend that supports it.
 
 Problems come in two families: *moderate* (throughputs 0.1..10 steps/s, weights
-0.5..4) and *wide* (throughputs log-uniform over 1e-6..1e6 steps/s with 20%
-zeros, weights 1e-3..1e3, mixed scale factors, entities with fairness and fifo
-policies: the edges of the supported numeric range). Checked:
+0.5..4) and *wide* (the edges of the supported numeric range: each job's scale
+log-uniform over 1e-3..1e6 steps/s and its types up to 1e6 times slower, so
+throughputs span 1e-9..1e6; 20% zeros; weights 1e-3..1e3), both with mixed scale
+factors and optionally entities with fairness and fifo policies. Checked:
 
 * every policy solves on every backend, the answer passes allocopt's own check
   (:mod:`allocopt.verify`) and the base constraints;
@@ -32,7 +33,7 @@ import allocopt
 from allocopt import Cluster, Problem
 from allocopt.errors import InvalidProblemError, LicenseError
 
-PROPERTY = settings(max_examples=10, deadline=None, derandomize=True, database=None, print_blob=True,
+PROPERTY = settings(max_examples=20, deadline=None, derandomize=True, database=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 #: policy -> options, and whether every backend solves it in a few LPs
@@ -55,8 +56,10 @@ def make_problem(seed: int, n_jobs: int, n_types: int, wide: bool, entities: boo
     rng = np.random.default_rng(seed)
     capacity = rng.integers(1, 9, n_types)
     capacity[0] = 8  # every job fits on type 0
-    lo, hi = (1e-6, 1e6) if wide else (0.1, 10.0)
-    T = np.exp(rng.uniform(np.log(lo), np.log(hi), (n_jobs, n_types)))
+    if wide:  # every job its own scale in 1e-3..1e6, its types up to 1e6 slower than that
+        T = np.exp(rng.uniform(np.log(1e-3), np.log(1e6), (n_jobs, 1)) - rng.uniform(0, np.log(1e6), (n_jobs, n_types)))
+    else:
+        T = rng.uniform(0.1, 10.0, (n_jobs, n_types))
     T[:, 1:][rng.random((n_jobs, n_types - 1)) < 0.2] = 0.0
     w_lo, w_hi = (1e-3, 1e3) if wide else (0.5, 4.0)
     kwargs = dict(scale_factors=rng.choice([1, 1, 2, 4, 8], n_jobs),
@@ -274,6 +277,7 @@ def test_water_filling_refines_max_min(seed, n_jobs, n_types, wide, entities):
     ("priority_weights", dict(priority_weights=[1e-300, 1.0]), "priority weights between 0.001 and 1000"),
     ("entity_weights", dict(entities=["a", "b"], entity_weights={"a": 1e4}), "entity weights between"),
     ("pair_throughputs", dict(pair_throughputs={(0, 1): {"x": (1e12, 1.0), "y": (0.0, 0.0)}}), "between 1e-09"),
+    ("throughputs", dict(throughputs=[[1e4, 1e-3], [3.0, 1.0]]), "range from 0.001 to 10000 .* factor of at most 1e.06"),
 ])
 def test_out_of_range_inputs_name_field_and_range(field, kwargs, match):
     kwargs = {"throughputs": [[1.0, 2.0], [3.0, 1.0]], **kwargs}
@@ -293,3 +297,23 @@ def test_weights_a_million_apart_keep_every_job(backend, weights):
         alloc = solve(problem, policy, backend, None)
         assert alloc.objective == pytest.approx(dense_max_min(problem), rel=1e-6)
         assert np.all(alloc.fair_share_ratio >= alloc.objective * (1 - 1e-6))
+
+
+def test_the_check_refuses_answers_that_disagree_with_their_allocation():
+    """allocopt.verify, on answers altered after the solve: a wrong objective, an overfull cluster."""
+    import dataclasses
+
+    from allocopt.errors import NotOptimalError
+    from allocopt.verify import checked
+
+    problem = Problem([[40.0, 10.0], [12.0, 4.0], [100.0, 50.0]], Cluster({"v100": 1, "k80": 1}))
+    alloc = allocopt.solve(problem, "max_min_fairness")
+    assert checked(alloc, {}, best_effort=False) is alloc
+    wrong = dataclasses.replace(alloc, objective=alloc.objective * (1 + 1e-4))
+    with pytest.raises(NotOptimalError, match="reported objective .* is not the .* the allocation attains"):
+        checked(wrong, {}, best_effort=False)
+    assert checked(wrong, {}, best_effort=True).status is allocopt.Status.APPROXIMATE
+    overfull = dataclasses.replace(alloc, matrix=np.array([[0.5, 0.0], [0.5, 0.0], [0.1, 0.5]]))
+    with pytest.raises(NotOptimalError, match="GPUs of type 'v100' are in use, more than its 1"):
+        checked(overfull, {}, best_effort=False)
+    assert checked(overfull, {}, best_effort=True).status is allocopt.Status.ERROR

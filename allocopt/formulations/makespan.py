@@ -117,14 +117,22 @@ def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name
     """
     active = rate > 0
     base, e = planning_model(problem, active, name=name, throughputs=throughputs, space_sharing=space_sharing)
-    # rows e_i / rate_i >= s, and s in units of the speedup of an equal split of every type: coefficients
-    # and optimum near 1 whatever the throughputs
+    # s in units of the speedup of an equal split of every type, and row i divided by its rate in those
+    # units: coefficients and optimum near 1 whatever the data. A job whose rate is below 1e-6 of what a
+    # type gives it is asked for 1e-6 of its time there at least (its rate, with margin, rather than a
+    # requirement below the solver's tolerances: no job is left at 0 steps/s)
     share = problem.capacity / max(float(problem.capacity.sum()), float(problem.scale_factors.sum()))
     T = problem.throughputs if throughputs is None else throughputs
     unit = float((((T * problem.runnable) @ share)[active] / rate[active]).min())
     unit = unit if np.isfinite(unit) and unit > 0 else 1.0
+    row = rate * unit
+    if base.P is None:
+        capped = np.minimum(T, 1e6 * row[:, None])
+        e_row = (base.X * np.where(active[:, None], capped, 0.0)).sum(axis=1)
+    else:
+        e_row = e
     speedup = base.model.add_variable("speedup", lb=0.0)
-    base.model.add_constraint("finish", e[active] / (rate[active] * unit) - speedup >= 0.0)
+    base.model.add_constraint("finish", e_row[active] / row[active] - speedup >= 0.0)
     base.model.maximize(speedup)
     solution = solver.solve(base.model, name)
     if solution.objective is not None:

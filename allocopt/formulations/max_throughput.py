@@ -29,6 +29,17 @@ from allocopt.problem import Problem
 from allocopt.solution import Status
 
 _SHORTFALL_TOL = 1e-7
+# Throughputs of one problem may span 1e15: with HiGHS's default dual tolerance (1e-7 of the largest)
+# a vertex 5e-5 below the optimum passed for optimal.
+_TIGHT = {"dual_feasibility_tolerance": 1e-10}
+
+
+def _solver_defaults(solver: ModelSolver) -> dict:
+    """The tighter tolerance wherever HiGHS solves the LP: highs, scipy, and cvxpy's default HIGHS."""
+    defaults = {"highs": _TIGHT, "scipy": _TIGHT}
+    if str(solver.options.solver_options.get("solver", "HIGHS")).upper() == "HIGHS":
+        defaults["cvxpy"] = _TIGHT
+    return defaults
 
 
 class MaxThroughput(Policy):
@@ -50,6 +61,10 @@ class MaxThroughput(Policy):
             required[has_deadline] = (problem.num_steps_remaining[has_deadline]
                                       / problem.slos[has_deadline])
 
+        # the objective in units of its largest coefficient: solver tolerances relative to it
+        rates = problem.throughputs / problem.costs if normalize_by_cost else problem.throughputs
+        unit = float(rates.max())
+
         def throughput_model(shortfall: np.ndarray | None) -> AllocationModel:
             base = base_model(problem, name=self.name, space_sharing=space_sharing)
             if has_deadline.any():
@@ -62,13 +77,13 @@ class MaxThroughput(Policy):
                 if base.P is not None:
                     pair_steps = problem.pair_throughput_array.sum(axis=2)
                     steps_per_cost = steps_per_cost + (base.P * (pair_steps / problem.costs)).sum()
-                base.model.maximize(steps_per_cost)
+                base.model.maximize(steps_per_cost / unit)
             else:
-                base.model.maximize(base.throughput.sum())
+                base.model.maximize(base.throughput.sum() / unit)
             return base
 
         base = throughput_model(None)
-        solution = solver.solve_raw(base.model)
+        solution = solver.solve_raw(base.model, defaults=_solver_defaults(solver))
         deadline_met = np.ones(problem.num_jobs, dtype=bool)
         if solution.status in (Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED) and has_deadline.any():
             shortfall = self._min_shortfall(problem, solver, has_deadline, required, space_sharing)
@@ -82,15 +97,16 @@ class MaxThroughput(Policy):
                                       "best_effort=True to minimize the shortfall instead.",
                                       status=Status.INFEASIBLE, solution=solution)
             base = throughput_model(shortfall)
-            solution = solver.solve(base.model, "max_throughput (deadlines relaxed)")
+            solution = solver.solve(base.model, "max_throughput (deadlines relaxed)",
+                                    defaults=_solver_defaults(solver))
             X, P = base.matrices(solution)
-            return PolicyResult(X, solution.objective, Status.INFEASIBLE, P,
+            return PolicyResult(X, solution.objective * unit, Status.INFEASIBLE, P,
                                 f"{text}; returned the allocation that minimizes the total relative "
                                 "shortfall, then maximizes throughput.",
                                 {"deadline_met": deadline_met})
         solution = solver.check(solution, "max_throughput")
         X, P = base.matrices(solution)
-        return PolicyResult(X, solution.objective, solution.status, P, solution.message,
+        return PolicyResult(X, solution.objective * unit, solution.status, P, solution.message,
                             {"deadline_met": deadline_met})
 
     @staticmethod

@@ -59,16 +59,24 @@ changed in place, so each LP goes on from the previous one's basis and
 factorization (primal simplex: the previous point stays feasible), usually in
 a few pivots.
 
-Numerics. Every job's row is divided by its natural magnitude ``r_i``: its
-target at the level the start point reaches (every job an equal fraction of
-every type), at least ``10^{-6} u_i`` where ``u_i`` is the most ``n_i`` can be.
-Targets only rise, so solver tolerances are at most that fraction of each
-job's own level whatever the throughputs and weights; the level ``t`` is
-measured in units of that start level. Each LP's point is clipped to its
-bounds and scaled into the capacity, so it is exactly feasible, and targets
-and levels are capped at what it achieves: every LP of the next step has a
-feasible point, with no margin needed. Finally each job's time alone is
-trimmed so that ``n_i`` is its level.
+Numerics. The level is ``t = t_low + tau t_unit``, where ``t_low`` is the level
+the current exactly feasible point already reaches, and every job's row is
+divided by its natural magnitude ``r_i``: its target at ``t_low`` (or, for a job
+whose target starts at 0, what ``t_low`` itself is worth to it), clipped to
+``[10^{-6} u_i, u_i]`` where ``u_i`` is the most ``n_i`` can be; ``t_unit`` is the
+rise that lifts the most sensitive job by its ``r_i``. Solver tolerances are so
+relative to each job's own level whatever the throughputs and weights; scales
+are kept while within a factor 4, so few coefficients change from one LP to
+the next. Types a job does not fit on stay out of its row. Each LP's point is
+clipped to its bounds and scaled into the capacity, so it is exactly feasible,
+and targets and levels are capped at what it achieves: every LP has a
+feasible point, with no margin needed. Where a solve still fails, it is
+repeated from scratch with dual simplex, then interior point, then in a
+fresh HiGHS with its default scaling and presolve, and if the
+level LP fails even so, the rest of the run divides every row by ``u_i``
+(coefficients at most 1), and after that the frozen levels give way by a
+relative ``10^{-7}`` once. Finally each job's time alone is trimmed so that
+``n_i`` is its level.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
@@ -99,11 +107,14 @@ RISE_TOL = 1e-6  # ... and it rises when idle GPUs and time of its own lift it b
 DUAL_TOL = 1e-6  # a row certifies its job stuck when its share of t's dual weight exceeds this
 IMPROVEMENT = 1e-3  # epsilon: the raise an improvement LP asks of a job, as a fraction of its row scale
 STILL = 1e-3  # a job rises in an improvement LP when d_i exceeds this (a rise of 1e-6 of its row scale)
+GIVE_WAY = 1e-7  # the relative give of the frozen levels where no solver finishes a level LP otherwise
 MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
 
 # HiGHS options of the LPs: simplex (its bases carry over from one LP to the next), without
-# presolve (it removes little from these LPs).
-SOLVER_DEFAULTS = {"solver": "simplex", "presolve": "off"}
+# presolve (it removes little from these LPs), without HiGHS's own scaling (the rows are scaled
+# here; scale factors HiGHS keeps from the first LP made later LPs changed in place stop short
+# of their optimum: 1.64324 for 1.64344 on one problem).
+SOLVER_DEFAULTS = {"solver": "simplex", "presolve": "off", "simplex_scale_strategy": 0}
 RETRIES = (("simplex_strategy", 1), ("solver", "ipm"))  # where a re-solve in place fails
 NUMERICAL_TROUBLE = (Status.ERROR, Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED, Status.UNBOUNDED)
 
@@ -316,8 +327,8 @@ class _Lps:
         try:
             solution = solve_model(replace(model, A=A), self.solver.backend, self.solver.options,
                                    {"highs": SOLVER_DEFAULTS})
-        except SolverError as err:  # the solver gave up on the model: a status, to try otherwise
-            solution = _failed(str(err), self.solver.backend)
+        except (SolverError, ValueError) as err:  # the solver gave up on the model (cvxpy raises ValueError
+            solution = _failed(str(err), self.solver.backend)  # for an unknown status): a status, to try otherwise
         return self.solver.record(solution)
 
 
@@ -353,9 +364,13 @@ class _HighsSession:
             if raw.status is Status.OPTIMAL:
                 break
         self.handle.setOptionValue("solver", self.options.solver_options["solver"])
-        if raw.status is not Status.OPTIMAL:
-            self.last = None  # start the next solve afresh
         t2 = time.perf_counter()
+        if raw.status is not Status.OPTIMAL:  # last, a fresh HiGHS with its own defaults (scaling, presolve)
+            self.last = None  # and the next solve starts afresh too
+            try:
+                return self.solver.record(self.backend.solve(model, self.solver.options))
+            except SolverError as err:
+                return self.solver.record(_failed(str(err), "highs"))
         return self.solver.record(self.backend._to_solution(model, raw, t1 - t0, t2 - t1))
 
     def _run(self, model: CompiledModel) -> RawResult:
@@ -409,6 +424,7 @@ class _WaterFill:
         self.lps = _Lps(problem, solver, self._n_of, space_sharing)
         self.rows: np.ndarray | None = None  # r_i
         self.plain_rows = False  # r_i = u_i (after numerical trouble)
+        self.relaxed = False  # the frozen levels gave way by GIVE_WAY (after more trouble)
         self.t_unit = np.inf
         self.last: tuple[Solution, np.ndarray] | None = None
 
@@ -459,6 +475,11 @@ class _WaterFill:
             # rows scaled by their targets can be too badly conditioned (targets far below u_i):
             # rows scaled by u_i instead, coefficients at most 1, for the rest of the run
             self.plain_rows = True
+            return self.level_lp(slope, offset, positive)
+        if solution.status in NUMERICAL_TROUBLE and not self.relaxed:
+            # still no answer: the frozen levels give way by a relative GIVE_WAY, once per run
+            self.relaxed = True
+            self.level[self.frozen] *= 1.0 - GIVE_WAY
             return self.level_lp(slope, offset, positive)
         solution = self.solver.check(solution, f"water_filling level LP of iteration {self.iterations}")
         self._point(solution)

@@ -1,0 +1,175 @@
+#!/usr/bin/env python
+"""The property checks of ``tests/test_properties.py`` over a long budget of random problems.
+
+Each problem (seeded, both families: moderate and the wide edges of the supported
+numeric range, with and without entities) is solved with every policy of the suite
+on every backend asked for; each answer must be optimal, pass allocopt's own check
+(``allocopt.verify``, inside ``allocopt.solve``) and the base constraints, and agree
+with HiGHS. Every ``--reference-every``-th moderate problem with at most 6 jobs is
+also compared with the dense ``scipy.optimize.linprog`` formulations of the test
+file. Prints the counts by outcome (``ok``, ``disagree``, ``error:<type>``,
+``infeasible-answer``) per policy and backend, and exits 1 if anything but ``ok``
+was counted.
+
+Usage::
+
+    python benchmarks/property_suite.py --budget 5000 --jobs 2
+    python benchmarks/property_suite.py --budget 500 --backends pulp,cvxpy --seed 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import allocopt  # noqa: E402
+import test_properties as props  # noqa: E402
+from allocopt.errors import LicenseError  # noqa: E402
+
+FEAS_TOL = 1e-6
+
+
+def draw(seed: int, index: int) -> tuple[int, int, int, bool, bool]:
+    """Problem ``index`` of the run: (seed, n_jobs, n_types, wide, entities)."""
+    rng = np.random.default_rng([seed, index])
+    return (int(rng.integers(2**32)), int(rng.integers(1, 13)), int(rng.integers(1, 5)),
+            bool(rng.random() < 0.5), bool(rng.random() < 0.5))
+
+
+def feasible(alloc: allocopt.Allocation) -> bool:
+    problem, X = alloc.problem, alloc.matrix
+    used = alloc.gpus_used
+    return bool(np.all(X >= -FEAS_TOL) and np.all(alloc.time_fraction <= 1 + FEAS_TOL)
+                and np.all(used <= problem.capacity + FEAS_TOL * np.maximum(problem.capacity, 1))
+                and np.all(X[~problem.runnable] <= FEAS_TOL))
+
+
+def agree(policy: str, backend: str, alloc: allocopt.Allocation, reference: allocopt.Allocation) -> bool:
+    tol = props.AGREEMENT[backend]
+    a, b = alloc.objective, reference.objective
+    if abs(a - b) > tol * max(abs(a), abs(b)) + 1e-12:
+        return False
+    if policy == "water_filling":
+        u = props.rates(alloc.problem).max(axis=1)
+        return bool(np.all(np.abs(props.normalized(alloc) - props.normalized(reference)) <= 10 * tol * u + 1e-12))
+    return True
+
+
+def check(args: tuple[int, int, tuple[str, ...], int]) -> list[tuple[str, str, str, str]]:
+    """Outcomes (policy, backend, outcome, detail) of one problem."""
+    seed, index, backends, reference_every = args
+    problem_seed, n_jobs, n_types, wide, entities = draw(seed, index)
+    out = []
+    problem, entity_policies = props.make_problem(problem_seed, n_jobs, n_types, wide, entities)
+    tag = f"seed={problem_seed} n_jobs={n_jobs} n_types={n_types} wide={wide} entities={entities}"
+    for policy in props.POLICIES:
+        name, options = policy.split("/")[0], dict(props.POLICIES[policy])
+        if name == "water_filling":
+            options["entity_policies"] = entity_policies
+        answers = {}
+        for backend in ("highs", *[b for b in backends if b != "highs"]):
+            if backend == "gurobi" and n_jobs > 3:
+                continue
+            try:
+                alloc = allocopt.solve(problem, name, backend=backend, **options)
+            except LicenseError:
+                continue
+            except Exception as err:  # counted and reported, never hidden
+                out.append((policy, backend, f"error:{type(err).__name__}", f"{tag}: {err}"[:300]))
+                continue
+            if alloc.status is not allocopt.Status.OPTIMAL or not feasible(alloc):
+                out.append((policy, backend, "infeasible-answer", f"{tag}: {alloc.status} {alloc.message}"[:300]))
+                continue
+            answers[backend] = alloc
+            if backend in backends:
+                ok = backend == "highs" or "highs" not in answers or agree(policy, backend, alloc, answers["highs"])
+                out.append((policy, backend, "ok" if ok else "disagree", tag))
+        if (reference_every and index % reference_every == 0 and not wide and n_jobs <= 6 and "highs" in answers
+                and policy != "min_makespan" and policy != "finish_time_fairness"):
+            alloc = answers["highs"]
+            try:
+                if policy == "max_throughput":
+                    ok = abs(alloc.objective - props.dense_max_throughput(problem)) <= 1e-7 * abs(alloc.objective)
+                elif policy == "water_filling":
+                    expected = props.dense_water_filling(problem, entity_policies)
+                    ok = bool(np.all(np.abs(props.normalized(alloc) - expected)
+                                     <= 1e-5 * props.rates(problem).max(axis=1)))
+                else:
+                    expected = props.dense_max_min(problem, policy == "max_min_fairness")
+                    ok = abs(alloc.objective - expected) <= 1e-7 * abs(expected)
+                out.append((policy, "dense-reference", "ok" if ok else "disagree", tag))
+            except Exception:
+                out.append((policy, "dense-reference", "error:reference", f"{tag}: {traceback.format_exc(limit=1)}"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budget", type=int, default=5000, help="number of random problems (default 5000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backends", default="highs,scipy,pulp,cvxpy",
+                        help="comma-separated backends (gurobi only on problems of at most 3 jobs)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--reference-every", type=int, default=5,
+                        help="compare every N-th small moderate problem with the dense formulation (0: never)")
+    parser.add_argument("--json", help="write the counts and the failures to this file")
+    args = parser.parse_args(argv)
+    backends = tuple(b for b in args.backends.split(",") if b)
+    tasks = [(args.seed, i, backends, args.reference_every) for i in range(args.budget)]
+    counts: collections.Counter = collections.Counter()
+    failures: list[tuple[str, str, str, str]] = []
+    t0 = time.perf_counter()
+    done = 0
+    try:  # Ctrl-C (SIGINT) stops early and still reports the problems done
+        with multiprocessing.Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
+            for outcomes in pool.imap_unordered(check, tasks, chunksize=4):
+                done += 1
+                for policy, backend, outcome, detail in outcomes:
+                    counts[(policy, backend, outcome)] += 1
+                    if outcome != "ok":
+                        failures.append((policy, backend, outcome, detail))
+                        print(f"{outcome}: {policy} on {backend}: {detail}", file=sys.stderr, flush=True)
+                if done % 100 == 0:
+                    print(f"{done}/{args.budget} problems, {time.perf_counter() - t0:.0f} s", file=sys.stderr,
+                          flush=True)
+    except KeyboardInterrupt:
+        print(f"stopped after {done} of {args.budget} problems", file=sys.stderr)
+    by_outcome = collections.Counter()
+    for (policy, backend, outcome), count in sorted(counts.items()):
+        print(f"{policy:24s} {backend:16s} {outcome:24s} {count}")
+        by_outcome[outcome] += count
+    print(f"{done} problems in {time.perf_counter() - t0:.0f} s; answers by outcome: {dict(by_outcome)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"budget": args.budget, "done": done, "seed": args.seed,
+                                               "backends": backends,
+                                               "counts": [[*k, v] for k, v in sorted(counts.items())],
+                                               "failures": failures}, indent=1))
+    return 0 if set(by_outcome) <= {"ok"} else 1
+
+
+class _Serial:
+    """``multiprocessing.Pool``'s ``imap_unordered`` in this process."""
+
+    def __enter__(self) -> _Serial:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @staticmethod
+    def imap_unordered(function, tasks, chunksize: int = 1):
+        return map(function, tasks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
