@@ -12,11 +12,9 @@ import textwrap
 import pytest
 
 import allocopt
-from allocopt.backends import BACKENDS, get_backend
+from conftest import ALL_BACKENDS
 
-INSTALLED = [pytest.param(name, marks=pytest.mark.skipif(not get_backend(name).is_installed(),
-                                                         reason=f"backend {name!r} is not installed"))
-             for name in BACKENDS]
+INSTALLED = ALL_BACKENDS
 
 # Solves, a best-effort non-optimal solve (logged as a warning) and engine rounds, on one backend.
 SCRIPT = textwrap.dedent("""

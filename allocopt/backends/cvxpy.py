@@ -129,6 +129,8 @@ class CvxpyBackend(Backend):
             return solver_opts
         if solver == "GUROBI":
             solver_opts.setdefault("reoptimize", True)  # resolve INF_OR_UNBD to a definite status
+        if solver == "HIGHS" and not options.verbose:
+            solver_opts.setdefault("output_flag", False)  # HiGHS logs unless told otherwise
         return {**mapped, **solver_opts}
 
     def run(self, handle: _Handle, model: CompiledModel, options: SolveOptions) -> RawResult:
