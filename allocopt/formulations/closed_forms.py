@@ -55,8 +55,8 @@ def max_min_fairness_closed_form(problem: Problem, coefficients: np.ndarray) -> 
     per_unit = np.bincount(best, weights=scale / top, minlength=k)  # GPUs per unit of level, per type
     if np.all(np.count_nonzero(coefficients, axis=1) == 1):
         # every job has one type: per type, the level is capped by its jobs' time limit and its GPUs
-        with np.errstate(divide="ignore"):
-            t_cap = min(t_cap, float(np.min(np.where(per_unit > 0, capacity / per_unit, np.inf))))
+        level = np.divide(capacity, per_unit, out=np.full(k, np.inf), where=per_unit > 0)
+        t_cap = min(t_cap, float(level.min()))
     need = t_cap / top  # time on the best type
     use = t_cap * per_unit
     if np.any(use > capacity * (1.0 + CAPACITY_RTOL)):
