@@ -50,7 +50,7 @@ def check_matches_lp(problem: Problem, **options) -> allocopt.Allocation:
                                       (5, 300, 1)])
 def test_contended_instances_match_the_lp(seed, n, k):
     alloc = check_matches_lp(contended_problem(seed, n, k))
-    assert alloc.extras["explicit_jobs"] <= n
+    assert alloc.extras.get("explicit_jobs", 0) <= n  # one type (k = 1): the certified water level answers
 
 
 @pytest.mark.parametrize("seed,n,k", [(0, 6, 2), (1, 9, 3), (2, 40, 4), (3, 25, 1), (4, 60, 3)])

@@ -48,7 +48,7 @@ def test_every_technique_agrees_with_the_plain_lp_on_every_family(family):
                                               ("gavel_table", "aggregate_job_types"),
                                               ("soroush", "aggregate_job_types"),
                                               ("random", "price_decomposition"),
-                                              ("oversubscribed", "price_decomposition"),
+                                              ("oversubscribed", "closed_form"),
                                               ("unequal", "price_decomposition")])
 def test_auto_picks_from_the_instance(family, expected):
     alloc = allocopt.solve(FAMILIES[family][1](2048, 0))
@@ -121,3 +121,23 @@ def test_single_type_water_level_closed_form():
         assert alloc.objective == pytest.approx(plain.objective, rel=RTOL)
         check_feasible(problem, alloc.matrix)
         assert normalized_minimum(problem, alloc.matrix) == pytest.approx(alloc.objective, rel=RTOL)
+
+
+def test_time_limit_level_reached_after_moving_jobs_off_their_best_type():
+    """Every job prefers type 0, which cannot give them all the time-limit level; moved to type 1
+    they reach it, so the closed form still certifies (and agrees with the LP)."""
+    rng = np.random.default_rng(7)
+    n = 200
+    T = np.column_stack([rng.uniform(1.05, 1.2, n), rng.uniform(0.9, 1.0, n)])
+    weights = np.where(np.arange(n) < 20, 5.0, 1.0)  # the heavy jobs set a low time-limit level
+    problem = allocopt.Problem(T, allocopt.Cluster({"fast": 30, "slow": 100}), priority_weights=weights)
+    a = allocopt.formulations.max_min_fairness.normalized_coefficients(problem)
+    best = a.argmax(axis=1)
+    t_cap = a.max(axis=1).min()
+    assert (t_cap / a[np.arange(n), best]).sum() > 30  # the best types alone do not fit
+    alloc = allocopt.solve(problem)
+    assert alloc.extras["technique"] == "closed_form"
+    assert alloc.objective == pytest.approx(t_cap, rel=1e-12)
+    assert alloc.objective == pytest.approx(allocopt.solve(problem, technique="plain").objective, rel=RTOL)
+    check_feasible(problem, alloc.matrix)
+    assert np.any(alloc.matrix[:, 1] > 0) and np.any(alloc.matrix[:, 0] > 0)

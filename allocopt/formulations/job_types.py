@@ -146,6 +146,11 @@ def job_type_groups(problem: Problem, *, space_sharing: bool = True) -> tuple[np
     return labels, representative_rows
 
 
+def all_distinct(problem: Problem) -> bool:
+    """Whether every job is its own type without space sharing (the type LP is then the per-job LP)."""
+    return int(job_type_groups(problem, space_sharing=False)[1].size) == problem.num_jobs
+
+
 class _TypeModel:
     """The LP over job types (see the module docstring) and how to spread its
     solution back to jobs and pairs."""

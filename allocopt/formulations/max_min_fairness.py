@@ -43,7 +43,7 @@ from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_m
 from allocopt.formulations.closed_forms import max_min_fairness_closed_form
 from allocopt.formulations.column_generation import (COLUMN_GENERATION_SETTINGS,
                                                      max_min_fairness_column_generation)
-from allocopt.formulations.job_types import max_min_fairness_by_job_type
+from allocopt.formulations.job_types import all_distinct, max_min_fairness_by_job_type
 from allocopt.formulations.price_decomposition import max_min_fairness_price_decomposition
 from allocopt.problem import Problem
 
@@ -100,7 +100,8 @@ class MaxMinFairness(Policy):
                                          f"{', '.join(COLUMN_GENERATION_SETTINGS)}; got {column_generation!r}")
             return max_min_fairness_column_generation(problem, solver, heterogeneity_aware=heterogeneity_aware,
                                                       **settings)
-        if aggregate_job_types:
+        distinct = aggregate_job_types and not space_sharing and all_distinct(problem)
+        if aggregate_job_types and not distinct:
             return max_min_fairness_by_job_type(problem, solver, heterogeneity_aware=heterogeneity_aware,
                                                 space_sharing=space_sharing)
         base = base_model(problem, name=self.name, space_sharing=space_sharing)
@@ -114,5 +115,8 @@ class MaxMinFairness(Policy):
         base.model.maximize_minimum(normalized / unit, name="normalized_throughput")
         solution = solver.solve(base.model, "max_min_fairness")
         X, P = base.matrices(solution)
-        extras = {"price_decomposition": fallback} if fallback else {}
+        extras: dict[str, Any] = {"price_decomposition": fallback} if fallback else {}
+        if distinct:  # every job its own type: the type LP is this LP, built faster per job
+            rows = np.arange(problem.num_jobs)
+            extras.update(type_of_job=rows, type_rows=rows, type_matrix=X)
         return PolicyResult(X, solution.objective * unit, solution.status, P, solution.message, extras)
