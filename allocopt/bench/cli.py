@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from allocopt.backends import BACKENDS
-from allocopt.bench import output
+from allocopt.bench import instances, output
 from allocopt.bench.families import DEFAULT_SIZES as FAMILY_SIZES
 from allocopt.bench.families import FAMILY_FIELDS, run_families
 from allocopt.bench.instances import FAMILIES
@@ -96,6 +96,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         f"flagged, then (without NAMES) POP's figure-2 and Sia's scale instances; NAMES: comma-separated of "
                         f"{', '.join(FAMILIES)} (default: all); rows are printed as they finish and written to "
                         "families.csv with each instance's baseline")
+    p.add_argument("--sia-data", metavar="DIR",
+                   help="a copy of Sia's artifact data (holding sia/workloads/scale and sia/seed_profiles) for the "
+                        "Sia instances; default: the profiles shipped with allocopt and a seeded application mix")
     p.add_argument("--out", default="bench-results", metavar="DIR",
                    help="directory for bench.json, bench.csv, bench-<backend>.png (targets: targets.json, "
                         "targets.csv) (default: %(default)s)")
@@ -160,6 +163,7 @@ def _note(row: dict[str, Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``allocopt bench`` with parsed ``args``; write the results under ``args.out``; return 0."""
+    instances.set_data_dir(args.sia_data)
     config = config_from_args(args)
     cells, notes = plan(config)
     if not cells and not args.targets:

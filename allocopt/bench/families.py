@@ -45,7 +45,7 @@ def anchor_instances(seed: int) -> list[tuple[str, str, Instance]]:
     pop = instances.pop_figure2_problem(2048, seed)
     out = [("pop_figure2", "mmf_space_sharing",
             Instance(pop, {}, f"POP figure 2: 2,048 jobs, {pop.pairs.shape[0]} pairs, 512 each of v100, p100, k80"))]
-    rounds, source = instances.sia_rounds(5120, seed, data_dir=instances.default_data_dir())
+    rounds, source = instances.sia_rounds(5120, seed, data_dir=instances.data_dir())
     for name in ("first", "steady"):
         out.append((f"sia_scale_{name}", "sia", Instance(rounds[name], {}, f"Sia scale_32x, {name} round: 5,120 "
                                                                            f"jobs on 2,048 GPUs ({source})")))

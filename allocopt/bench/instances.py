@@ -9,7 +9,6 @@ gives the same instance.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 from importlib import resources
 from pathlib import Path
@@ -213,6 +212,21 @@ FALLBACK_TPUT = {"bert": (13.0, 26.9, 140.4), "cifar10": (1461.4, 3306.3, 10062.
                  "yolov3": (27.9, 13.5, 81.4), "ncf": (1537282.7, 1617380.8, 3057698.3)}
 _SIA_APPS = ("cifar10", "deepspeech2", "yolov3", "bert", "imagenet")
 _SIA_APP_PROBS = (0.8375, 0.0625, 0.04375, 0.0375, 0.01875)
+
+
+_data_dir: Path | None = None
+
+
+def set_data_dir(path: str | Path | None) -> None:
+    """Read Sia's scale workloads and seed profiles from ``path`` (``allocopt bench --sia-data``):
+    a folder holding ``sia/workloads/scale`` and ``sia/seed_profiles``; None: shipped data only."""
+    global _data_dir
+    _data_dir = None if path is None else Path(path)
+
+
+def data_dir() -> Path | None:
+    """The folder :func:`set_data_dir` chose, or None."""
+    return _data_dir
 
 
 def saturn_cluster(scale: int) -> Cluster:

@@ -51,7 +51,7 @@ def sia_instance(policy: BenchPolicy, kind: str, n_jobs: int, n_gpu_types: int, 
     most jobs with a previous configuration), from Sia's scale workloads when ``$ALLOCOPT_SHARED_DATA``
     holds them."""
     steady = kind == "steady"
-    rounds, source = instances.sia_rounds(n_jobs, seed, steady=steady, data_dir=instances.default_data_dir())
+    rounds, source = instances.sia_rounds(n_jobs, seed, steady=steady, data_dir=instances.data_dir())
     problem = rounds["steady" if steady else "first"]
     return Instance(problem, {}, f"{n_jobs} jobs ({source}), {int(problem.cluster.capacity.sum())} GPUs, "
                                  f"{problem.num_configurations} configurations")
