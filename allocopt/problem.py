@@ -116,6 +116,8 @@ class Problem:
         (int array of shape (n_pairs, 2), job rows) and ``pair_throughput_array``
         (shape (n_pairs, n_gpu_types, 2)).
 
+    Notes
+    -----
     Numeric range: positive throughputs (and pair throughputs) from 1e-9 to
     1e9 steps/s (:data:`THROUGHPUT_RANGE`), one job's positive throughputs
     within a factor 1e6 of each other (:data:`THROUGHPUT_SPREAD`), and

@@ -20,7 +20,6 @@ import math
 import os
 import signal
 import sqlite3
-import sys
 import threading
 import time
 import uuid
@@ -396,13 +395,16 @@ class Scheduler:
     round_seconds : float
         Length of a round; the allocation is solved again at most once per
         :data:`RECOMPUTE_ROUNDS` rounds, when jobs finished or throughputs were measured.
-    out : text stream for the status lines and the final report (None: silent).
+    out : text stream, optional
+        Where the status lines and the final report go (default None: silent).
     rejected : mapping of job name to message
         Jobs of the job file that were left out (see :func:`load_jobs`): reported as failed.
     retry_failed : bool
         Run again the jobs the journal says failed, with their entry of the job file when it has one
         (else they stay failed, and a line says how to retry).
 
+    Notes
+    -----
     A job that can run on none of the cluster's GPU types fails with a message; the others run.
 
     Raises
@@ -412,7 +414,7 @@ class Scheduler:
     """
 
     def __init__(self, jobs: Sequence[JobConfig], cluster: Cluster, executor: LocalExecutor, state: StateStore, *,
-                 policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = sys.stdout,
+                 policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = None,
                  rejected: Mapping[str, str] | None = None, retry_failed: bool = False):
         self.cluster, self.executor, self.state = cluster, executor, state
         self.round_seconds, self.out = float(round_seconds), out
