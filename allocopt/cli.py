@@ -23,7 +23,7 @@ import math
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -325,64 +325,38 @@ def _key_value(text: str) -> tuple[str, Any]:
         return key.strip(), value
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"expected a seed, an integer >= 0, got {text!r}")
-    return value
+def _integer(low: int, high: int, expected: str) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high``, else "expected ``expected``"."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 2**31:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+def _number(positive: bool, expected: str) -> Callable[[str], float]:
+    """An argparse type: a finite number, > 0 (``positive``) or >= 0, else "expected ``expected``"."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (0 < value if positive else 0 <= value) or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+_seed = _integer(0, 2**63 - 1, "a seed, an integer >= 0")
+_non_negative_int = _integer(0, 2**31 - 1, "an integer >= 0")
+_port = _integer(0, 65535, "a TCP port 0-65535")
+_positive_int = _integer(1, 2**63 - 1, "a positive integer")
+_positive_float = _number(True, "a positive finite number")
+_non_negative_float = _number(False, "a finite number >= 0")
 
 
 def _name_list(text: str) -> list[str]:
