@@ -882,7 +882,7 @@ def test_connections_over_the_limit_and_unparsable_requests_get_json():
 def test_a_full_solve_pool_answers_503():
     """One solve worker, one queued request: a third solve is refused at once (503, Retry-After), not queued."""
     options = ServiceOptions(solve_workers=1, max_queued=1)
-    big = {**big_problem(10_000), "options": {"threads": 1}}  # seconds of HiGHS each
+    big = {**big_problem(10_000), "options": {"threads": 1, "technique": "plain"}}  # seconds of HiGHS each
     with AllocoptServer(("127.0.0.1", 0), options=options) as srv, ThreadPoolExecutor(2) as pool:
         slow = [pool.submit(request, f"{srv.url}/solve", "POST", big) for _ in range(2)]
         time.sleep(0.5)  # both admitted: one solving, one waiting

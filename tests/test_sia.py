@@ -320,7 +320,7 @@ def test_option_validation_and_sign_combination():
         allocopt.solve(problem, "sia", p=0)
     with pytest.raises(InvalidOptionError, match="lambda_a is the cost of changing"):
         allocopt.solve(problem, "sia", lambda_a=-1.0)
-    with pytest.raises(InvalidOptionError, match="lambda_n of policy 'sia' must be a finite number"):
+    with pytest.raises(InvalidOptionError, match="lambda_n must be a finite number"):
         allocopt.solve(problem, "sia", lambda_n=float("nan"))
     with pytest.raises(InvalidOptionError, match=r"every job would be left idle: p > 0 maximizes"):
         allocopt.solve(problem, "sia", p=1.0, lambda_n=100.0)

@@ -355,7 +355,7 @@ def test_csv_extras_are_tolerated(tmp_path):
     (HEADER + "bert,1,a100,\n", ":2:4", "throughput", "missing value"),
     (HEADER + ",1,a100,1\n", ":2:1", "model", "column 'model': missing value"),
     (HEADER + "bert,two,a100,1\n", ":2:2", "scale_factor", "'two' is not a number"),
-    (HEADER + "bert,1.5,a100,1\n", ":2:2", "scale_factor", "'1.5' must be an integer number of GPUs from 1"),
+    (HEADER + "bert,1.5,a100,1\n", ":2:2", "scale_factor", "'1.5' must be an integer number of GPUs >= 1"),
     (HEADER + "bert,1,a100,1\nbert,1,t4,1\nbert,1,a100,2\n", ":4", "row", "duplicate row.* as .*m.csv:2"),
     (HEADER + "a,1,x,1\nb,1,x,1\na,1,x,1,b,2\nb,1,x,2,a,1\n", ":5", "row", "duplicate row.* as .*m.csv:4"),
     (HEADER + "a,1,x,1\na,1,y,1\nb,1,x,1\n", ":4:3", "gpu_type",

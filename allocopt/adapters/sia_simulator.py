@@ -61,6 +61,9 @@ def restart_penalty_s(job_name: str) -> float:
     return restart_delay_s(str(job_name).split("-")[0])
 
 
+EXACT_GAP = 1e-9  # a proven relative gap this small counts as optimal
+
+
 class SiaSimulatorPolicy:
     """Sia's ``SiaPolicy`` for Sia's simulator, computed by allocopt (module docstring).
 
@@ -82,7 +85,8 @@ class SiaSimulatorPolicy:
     last_allocation : ConfigurationAllocation or None
         The last round's allocopt answer.
     last_status : dict
-        ``status`` ("optimal" or "within_gap"), ``mip_gap`` (the limit used),
+        ``status`` ("optimal" or "within_gap"), ``mip_gap`` (the gap proven, or the limit when the
+        solve reports none), ``mip_gap_limit`` (the limit used),
         ``exact`` (whether the answer is a proven optimum) and ``message``.
     """
 
@@ -211,15 +215,17 @@ class SiaSimulatorPolicy:
         return values * job.cluster_throughput_ratios[cluster][source]
 
     def _status(self, allocation: ConfigurationAllocation) -> dict[str, Any]:
+        proven = allocation.extras.get("mip_gap")  # the gap the solve proved, when it reports one
         exact = allocation.status is Status.OPTIMAL and (
-            self.mip_gap == 0 or bool(allocation.extras.get("relaxation_integral")))
+            self.mip_gap == 0 or bool(allocation.extras.get("relaxation_integral"))
+            or (proven is not None and proven <= EXACT_GAP))
         status = ("optimal" if exact else
                   "within_gap" if allocation.status is Status.OPTIMAL else allocation.status.value)
         message = (allocation.message if exact else
                    f"{allocation.message} Feasible, within a relative MIP gap of {self.mip_gap:g} of the optimum."
                    if allocation.status is Status.OPTIMAL else allocation.message)
-        return {"status": status, "exact": exact, "mip_gap": self.mip_gap, "message": message,
-                **allocation.extras}
+        return {**allocation.extras, "status": status, "exact": exact, "mip_gap_limit": self.mip_gap,
+                "mip_gap": self.mip_gap if proven is None else proven, "message": message}
 
     # -- placement --------------------------------------------------------------------------------
 

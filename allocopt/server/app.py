@@ -38,6 +38,7 @@ from allocopt.formulations import get_policy
 from allocopt.problem import Problem
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome
 from allocopt.schemas import SCHEMAS, load_schema
+from allocopt.technique import TECHNIQUES
 from allocopt.server import models
 from allocopt.server.decode import RequestError, decode, validate
 from allocopt.server.options import ServiceOptions
@@ -46,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 _SOLVE_FIELDS = ("policy", "backend", "options")
 #: Keywords of :func:`allocopt.solve` a request may give (``options``, ``solve_options``); the rest are policy options.
-SOLVE_KEYWORDS = ("time_limit_s", "mip_gap", "threads", "best_effort", "partitions")
+SOLVE_KEYWORDS = ("time_limit_s", "mip_gap", "threads", "best_effort", "partitions", "technique")
 #: Keywords of :func:`allocopt.solve` closed to requests: they print on, or write files of, the server.
 _SERVER_ONLY = ("verbose", "solver_options", "warm_start")
 _ROUND_RESULTS = TypeAdapter(list[models.RoundResult])
@@ -333,11 +334,13 @@ class Service:
               "mip_gap": number and 0 <= value <= 1,
               "threads": integer and 1 <= value <= self.options.max_solver_threads,
               "best_effort": isinstance(value, bool),
-              "partitions": integer and 1 <= value <= self.options.max_jobs}[name]
+              "partitions": integer and 1 <= value <= self.options.max_jobs,
+              "technique": isinstance(value, str) and value in TECHNIQUES}[name]
         if not ok:
             expected = {"time_limit_s": f"seconds in (0, {self.options.solve_timeout_s:g}]",
                         "mip_gap": "a number in [0, 1]", "threads": f"an integer in [1, {self.options.max_solver_threads}]",
-                        "best_effort": "a boolean", "partitions": f"an integer in [1, {self.options.max_jobs}]"}[name]
+                        "best_effort": "a boolean", "partitions": f"an integer in [1, {self.options.max_jobs}]",
+                        "technique": f"one of {', '.join(TECHNIQUES)}"}[name]
             raise RequestError(400, f"'{where}' must be {expected}, got {json.dumps(value)}", field=where)
         return value
 

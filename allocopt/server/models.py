@@ -104,7 +104,8 @@ class SolveRequest(Problem):
     policy: Str = "max_min_fairness"
     backend: Backend = "highs"
     options: dict[str, Any] = Field(default_factory=dict, description=(
-        "Policy options and the solve keywords time_limit_s, mip_gap, threads, best_effort, partitions."))
+        "Policy options and the solve keywords time_limit_s, mip_gap, threads, best_effort, partitions, "
+        "technique."))
 
 
 # ----- the allocation document (schema "allocation") ------------------------------------------------------------
