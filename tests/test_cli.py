@@ -248,7 +248,8 @@ TRACE_LINE = "ResNet-18 (batch size 16)\tcmd\tdir\t--n\tFalse\t100\t1\t1.0\t-1\t
     ("problem.json", '{"cluster": {"gpus": {"v100": 1e300}}, "jobs": []}', ["solve"], ["cluster.gpus.v100", "1e+300"]),
     ("problem.json", '{"cluster": {"gpus": {"v100": ' + "9" * 5000 + '}}, "jobs": []}', ["solve"],
      ["problem.json: invalid JSON", "too many digits"]),
-    ("problem.json", "[" * 100000 + "]" * 100000, ["solve"], ["problem.json", "nested too deeply"]),
+    pytest.param("problem.json", "[" * 100000 + "]" * 100000, ["solve"], ["problem.json", "nested too deeply"],
+                 id="problem.json-100000-deep"),  # the content as its id would not fit in PYTEST_CURRENT_TEST
     ("problem.json", '{"cluster": {"gpus": {"v100": NaN}}, "jobs": []}', ["solve"], ["NaN is not a JSON number"]),
     ("problem.json", b"\xff\xfe{\x00}\x00", ["solve"], ["problem.json, line 1: binary data"]),
     ("problem.json", '{"cluster": {"gpus": {"v100": 2}, "nodes": 1}, "jobs": []}', ["solve"],
