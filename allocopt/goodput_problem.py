@@ -438,6 +438,52 @@ class ConfigurationAllocation:
                "timings": self.timings.to_dict()}
         return document_or_write(doc, path)
 
+    @classmethod
+    def from_json(cls, source: JsonSource, problem: GoodputProblem) -> ConfigurationAllocation:
+        """An allocation of ``problem`` from :meth:`to_json`'s document, or the path of a JSON file holding one.
+
+        The document holds each job's configuration index, not the problem: pass
+        the problem it was solved for (e.g. ``GoodputProblem.from_json(path)``).
+        Jobs are matched by id.
+
+        Raises
+        ------
+        InvalidProblemError
+            Naming the entry, for a job missing from the document or not in
+            ``problem``, or a configuration that is not an index of
+            ``problem.configurations`` (-1: idle).
+        """
+        data = read_json(source, what="configuration allocation")
+        if not isinstance(data, Mapping) or not isinstance(data.get("allocation"), list):
+            raise InvalidProblemError("a configuration allocation document needs an 'allocation' list (as "
+                                      "ConfigurationAllocation.to_json writes it)", field="document")
+        index = {job.item() if isinstance(job, np.generic) else job: i for i, job in enumerate(problem.job_ids)}
+        configuration = np.full(problem.num_jobs, -2, dtype=np.int64)
+        for k, entry in enumerate(data["allocation"]):
+            where = f"allocation[{k}]"
+            job = entry.get("id") if isinstance(entry, Mapping) else None
+            row = index.get(job, -1) if isinstance(job, (str, int, float)) else -1
+            if row < 0 or configuration[row] != -2:
+                raise InvalidProblemError(f"{where}: job id {job!r} is not a job of the problem, or appears twice",
+                                          field=where)
+            value = entry.get("configuration")
+            if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value < problem.num_configurations:
+                raise InvalidProblemError(f"{where}: configuration is {value!r}; give an index from 0 to "
+                                          f"{problem.num_configurations - 1}, or -1 for none", field=where)
+            configuration[row] = value
+        if (configuration == -2).any():
+            missing = problem.job_ids[int(np.flatnonzero(configuration == -2)[0])]
+            raise InvalidProblemError(f"job {missing!r} of the problem is missing from 'allocation'",
+                                      field="allocation", job=missing)
+        try:
+            status = Status(data.get("status", Status.OPTIMAL.value))
+            timings = Timings(**data.get("timings", {}))
+        except (TypeError, ValueError) as err:
+            raise InvalidProblemError(f"malformed 'status' or 'timings': {err}", field="document") from None
+        configuration.setflags(write=False)
+        return cls(problem, configuration, str(data.get("policy", "")), data.get("backend"), status,
+                   data.get("objective"), str(data.get("message", "")), timings)
+
     def __repr__(self) -> str:
         obj = "None" if self.objective is None else f"{self.objective:.6g}"
         return (f"ConfigurationAllocation(policy={self.policy!r}, backend={self.backend!r}, "

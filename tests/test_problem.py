@@ -165,6 +165,18 @@ def test_one_json_convention_paths_and_documents(tmp_path):
     doc = sia.to_json()
     assert [a["configuration"] for a in doc["allocation"]] == sia.configuration.tolist()
     assert doc["allocation"][2]["configuration"] == 2  # pinned
+    sia.to_json(tmp_path / "s.json")
+    for source in (tmp_path / "s.json", doc):
+        again = allocopt.ConfigurationAllocation.from_json(source, gp)
+        np.testing.assert_array_equal(again.configuration, sia.configuration)
+        assert (again.status, again.objective, again.policy, again.timings, again.gpu_type) == \
+               (sia.status, sia.objective, sia.policy, sia.timings, sia.gpu_type)
+    doc["allocation"][0]["configuration"] = len(configs)
+    with pytest.raises(InvalidProblemError, match=r"allocation\[0\]: configuration is"):
+        allocopt.ConfigurationAllocation.from_json(doc, gp)
+    doc["allocation"].pop(0)
+    with pytest.raises(InvalidProblemError, match="job 'x' of the problem is missing"):
+        allocopt.ConfigurationAllocation.from_json(doc, gp)
 
 
 def test_allocation_with_pairs_round_trips():
