@@ -171,7 +171,7 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
             raise InvalidOptionError("warm_start and partitions exclude each other: partitions are drawn anew")
         return solve_partitioned(problem, pol.name, partitions, dict(
             backend=backend, time_limit_s=time_limit_s, mip_gap=mip_gap, threads=threads, verbose=verbose,
-            solver_options=solver_options, best_effort=best_effort, technique=technique), policy_options)
+            solver_options=solver_options, best_effort=best_effort, technique=technique), policy_options, solve)
     options = {**pol.options, **policy_options}
     choice = choose(problem, pol.name, options, policy_options, technique, warm_start)
     options.update(choice.options)

@@ -22,6 +22,7 @@ import concurrent.futures
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -108,8 +109,9 @@ def split_capacity(capacity: np.ndarray, k: int) -> np.ndarray:
 
 
 def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning, solve_options: dict[str, Any],
-                      policy_options: dict[str, Any]) -> Allocation:
-    """The stacked allocation of ``partitioning``'s sub-problems (see the module docstring).
+                      policy_options: dict[str, Any], solve: Callable[..., Allocation]) -> Allocation:
+    """The stacked allocation of ``partitioning``'s sub-problems (see the module docstring), each
+    solved by ``solve`` (:func:`allocopt.solve`, passed in so that this module does not import it).
 
     Raises
     ------
@@ -118,8 +120,6 @@ def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
         fewer jobs than partitions, or a job that fits no partition's share of
         any type it can run on.
     """
-    from allocopt.api import solve
-
     if policy not in OBJECTIVES:
         raise InvalidOptionError(f"partitions= supports the policies {', '.join(OBJECTIVES)}; got {policy!r}")
     evaluate, sense, allowed = OBJECTIVES[policy]
@@ -145,7 +145,7 @@ def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
     gpus_per_node = dict(zip(problem.gpu_types, problem.cluster.gpus_per_node.tolist()))
     subproblems = [problem.subset(rows, Cluster(dict(zip(problem.gpu_types, share.tolist())), gpus_per_node))
                    for rows, share in zip(groups, shares)]
-    results = _run(subproblems, policy, {**solve_options, **policy_options}, partitioning)
+    results = _run(solve, subproblems, policy, {**solve_options, **policy_options}, partitioning)
 
     X = np.zeros_like(problem.throughputs)
     P = None if problem.pairs is None or results[0]["pair_matrix"] is None else np.zeros(
@@ -178,10 +178,9 @@ def solve_partitioned(problem: Problem, policy: str, partitioning: Partitioning,
     return dataclasses.replace(allocation, objective=objective, message=message, timings=timings, extras=extras)
 
 
-def _solve_one(problem: Problem, policy: str, solve_options: dict[str, Any]) -> dict[str, Any]:
+def _solve_one(solve: Callable[..., Allocation], problem: Problem, policy: str,
+               solve_options: dict[str, Any]) -> dict[str, Any]:
     """One partition's result as plain arrays and numbers (what crosses a process boundary)."""
-    from allocopt.api import solve
-
     allocation = solve(problem, policy, **solve_options)
     timings = allocation.timings
     return {"matrix": allocation.matrix, "pair_matrix": allocation.pair_matrix, "objective": allocation.objective,
@@ -191,10 +190,10 @@ def _solve_one(problem: Problem, policy: str, solve_options: dict[str, Any]) -> 
             "num_solves": timings.num_solves}
 
 
-def _run(problems: list[Problem], policy: str, solve_options: dict[str, Any],
+def _run(solve: Callable[..., Allocation], problems: list[Problem], policy: str, solve_options: dict[str, Any],
          partitioning: Partitioning) -> list[dict[str, Any]]:
     if partitioning.parallel == "none":
-        return [_solve_one(p, policy, solve_options) for p in problems]
+        return [_solve_one(solve, p, policy, solve_options) for p in problems]
     if partitioning.parallel == "ray":
         try:
             import ray
@@ -203,7 +202,8 @@ def _run(problems: list[Problem], policy: str, solve_options: dict[str, Any],
         if not ray.is_initialized():
             ray.init(include_dashboard=False, log_to_driver=False)
         remote = ray.remote(_solve_one)
-        return ray.get([remote.remote(p, policy, solve_options) for p in problems])
+        return ray.get([remote.remote(solve, p, policy, solve_options) for p in problems])
     workers = partitioning.workers or min(len(problems), os.cpu_count() or 1)
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_solve_one, problems, [policy] * len(problems), [solve_options] * len(problems)))
+        n = len(problems)
+        return list(pool.map(_solve_one, [solve] * n, problems, [policy] * n, [solve_options] * n))

@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -54,13 +54,12 @@ from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob
+from allocopt.mechanism.state import SimulationState
 from allocopt.mechanism.workload import Workload
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.throughput.goodput import GoodputModel, PerfParams, goodput_matrix
 from allocopt.throughput.profiles import ApplicationProfile
 
-if TYPE_CHECKING:
-    from allocopt.mechanism.simulator import SimulationState
 
 #: Checkpoint-restore delay per application in seconds, measured on Sia's physical cluster
 #: (``get_restart_penalty`` of the published ``sia.py``).

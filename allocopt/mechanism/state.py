@@ -1,0 +1,77 @@
+"""The jobs of a simulation and their progress, shared by the simulator and its round planners."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from allocopt.cluster import Cluster
+from allocopt.mechanism.workload import Workload
+from allocopt.problem import PairThroughputs, Problem
+from allocopt.throughput.table import ThroughputTable
+
+
+class SimulationState:
+    """Jobs of a simulation (rows in arrival order) and their progress.
+
+    Attributes
+    ----------
+    workload : Workload
+    cluster : Cluster
+    throughputs : ndarray of shape (n_jobs, n_gpu_types)
+        Steps/s of each job on each type.
+    remaining_steps : ndarray of int of shape (n_jobs,)
+    active : ndarray of bool of shape (n_jobs,)
+        Arrived and not finished.
+    changed : bool
+        Jobs arrived or left since the planner last looked.
+    table : ThroughputTable or None
+        Where pair (co-located) throughputs come from under space sharing.
+    """
+
+    def __init__(self, workload: Workload, cluster: Cluster, throughputs: np.ndarray,
+                 table: ThroughputTable | None = None):
+        self.workload = workload
+        self.cluster = cluster
+        self.throughputs = throughputs
+        self.table = table
+        self.remaining_steps = workload.total_steps.astype(np.int64).copy()
+        self.active = np.zeros(workload.num_jobs, dtype=bool)
+        self.changed = False
+
+    def active_rows(self) -> np.ndarray:
+        """Rows of the jobs that have arrived and are not finished."""
+        return np.flatnonzero(self.active)
+
+    def problem(self, rows: np.ndarray, now_s: float, policy: str,
+                pairs: tuple[np.ndarray, np.ndarray] | None = None) -> Problem:
+        """The allocation problem of ``rows`` at ``now_s`` (steps remaining, time since arrival);
+        ``pairs`` (rows (p, 2), steps/s (p, n_gpu_types, 2), see :meth:`pairs`) for space sharing."""
+        since = now_s - self.workload.arrival_s[rows]
+        shared = PairThroughputs([tuple(p) for p in pairs[0].tolist()], pairs[1]) if pairs is not None else None
+        return Problem(self.throughputs[rows], self.cluster, job_ids=rows.tolist(),
+                       scale_factors=self.workload.scale_factors[rows],
+                       priority_weights=self.workload.priority_weights[rows],
+                       num_steps_remaining=self.remaining_steps[rows], time_since_start=since,
+                       time_isolated=since if policy == "finish_time_fairness" else None,
+                       pair_throughputs=shared)
+
+    def pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pairs of ``rows`` that may share GPUs: equal scale factors and a measured co-located pair
+        in :attr:`table` (as in Gavel, every such pair is a candidate).
+
+        Returns
+        -------
+        pairs : ndarray of int of shape (p, 2)
+            Rows ``(a, b)``, ``a < b``, sorted.
+        throughputs : ndarray of shape (p, n_gpu_types, 2)
+            Steps/s of ``a`` and ``b`` sharing ``scale_factor`` GPUs of each type.
+        """
+        rows = np.sort(rows)
+        scales = self.workload.scale_factors[rows]
+        a, b = np.triu_indices(rows.size, 1)
+        a, b = a[scales[a] == scales[b]], b[scales[a] == scales[b]]
+        models = np.array(self.workload.models, dtype=object)
+        values = self.table.pair_throughputs(models[rows[a]].tolist(), models[rows[b]].tolist(),
+                                             scales[a], self.cluster.gpu_types)
+        measured = ~np.isnan(values).any(axis=(1, 2))
+        return np.column_stack([rows[a], rows[b]])[measured], values[measured]
