@@ -610,7 +610,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         engine = Engine(args.cluster, args.policy, args.backend)
     try:
         serve(args.host, args.port, engine, options=from_arguments(args), state_path=args.state, token=token,
-              quiet=args.quiet or args.quietness > 0)
+              quiet=args.quiet or args.quietness > 0,
+              announce=lambda line: print(line, file=sys.stderr, flush=True))
     except OSError as err:
         raise _UsageError(f"cannot serve on {args.host}:{args.port}: {err.strerror or err}") from None
     return 0

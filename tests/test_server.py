@@ -794,14 +794,12 @@ def test_fuzzed_http_bodies_get_no_500(tmp_path):
     http_load = load_module()
     state = tmp_path / "state.json"
     with http_load.ServerProcess("--cluster", json.dumps(CLUSTER), "--max-jobs", "200", "--state", str(state)) as server:
-        start = time.monotonic()
         counts = http_load.fuzz(server.url, 300, time_budget_s=120, seed=0)
-        elapsed = time.monotonic() - start
         status, health = http_load.Client(server.url).json("GET", "/health")
         log = server.stop()
     assert status == 200 and health["engine"], health
     assert all(k.isdigit() and (int(k) < 500 or k == "503") or k.startswith("skipped") for k in counts), counts
-    assert sum(counts.values()) == 300 and elapsed < 600, counts
+    assert sum(counts.values()) == 300, counts
     assert counts["400"] > 0 and counts["200"] + counts["201"] > 0, counts  # both sides were reached
     assert "Traceback" not in log, log[-3000:]
     strict_json(state)

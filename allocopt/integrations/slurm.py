@@ -286,7 +286,7 @@ class SlurmController:
     def __init__(self, slurm: Slurm, journal: Journal, spool: str | os.PathLike, *,
                  policy: str = "max_min_fairness", round_seconds: float = 60.0,
                  throughputs: Mapping[tuple[str, int], Mapping[str, float]] | None = None,
-                 marker: str = DEFAULT_MARKER, out: TextIO | None = sys.stdout):
+                 marker: str = DEFAULT_MARKER, out: TextIO | None = None):
         if not (isinstance(round_seconds, (int, float)) and 0 < round_seconds < math.inf):
             raise InvalidOptionError(f"round_seconds must be a positive number of seconds, got {round_seconds!r}")
         self.slurm, self.journal, self.spool = slurm, journal, Path(spool)
@@ -609,7 +609,8 @@ def _run_controller(args: argparse.Namespace) -> int:
     spool.mkdir(parents=True, exist_ok=True)
     controller = SlurmController(Slurm(args.partition), Journal(args.state or spool / "controller.sqlite"), spool,
                                  policy=args.policy, round_seconds=args.round_seconds,
-                                 throughputs=load_throughputs(args.throughputs), marker=args.marker)
+                                 throughputs=load_throughputs(args.throughputs), marker=args.marker,
+                                 out=sys.stdout)
     try:
         controller.run(max_rounds=args.max_rounds, exit_when_done=args.exit_when_done)
     except KeyboardInterrupt:

@@ -14,8 +14,8 @@ import asyncio
 import json
 import logging
 import socket
-import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -219,16 +219,21 @@ def _bind(host: str, port: int, backlog: int) -> socket.socket:
 
 def serve(host: str = "127.0.0.1", port: int = 8000, engine: Engine | None = None, *,
           options: ServiceOptions | None = None, state_path: str | None = None, token: str | None = None,
-          quiet: bool = False) -> None:
-    """Run the service in this thread until interrupted (see :class:`AllocoptServer`)."""
+          quiet: bool = False, announce: Callable[[str], None] | None = None) -> None:
+    """Run the service in this thread until interrupted (see :class:`AllocoptServer`).
+
+    ``announce`` receives "allocopt: serving on URL" once the socket is bound, and "allocopt: stopped"
+    (default: the ``allocopt.server`` logger at INFO; ``allocopt serve`` prints them on stderr).
+    """
+    say = announce or logger.info
     server = AllocoptServer((host, port), engine, options=options, state_path=state_path, token=token, quiet=quiet)
     if not quiet:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
-    print(f"allocopt: serving on {server.url}", file=sys.stderr, flush=True)
+    say(f"allocopt: serving on {server.url}")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        print("allocopt: stopped", file=sys.stderr, flush=True)
+        say("allocopt: stopped")
     finally:
         server.service.close()
         server.socket.close()
