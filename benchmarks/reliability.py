@@ -108,8 +108,12 @@ def _steps(path: Path) -> list[int]:
     return [int(x) for x in path.read_text().split()] if path.exists() else []
 
 
-def chain(kills: int, rng: random.Random, counts: collections.Counter) -> None:
-    """A fresh state killed ``kills`` times, then run to the end; outcomes added to ``counts``."""
+def chain(kills: int, rng: random.Random, counts: collections.Counter) -> int:
+    """A fresh state killed up to ``kills`` times, then run to the end; outcomes added to ``counts``.
+
+    Returns the kills that happened (a run that finishes before its kill ends the chain's kills).
+    """
+    killed = 0
     mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="allocopt-reliability-") as tmp:
         directory = Path(tmp)
@@ -119,7 +123,8 @@ def chain(kills: int, rng: random.Random, counts: collections.Counter) -> None:
                 kind = rng.choice(["random", "random", "after-fork", "before-death-signal"])
                 if not _kill_once(directory, jobs_file, kind, rng):
                     counts["run finished before its kill"] += 1
-                    continue
+                    break
+                killed += 1
                 counts[f"kills: {kind}"] += 1
                 limit = time.time() + 5.0
                 while (left := _marked(mark)) and time.time() < limit:
@@ -143,6 +148,7 @@ def chain(kills: int, rng: random.Random, counts: collections.Counter) -> None:
         finally:
             for pid, _ in _marked(mark):
                 os.kill(pid, signal.SIGKILL)
+    return killed
 
 
 def main() -> int:
@@ -156,15 +162,14 @@ def main() -> int:
         return 2
     rng, counts = random.Random(args.seed), collections.Counter()
     start = time.time()
-    done = 0
-    while done < args.kills:
-        n = min(args.kills_per_chain, args.kills - done)
-        chain(n, rng, counts)
-        done += n
+    done = chains = 0
+    while done < args.kills:  # chains until that many kills happened (runs that finished first do not count)
+        done += chain(min(args.kills_per_chain, args.kills - done), rng, counts)
+        chains += 1
     info = machine_info()
     print("machine: " + ", ".join(f"{k} {info[k]}" for k in ("cpu", "cpus_usable", "load_average")
                                   if k in info))
-    print(f"{args.kills} kills in {-(-args.kills // args.kills_per_chain)} chains, {time.time() - start:.0f} s")
+    print(f"{done} kills in {chains} chains, {time.time() - start:.0f} s")
     for key in sorted(counts):
         print(f"  {key:<52} {counts[key]}")
     bad = counts["jobs: steps repeated"] + counts["jobs: steps missing"] + \

@@ -206,3 +206,32 @@ def test_jobs_run_exactly_once_under_preemption_and_a_controller_kill(slurm, tmp
     total_e, total_r = sum(expected.values()), sum(received.values())
     shares = {j: (round(received[j] / total_r, 3), round(expected[j] / total_e, 3)) for j in jobs}
     assert all(abs(r - e) <= SHARE_TOLERANCE for r, e in shares.values()), shares
+
+
+def test_gpu_counts_of_every_request_form_and_excluded_nodes(slurm, tmp_path):
+    """Whole-job GPU counts from --gres (times nodes), --gpus and --gpus-per-task (times tasks); the user's
+    --exclude kept; a foreign job's --gpus taken off the capacity (partition bench: 256 a100 + 256 v100)."""
+    from allocopt.integrations.slurm import SlurmController
+    from allocopt.integrations.slurm_commands import Slurm
+
+    def submit(*options: str) -> str:
+        out = subprocess.run(["sbatch", "--parsable", "--partition=bench", "--output=/dev/null", *options,
+                              "--wrap=sleep 60"], capture_output=True, text=True, check=True).stdout
+        return out.strip().split(";")[0]
+
+    forms = {"--gres=gpu:2": 2, "--gpus=3": 3, "--ntasks=2 --gpus-per-task=2": 4, "--nodes=2 --gres=gpu:1": 2,
+             "--gpus-per-node=a100:3": 3}
+    ids = {submit("--hold", "--comment=allocopt:model=m", *form.split()): n for form, n in forms.items()}
+    excluding = submit("--hold", "--comment=allocopt", "--gres=gpu:1", "--exclude=gpu-big-v")
+    foreign = submit("--gpus=a100:5", "--nodelist=gpu-big-a")
+    try:
+        _wait(lambda: _show(foreign).get("JobState") == "RUNNING", 60, "the foreign job running")
+        controller = SlurmController(Slurm(["bench"]), Journal(tmp_path / "c.sqlite"), tmp_path / "spool",
+                                     round_seconds=60.0)
+        controller.run_round()
+        assert {jid: controller.records[jid].scale_factor for jid in ids} == ids
+        assert controller.records[excluding].user_excluded == "gpu-big-v"
+        assert controller.engine.cluster.capacity.tolist() == [256 - 5, 256]
+        assert foreign not in controller.records
+    finally:
+        subprocess.run(["scancel", *ids, excluding, foreign], capture_output=True)

@@ -40,7 +40,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -336,10 +336,9 @@ class SlurmController:
                 per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.gpus)
         for j in jobs:
             if j.state in _RUNNING and j.job_id not in self.records:
-                count = j.gpus[1]
-                for node in j.nodes:
+                for k, node in enumerate(j.nodes):
                     if node_type.get(node) in total:
-                        total[node_type[node]] = max(0, total[node_type[node]] - count)
+                        total[node_type[node]] = max(0, total[node_type[node]] - j.gpus_on(k))
         return total, per_node, node_type
 
     def _engine_throughputs(self, rec: JobRecord, types: Sequence[str]) -> dict[str, float]:
@@ -457,9 +456,12 @@ class SlurmController:
                now: float) -> None:
         """Records for newly seen opted-in jobs (added to the engine, or rejected); finished and vanished
         jobs leave the engine."""
+        excluded = self.slurm.excluded_nodes([sj.job_id for sj in jobs if sj.job_id not in self.records
+                                               and sj.state not in FINAL_STATES and self.marker in sj.comment])
         for sj in jobs:
             rec = self.records.get(sj.job_id)
             if rec is None:
+                sj = replace(sj, excluded=excluded.get(sj.job_id, ""))
                 if sj.state in FINAL_STATES:
                     continue  # finished before the controller saw it
                 try:

@@ -27,9 +27,10 @@ from allocopt.errors import AllocoptError
 
 log = logging.getLogger(__name__)
 
-#: squeue fields, in order: id, state, reason, tres per node, nodes, start, end, excluded nodes,
-#: partition, name, comment (last: it may hold the separator).
-_SQUEUE_FORMAT = "%i|%T|%r|%b|%N|%S|%e|%x|%P|%j|%k"
+#: squeue fields (``--Format``, each ended by "|"); the comment is last: it may hold the separator.
+_SQUEUE_FIELDS = ("JobID", "State", "Reason", "tres-per-node", "tres-per-job", "tres-per-task", "NumNodes",
+                  "NumTasks", "NodeList", "StartTime", "EndTime", "Partition", "Name", "Comment")
+_SQUEUE_FORMAT = ",".join(f"{field}:|" for field in _SQUEUE_FIELDS)
 _SINFO_FORMAT = "%N|%G|%t"
 #: node states whose GPUs count as capacity
 #: a list of job ids goes to scontrol in up to this many concurrent calls of at least _MIN_CHUNK ids
@@ -55,10 +56,14 @@ class SlurmJob:
     nodes: tuple[str, ...]
     start_s: float | None
     end_s: float | None
-    excluded: str
+    excluded: str  # nodes the job excludes ("" unless read by Slurm.excluded_nodes)
     partition: str
     name: str
     comment: str
+    tres_per_job: str = ""  # e.g. "gres:gpu:a100:8" (sbatch --gpus)
+    tres_per_task: str = ""  # e.g. "gres:gpu:2" (sbatch --gpus-per-task)
+    num_nodes: int = 1
+    num_tasks: int = 1
 
     @property
     def held(self) -> bool:
@@ -72,12 +77,21 @@ class SlurmJob:
 
     @property
     def gpus(self) -> tuple[str | None, int]:
-        """GPU type (None: any) and count per node the job asks for; (None, 0) without GPUs."""
-        for part in self.gres.split(","):
-            parsed = parse_gpu_gres(part.strip().removeprefix("gres:").removeprefix("gres/"))
+        """GPU type (None: any) and count the whole job asks for, over all its nodes and tasks
+        (``--gres``/``--gpus-per-node`` times nodes, ``--gpus``, ``--gpus-per-task`` times tasks);
+        (None, 0) without GPUs."""
+        for tres, times in ((self.gres, self.num_nodes), (self.tres_per_job, 1), (self.tres_per_task, self.num_tasks)):
+            parsed = _gpu_tres(tres)
             if parsed is not None:
-                return parsed
+                return parsed[0], parsed[1] * max(times, 1)
         return None, 0
+
+    def gpus_on(self, node_index: int) -> int:
+        """GPUs the job holds on its ``node_index``-th node (a job-wide count split evenly, the remainder on
+        the first nodes)."""
+        _, total = self.gpus
+        share, extra = divmod(total, max(len(self.nodes), 1))
+        return share + (node_index < extra)
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,23 @@ def parse_gpu_gres(text: str) -> tuple[str | None, int] | None:
     count = int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
     named = parts[1] if len(parts) == 3 or (len(parts) == 2 and not parts[1].isdigit()) else None
     return named, count
+
+
+def _gpu_tres(text: str) -> tuple[str | None, int] | None:
+    """The GPU part of a TRES list (``gres:gpu:a100:2,gres:mps:10``); None when it has none."""
+    for part in text.split(","):
+        parsed = parse_gpu_gres(part.strip().removeprefix("gres:").removeprefix("gres/"))
+        if parsed is not None:
+            return parsed
+    return None
+
+
+def _none_if_unset(text: str) -> str:
+    return "" if text in ("N/A", "(null)") else text
+
+
+def _count(text: str) -> int:
+    return int(text) if text.strip().isdigit() else 1
 
 
 def _time(text: str) -> float | None:
@@ -182,17 +213,30 @@ class Slurm:
             return []
         select = ["--states=all", f"--jobs={','.join(job_ids)}"] if job_ids else self._partition_args()
         # (squeue fails for a list with an id Slurm forgot, yet lists the others)
-        out = self._run(["squeue", "--noheader", *select, f"--format={_SQUEUE_FORMAT}"], check=not job_ids).stdout
+        out = self._run(["squeue", "--noheader", *select, f"--Format={_SQUEUE_FORMAT}"], check=not job_ids).stdout
         jobs = []
         for line in out.splitlines():
-            fields = line.split("|", 10)
-            if len(fields) != 11:
+            fields = line.split("|", len(_SQUEUE_FIELDS) - 1)
+            if len(fields) != len(_SQUEUE_FIELDS):
                 continue
-            jid, state, reason, gres, nodes, start, end, excluded, partition, name, comment = fields
-            jobs.append(SlurmJob(jid, state, reason, "" if gres == "N/A" else gres, _node_list(nodes), _time(start),
-                                 _time(end), "" if excluded in ("(null)", "N/A") else excluded, partition, name,
-                                 "" if comment == "(null)" else comment))
+            jid, state, reason, per_node, per_job, per_task, n_nodes, n_tasks, nodes, start, end, partition, name, \
+                comment = (_none_if_unset(f) for f in (*fields[:-1], fields[-1].removesuffix("|")))
+            jobs.append(SlurmJob(jid, state, reason, per_node, _node_list(nodes), _time(start), _time(end), "",
+                                 partition, name, comment, per_job, per_task, _count(n_nodes),
+                                 _count(n_tasks)))
         return jobs
+
+    def excluded_nodes(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """The nodes each of ``job_ids`` excludes (``sbatch --exclude``), as Slurm's host list; "" for none.
+
+        (``squeue --Format`` has no field for them, so newly seen jobs are asked once, in one call.)
+        """
+        if not job_ids:
+            return {}
+        out = self._run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}", "--format=%i|%x"],
+                        check=False).stdout
+        found = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+        return {jid: _none_if_unset(found.get(jid, "")) for jid in job_ids}
 
     def nodes(self) -> list[SlurmNode]:
         """The nodes of the managed partitions with their GPU type (typed GRES) and count."""
