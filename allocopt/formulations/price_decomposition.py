@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from allocopt.formulations.cutting_planes import CuttingPlaneModel, box_step_minimize
 from allocopt.formulations.base import ModelSolver, PolicyResult, clean_matrix
 from allocopt.model import Model
 from allocopt.solution import Status
@@ -193,62 +194,31 @@ class PricedJobs:
 
 def minimize_prices(jobs: PricedJobs, *, rtol: float, max_iterations: int
                     ) -> tuple[np.ndarray, float, float, float, int]:
-    """Box-step cutting planes on ``Phi`` over ``{p >= 0, p . c <= T}``.
+    """Box-step cutting planes (:mod:`~allocopt.formulations.cutting_planes`) on ``Phi`` over
+    ``{p >= 0, p . c <= T}``.
 
     Prices are scaled as ``pi_j = p_j c_j / T0`` (``T0`` the initial upper
-    bound). Each step minimizes the cutting-plane model ``max_l Phi(p_l) +
-    g_l . (p - p_l)`` inside a box of radius ``delta`` around the best point;
-    a step that achieves a tenth of the predicted decrease moves the center,
-    a null step halves the box. Stops when the model predicts a decrease below
-    ``rtol`` relative inside the box. When the box is not active the model's
-    minimum is a lower bound on ``t*``. Returns the best prices, ``Phi`` there
+    bound). Stops when the model predicts a decrease below ``rtol`` relative
+    inside the box. When the box is not active the model's minimum is a lower
+    bound on ``t*``. Returns the best prices, ``Phi`` there
     (an upper bound on ``t*``), the lower bound (0 if none), the final cap ``T``
     and the number of evaluations of ``Phi``.
     """
-    from allocopt.backends.highs import new_highs, run_highs
-
     k = jobs.k
     cap = jobs.upper_bound
     unit = cap / jobs.capacity  # p = pi * unit
-    h = new_highs()
-    h.setOptionValue("output_flag", False)
-    h.addVars(k + 1, np.zeros(k + 1), np.r_[np.ones(k), np.inf])
-    h.changeColBounds(k, -np.inf, np.inf)
-    h.changeColCost(k, 1.0)
-    idx = np.arange(k + 1, dtype=np.int32)
-    h.addRow(-np.inf, 1.0, k, idx[:k], np.ones(k))  # sum pi <= cap / T0
+    model = CuttingPlaneModel(k, upper=np.ones(k))
+    budget = model.add_row(-np.inf, 1.0, np.ones(k))  # sum pi <= cap / T0
 
-    def evaluate(pi: np.ndarray) -> float:
+    def evaluate(pi: np.ndarray) -> tuple[float, np.ndarray]:
         nonlocal cap
         response = jobs.respond(pi * unit, cap)
-        g = response.subgradient * unit
-        h.addRow(response.value - g @ pi, np.inf, k + 1, idx, np.r_[-g, 1.0])  # z >= f + g . (pi' - pi)
         cap = min(cap, HEADROOM * response.value)
-        h.changeRowBounds(0, -np.inf, cap / jobs.upper_bound)
-        return response.value
+        model.set_row_bounds(budget, -np.inf, cap / jobs.upper_bound)
+        return response.value, response.subgradient * unit
 
-    center = np.full(k, 0.5 / k)
-    best, lower, delta = evaluate(center), 0.0, 0.25
-    evaluations = 1
-    while evaluations < max_iterations:
-        lo, hi = np.maximum(center - delta, 0.0), center + delta
-        h.changeColsBounds(k, idx[:k], lo, hi)
-        run_highs(h)
-        sol = np.asarray(h.getSolution().col_value)
-        pi, model = sol[:k], sol[k]
-        if np.all((pi < hi) & ((pi > lo) | (lo == 0.0))):
-            lower = max(lower, model)  # the box is not active: the model's global minimum
-        if best - model <= rtol * best:  # the model predicts no more decrease near the center
-            break
-        value = evaluate(pi)
-        evaluations += 1
-        if value <= best - 0.1 * (best - model):
-            if value <= best - 0.5 * (best - model) and np.any(np.isclose(np.abs(pi - center), delta)):
-                delta *= 2.0
-            center, best = pi, value
-        else:
-            delta *= 0.5
-    return center * unit, best, lower, cap, evaluations
+    result = box_step_minimize(evaluate, model, np.full(k, 0.5 / k), 0.25, rtol=rtol, max_evaluations=max_iterations)
+    return result.center * unit, result.best, max(result.lower, 0.0), cap, result.evaluations
 
 
 @dataclass

@@ -70,6 +70,7 @@ from allocopt.allocation import Timings
 from allocopt.backends import solve_model
 from allocopt.errors import InfeasibleError, InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
+from allocopt.formulations.cutting_planes import CuttingPlaneModel, box_step_minimize
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem
 from allocopt.model import Model
 from allocopt.solution import Solution, Status
@@ -231,7 +232,7 @@ def _solve_by_prices(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray
     of the entries the whole MILP is solved instead. Returns ``x`` (per entry), the last reduced
     MILP's Solution (None when fixing left nothing to solve) and extras.
     """
-    n, k = problem.num_jobs, problem.cluster.num_gpu_types
+    k = problem.cluster.num_gpu_types
     configs = problem.configurations
     g = configs.num_gpus[cols].astype(np.float64)
     t = configs.gpu_type[cols]
@@ -380,46 +381,11 @@ def _reduced_model(job: np.ndarray, forced: np.ndarray, gpu_type: np.ndarray, gp
 
 def _maximize_bound(negative_bound: Any, k: int, *, scale: float) -> tuple[np.ndarray, int]:
     """Minimize the convex ``negative_bound(lam) -> (value, subgradient)`` over
-    ``lam >= 0`` (``k`` prices) by box-step cutting planes, one LP in ``k + 1``
-    variables per step; ``scale`` is the first box's half-width. Returns the
-    best prices and the number of evaluations."""
-    from allocopt.backends.highs import new_highs, run_highs
-
-    h = new_highs()
-    h.setOptionValue("output_flag", False)
-    idx = np.arange(k + 1, dtype=np.int32)
-    h.addVars(k + 1, np.zeros(k + 1), np.full(k + 1, np.inf))
-    h.changeColBounds(k, -np.inf, np.inf)
-    h.changeColCost(k, 1.0)
-
-    def cut(lam: np.ndarray) -> float:
-        value, sub = negative_bound(lam)
-        h.addRow(value - sub @ lam, np.inf, k + 1, idx, np.r_[-sub, 1.0])  # z >= f(lam) + g . (lam' - lam)
-        return value
-
-    center = np.zeros(k)
-    best, delta, evaluations = cut(center), scale, 1
-    while evaluations < MAX_PRICE_EVALUATIONS:
-        lo, hi = np.maximum(center - delta, 0.0), center + delta
-        h.changeColsBounds(k, idx[:k], lo, hi)
-        run_highs(h)
-        sol = np.asarray(h.getSolution().col_value)
-        lam, predicted = sol[:k], sol[k]
-        on_box = np.any(lam >= hi - 1e-12 * delta) or np.any((lam <= lo + 1e-12 * delta) & (lo > 0))
-        if best - predicted <= PRICE_RTOL * max(1.0, abs(best)):
-            if not on_box:
-                break  # the cutting-plane model's global minimum: no more decrease to find
-            delta *= 2.0
-            continue
-        value = cut(lam)
-        evaluations += 1
-        if value <= best - 0.1 * (best - predicted):
-            if value <= best - 0.5 * (best - predicted) and on_box:
-                delta *= 2.0
-            center, best = lam, value
-        else:
-            delta *= 0.5
-    return center, evaluations
+    ``lam >= 0`` (``k`` prices) by box-step cutting planes; ``scale`` is the first
+    box's half-width. Returns the best prices and the number of evaluations."""
+    result = box_step_minimize(negative_bound, CuttingPlaneModel(k), np.zeros(k), scale, rtol=PRICE_RTOL,
+                               atol=PRICE_RTOL, max_evaluations=MAX_PRICE_EVALUATIONS, grow_when_flat_on_box=True)
+    return result.center, result.evaluations
 
 
 # HiGHS presolve removes nothing from this model and its clique-table setup grows
