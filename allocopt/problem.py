@@ -171,7 +171,7 @@ class Problem:
         n = T.shape[0]
         self.throughputs = T
         self.job_ids = self._job_ids(job_ids, n)
-        self._index = {job: i for i, job in enumerate(self.job_ids)}
+        self._index = dict(zip(self.job_ids, range(n)))
         self.scale_factors = self._vector("scale_factors", scale_factors, 1, integer=True)
         self.priority_weights = self._vector("priority_weights", priority_weights, 1.0)
         self.num_steps_remaining = self._vector("num_steps_remaining", num_steps_remaining, None)
@@ -443,6 +443,11 @@ class Problem:
         if len(ids) != n:
             raise InvalidProblemError(f"job_ids has {len(ids)} entries but throughputs has {n} rows",
                                       field="job_ids")
+        try:
+            if len(set(ids)) == n:
+                return ids
+        except TypeError:
+            pass  # the walk below names the unhashable id
         seen: set = set()
         dups = []
         for job in ids:
