@@ -6,6 +6,7 @@ array is validated once, when the Problem is built, and then frozen.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, NamedTuple, overload
@@ -383,10 +384,10 @@ class Problem:
         except KeyError:
             raise InvalidProblemError(f"unknown job id {job_id!r}", field="job_id", job=job_id) from None
 
-    @property
+    @functools.cached_property
     def runnable(self) -> np.ndarray:
-        """Bool (n_jobs, n_gpu_types): positive throughput and enough GPUs of the type."""
-        return (self.throughputs > 0) & (self.scale_factors[:, None] <= self.capacity[None, :])
+        """Bool (n_jobs, n_gpu_types): positive throughput and enough GPUs of the type (read-only)."""
+        return _frozen((self.throughputs > 0) & (self.scale_factors[:, None] <= self.capacity[None, :]))
 
     @property
     def proportional_throughputs(self) -> np.ndarray:

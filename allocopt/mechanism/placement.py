@@ -150,7 +150,6 @@ def place_arrays(layout: GpuLayout, gpu_types: np.ndarray, num_gpus: np.ndarray,
         raise InvalidProblemError(f"the round's jobs need {int(demand[j])} GPUs of type "
                                   f"{layout.cluster.gpu_types[j]!r}, which has {layout.cluster.capacity[j]}",
                                   field="gpu_types")
-    n = gpu_types.size
     start = np.concatenate([[0], np.cumsum(num_gpus)]).astype(np.int64)
     out = np.empty(int(start[-1]), dtype=np.int64)
     free = np.ones(layout.num_gpus, dtype=bool)
