@@ -433,6 +433,42 @@ class Problem:
                        time_isolated=pick(self.time_isolated), entities=entities, entity_weights=entity_weights,
                        pair_throughputs=pairs)
 
+    def with_progress(self, rows: Sequence[int] | np.ndarray, *, num_steps_remaining: Any = None,
+                      time_since_start: Any = None, time_isolated: Any = None) -> Problem:
+        """The jobs at positions ``rows`` (distinct, in that order) with new progress vectors, for a
+        caller that re-solves subsets of one set of jobs (a simulator, at every event).
+
+        Throughputs, scale factors, weights and deadlines were checked when this
+        problem was built and are not checked again; the progress vectors
+        (steps, seconds; each of shape (len(rows),)) are checked as the
+        constructor checks them. Problems with pairs or entities: use :meth:`subset`.
+        """
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if self.pairs is not None or self.entities is not None:
+            raise InvalidProblemError("with_progress takes a problem without pairs or entities; use subset()",
+                                      field="rows")
+        if rows.size and (rows.min() < 0 or rows.max() >= self.num_jobs or np.unique(rows).size != rows.size):
+            raise InvalidProblemError(f"rows must be distinct positions 0..{self.num_jobs - 1} of this problem's "
+                                      "jobs", field="rows")
+        new = object.__new__(Problem)
+        new.cluster, new.costs = self.cluster, self.costs
+        new.throughputs = self.throughputs[rows]
+        ids = self.job_ids
+        new.job_ids = tuple(ids[i] for i in rows.tolist())
+        new._index = dict(zip(new.job_ids, range(rows.size)))
+        new.scale_factors, new.priority_weights = self.scale_factors[rows], self.priority_weights[rows]
+        new.slos = None if self.slos is None else self.slos[rows]
+        new.num_steps_remaining = new._vector("num_steps_remaining", num_steps_remaining, None)
+        new.time_since_start = new._vector("time_since_start", time_since_start, None)
+        new.time_isolated = new._vector("time_isolated", time_isolated, None)
+        new._validate_progress()
+        new.entities, new.entity_ids, new.entity_weights = None, (), None
+        new.pairs, new.pair_throughput_array = None, None
+        for name in ("throughputs", "scale_factors", "priority_weights", "num_steps_remaining",
+                     "time_since_start", "slos", "time_isolated"):
+            _frozen(getattr(new, name))
+        return new
+
     def __repr__(self) -> str:
         return f"Problem(n_jobs={self.num_jobs}, cluster={self.cluster!r})"
 
@@ -683,6 +719,11 @@ class Problem:
                     f"scale_factor={s[i]} GPUs (throughputs {dict(zip(types, T[i].tolist()))}, {self.cluster}); "
                     "give it a positive throughput on a type that fits it, or remove it",
                     field="throughputs", job=ids[i])
+        self._validate_progress()
+
+    def _validate_progress(self) -> None:
+        """The per-job progress vectors and deadlines (what :meth:`with_progress` replaces)."""
+        ids = self.job_ids
         for name in ("num_steps_remaining", "time_since_start", "time_isolated"):
             arr = getattr(self, name)
             if arr is not None and (arr < 0).any():
