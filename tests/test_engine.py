@@ -107,7 +107,8 @@ def assert_problem_of_the_records(engine: allocopt.Engine) -> None:
     jobs = [engine.get_job(job) for job in engine.job_ids]
     fits = [any(cluster.capacity[cluster.index(t)] >= job.get("scale_factor", 1) and v > 0
                 for t, v in job["throughputs"].items()) for job in jobs]
-    expected = allocopt.Problem.from_json({"cluster": cluster.to_dict(), "jobs": [j for j, ok in zip(jobs, fits) if ok]})
+    kept = [j for j, ok in zip(jobs, fits) if ok]
+    expected = allocopt.Problem.from_json({"cluster": cluster.to_dict(), "jobs": kept})
     assert problem.to_json() == expected.to_json()
     assert waiting == tuple(j["id"] for j, ok in zip(jobs, fits) if not ok)
 

@@ -310,3 +310,26 @@ def test_simulated_executor_runs_steps_and_finishes_early():
     assert b.steps == 50 and b.outcome is RoundOutcome.COMPLETED and b.restarted
     assert b.run_seconds == pytest.approx(60.0)  # 10 s restart + 50 steps at 1 step/s
     assert executor.now() == pytest.approx(460.0)
+
+
+def test_simulated_executor_runs_array_rounds_as_lease_rounds():
+    T = np.array([[2.5, 0.0], [1.0, 0.3], [0.7, 4.0]])
+    leases = [Lease(0, "v100", (0,), 360.0, max_steps=10_000, extended=True),
+              Lease(1, "k80", (4,), 360.0, max_steps=50),
+              Lease(2, "k80", (5, 6), 360.0, max_steps=7, extended=True), Lease(0, "k80", (7,), 360.0, max_steps=5)]
+    by_objects = SimulatedExecutor(T, gpu_types=["v100", "k80"], restart_overhead_s=10.0)
+    results = by_objects.run_round(RoundPlan(0, 100.0, 360.0, tuple(leases)))
+    by_arrays = SimulatedExecutor(T, gpu_types=["v100", "k80"], restart_overhead_s=10.0)
+    steps, seconds, completed, failed = by_arrays.run_arrays(
+        100.0, 360.0, np.array([0, 1, 2, 0]), np.array([0, 1, 1, 1]), np.array([10_000, 50, 7, 5]),
+        np.array([True, False, True, False]), np.full(4, -1), ["v100", "k80"])
+    assert steps.tolist() == [r.steps for r in results]
+    assert seconds.tolist() == [r.run_seconds for r in results]
+    assert completed.tolist() == [r.outcome is RoundOutcome.COMPLETED for r in results]
+    assert failed.tolist() == [r.outcome is RoundOutcome.FAILED for r in results] == [False, False, False, True]
+    assert by_arrays.now() == by_objects.now()
+    with pytest.raises(InvalidOptionError):
+        SimulatedExecutor(T, gpu_types=["v100"])
+    with pytest.raises(InvalidOptionError):
+        SimulatedExecutor({0: {"v100": 1.0}}).run_arrays(0.0, 360.0, np.array([0]), np.array([0]), np.array([1]),
+                                                         np.array([True]), np.array([-1]), ["v100"])

@@ -51,7 +51,8 @@ class SimulatedExecutor(Executor):
                                          "naming its columns")
             matrix, column = throughputs, {name: k for k, name in enumerate(gpu_types)}
             self.matrix = matrix
-            self._lookup: ThroughputLookup = lambda job, gpu_type, _n: float(matrix[job, column[gpu_type]])  # type: ignore[index]
+            self._lookup: ThroughputLookup = (
+                lambda job, gpu_type, _n: float(matrix[job, column[gpu_type]]))  # type: ignore[index]
         elif isinstance(throughputs, Mapping):
             table = throughputs
             self._lookup = lambda job, gpu_type, _n: float(table[job][gpu_type])
@@ -106,8 +107,9 @@ class SimulatedExecutor(Executor):
         if shared.size and self._pair_lookup is None:
             raise ValueError(f"job {int(jobs[shared[0]])} shares GPUs with {int(partners[shared[0]])}: give "
                              "SimulatedExecutor(pair_throughputs=...)")
+        pair_lookup = self._pair_lookup
         for k in shared.tolist():
-            tput[k] = self._pair_lookup(int(jobs[k]), int(partners[k]), gpu_type_names[gpu_types[k]])  # type: ignore[misc]
+            tput[k] = pair_lookup(int(jobs[k]), int(partners[k]), gpu_type_names[gpu_types[k]])  # type: ignore[misc]
         overhead = np.where(extended, 0.0, min(self.restart_overhead_s, round_seconds))
         failed = ~(tput > 0)
         safe = np.where(failed, 1.0, tput)
