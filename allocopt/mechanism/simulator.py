@@ -230,8 +230,7 @@ class PriorityPlanner:
         previous = self._held_ids[offsets + np.arange(int(counts.sum()))]
         ids, gpu_start, extended = place_arrays(self.layout, np.concatenate([types, pair_types]),
                                                 np.concatenate([sizes[jobs], sizes[pairs[:, 0]]]), previous, counts)
-        was_running = np.zeros(state.workload.num_jobs, dtype=bool)
-        was_running[self._held_count > 0] = True
+        was_running = self._held_count > 0
         for a, b in self._held_pairs:
             was_running[[a, b]] = True
         self._pair_of = {}
