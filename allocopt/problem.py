@@ -71,6 +71,12 @@ class PairThroughputs(NamedTuple):
     values: Any  # array-like of shape (n_pairs, n_gpu_types, 2)
 
 
+def _distinct(rows: np.ndarray, seen: np.ndarray) -> bool:
+    """Whether ``rows`` (indices into ``seen``, all False) are distinct."""
+    seen[rows] = True
+    return int(np.count_nonzero(seen)) == rows.size
+
+
 def _frozen(arr: np.ndarray | None) -> np.ndarray | None:
     if arr is not None:
         arr.setflags(write=False)
@@ -172,7 +178,6 @@ class Problem:
         n = T.shape[0]
         self.throughputs = T
         self.job_ids = self._job_ids(job_ids, n)
-        self._index = dict(zip(self.job_ids, range(n)))
         self.scale_factors = self._vector("scale_factors", scale_factors, 1, integer=True)
         self.priority_weights = self._vector("priority_weights", priority_weights, 1.0)
         self.num_steps_remaining = self._vector("num_steps_remaining", num_steps_remaining, None)
@@ -385,6 +390,11 @@ class Problem:
             raise InvalidProblemError(f"unknown job id {job_id!r}", field="job_id", job=job_id) from None
 
     @functools.cached_property
+    def _index(self) -> dict[Hashable, int]:
+        """Job id -> row (built at the first look-up)."""
+        return dict(zip(self.job_ids, range(self.num_jobs)))
+
+    @functools.cached_property
     def runnable(self) -> np.ndarray:
         """Bool (n_jobs, n_gpu_types): positive throughput and enough GPUs of the type (read-only)."""
         return _frozen((self.throughputs > 0) & (self.scale_factors[:, None] <= self.capacity[None, :]))
@@ -447,15 +457,14 @@ class Problem:
         if self.pairs is not None or self.entities is not None:
             raise InvalidProblemError("with_progress takes a problem without pairs or entities; use subset()",
                                       field="rows")
-        if rows.size and (rows.min() < 0 or rows.max() >= self.num_jobs or np.unique(rows).size != rows.size):
+        seen = np.zeros(self.num_jobs, dtype=bool)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.num_jobs or not _distinct(rows, seen)):
             raise InvalidProblemError(f"rows must be distinct positions 0..{self.num_jobs - 1} of this problem's "
                                       "jobs", field="rows")
         new = object.__new__(Problem)
         new.cluster, new.costs = self.cluster, self.costs
         new.throughputs = self.throughputs[rows]
-        ids = self.job_ids
-        new.job_ids = tuple(ids[i] for i in rows.tolist())
-        new._index = dict(zip(new.job_ids, range(rows.size)))
+        new.job_ids = tuple(map(self.job_ids.__getitem__, rows.tolist()))
         new.scale_factors, new.priority_weights = self.scale_factors[rows], self.priority_weights[rows]
         new.slos = None if self.slos is None else self.slos[rows]
         new.num_steps_remaining = new._vector("num_steps_remaining", num_steps_remaining, None)
