@@ -29,6 +29,7 @@ from allocopt.cluster import Cluster
 from allocopt.errors import AllocoptError, InvalidOptionError, InvalidProblemError
 from allocopt.extras import require_extra
 from allocopt.formulations import POLICIES
+from allocopt.formulations.shares import isolated_shares
 from allocopt.jsonio import JsonSource, document_or_write, read_json
 from allocopt.mechanism.placement import GpuLayout, place_arrays
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
@@ -708,8 +709,12 @@ def _lease_round(state: SimulationState, planner: RoundPlanner, executor: Execut
 
 def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], backend: str,
                bar: Any) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list], list[float]]:
-    """Continuous progress at the allocated rates; a new allocation at every arrival and departure."""
+    """Continuous progress at the allocated rates; a new allocation at every arrival and departure.
+
+    The ``isolated`` share is a closed form of the active jobs (:func:`isolated_shares`): it is
+    computed from the checked jobs' arrays, without a problem and a solve per event."""
     wl = state.workload
+    closed_form = policy == "isolated" and not options
     n = wl.num_jobs
     finish = np.full(n, np.nan)
     gpu_s = np.zeros(n)
@@ -725,9 +730,13 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
         rows = state.active_rows()
         state.remaining_steps[rows] = np.ceil(remaining[rows]).astype(np.int64)
         started = time.perf_counter()
-        allocation = solve(state.problem(rows, now, policy), policy, backend=backend, warm_start=allocation,
-                           **options)
-        X = allocation.matrix
+        if closed_form:
+            jobs = state.jobs()
+            X = isolated_shares(jobs.capacity, jobs.scale_factors[rows], jobs.runnable[rows])
+        else:
+            allocation = solve(state.problem(rows, now, policy), policy, backend=backend, warm_start=allocation,
+                               **options)
+            X = allocation.matrix
         solve_s.append(time.perf_counter() - started)
         rate = (X * state.throughputs[rows]).sum(axis=1)
         to_finish = np.divide(remaining[rows], rate, out=np.full(rows.size, np.inf), where=rate > 0)

@@ -43,6 +43,13 @@ class SimulationState:
         """Rows of the jobs that have arrived and are not finished."""
         return np.flatnonzero(self.active)
 
+    def jobs(self) -> Problem:
+        """Every job (throughputs, scale factors, weights) as one problem, checked at the first call."""
+        if self._jobs is None:
+            self._jobs = Problem(self.throughputs, self.cluster, scale_factors=self.workload.scale_factors,
+                                 priority_weights=self.workload.priority_weights)
+        return self._jobs
+
     def problem(self, rows: np.ndarray, now_s: float, policy: str,
                 pairs: tuple[np.ndarray, np.ndarray] | None = None) -> Problem:
         """The allocation problem of ``rows`` at ``now_s`` (steps remaining, time since arrival);
@@ -50,11 +57,8 @@ class SimulationState:
         since = now_s - self.workload.arrival_s[rows]
         isolated = since if policy == "finish_time_fairness" else None
         if pairs is None:
-            if self._jobs is None:
-                self._jobs = Problem(self.throughputs, self.cluster, scale_factors=self.workload.scale_factors,
-                                     priority_weights=self.workload.priority_weights)
-            return self._jobs.with_progress(rows, num_steps_remaining=self.remaining_steps[rows],
-                                            time_since_start=since, time_isolated=isolated)
+            return self.jobs().with_progress(rows, num_steps_remaining=self.remaining_steps[rows],
+                                             time_since_start=since, time_isolated=isolated)
         shared = PairThroughputs([tuple(p) for p in pairs[0].tolist()], pairs[1])
         return Problem(self.throughputs[rows], self.cluster, job_ids=rows.tolist(),
                        scale_factors=self.workload.scale_factors[rows],
