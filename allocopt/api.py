@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 import time
@@ -24,6 +25,12 @@ from allocopt.verify import checked
 logger = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=None)
+def _annotations(method: Any) -> dict[str, str]:
+    """Parameter name -> its annotation's text, of a policy's ``allocate`` (looked up once)."""
+    return {name: str(p.annotation) for name, p in inspect.signature(method).parameters.items()}
+
+
 def check_policy_options(pol: Any, options: dict[str, Any]) -> None:
     """InvalidOptionError naming the option whose value has the wrong type for ``pol``'s default.
 
@@ -31,10 +38,10 @@ def check_policy_options(pol: Any, options: dict[str, Any]) -> None:
     accepts one, e.g. ``column_generation``), a number option a finite number
     (an integer where the default is one), a string option a string.
     """
-    hints = inspect.signature(pol.allocate).parameters
+    hints = _annotations(pol.allocate) if options else {}
     for name, value in options.items():
         default = pol.options.get(name)
-        annotation = str(getattr(hints.get(name), "annotation", ""))
+        annotation = hints.get(name, "")
         if isinstance(default, bool):
             ok = isinstance(value, (bool, np.bool_)) or ("Mapping" in annotation and isinstance(value, dict))
             expected = "true or false" + (" or an object of options" if "Mapping" in annotation else "")

@@ -40,6 +40,7 @@ from allocopt.documents import parse_json, read_text
 from allocopt.errors import (AllocoptError, DataFileError, DuplicateJobError, InvalidOptionError,
                              InvalidProblemError, UnknownBackendError, UnknownJobError)
 from allocopt.formulations import get_policy
+from allocopt.job_table import JobTable
 from allocopt.jsonio import JsonSource, document_or_write, read_json
 from allocopt.mechanism.placement import GpuLayout, place
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
@@ -170,7 +171,8 @@ class Engine:
         self._gpus = dict(zip(cluster.gpu_types, cluster.capacity.tolist()))
         self._gpus_per_node = dict(zip(cluster.gpu_types, cluster.gpus_per_node.tolist()))
         self._jobs: dict[Hashable, dict[str, Any]] = {}
-        self._measured: set[tuple[Hashable, str]] = set()
+        self._table = JobTable(self._gpus)  # the jobs' columns, from which problem() is cut
+        self._measured: dict[Hashable, set[str]] = {}  # job -> GPU types with a measured throughput
         self._cached: tuple[int, Allocation] | None = None
         # Round state (next_round): per job, the installed allocation, received seconds and deficit per GPU
         # type, and the GPUs held last round as (type, type-local indices); pending: the unrecorded leases.
@@ -246,7 +248,7 @@ class Engine:
                 raise DuplicateJobError(f"job {job_id!r} is already in the engine; update it with update_job "
                                         "or remove it first", field="job_id", job=job_id)
             entry = {"throughputs": throughputs, **{k: v for k, v in fields.items() if v is not None}}
-            self._jobs[job_id] = self._validated(job_id, entry)
+            self._store(job_id, self._validated(job_id, entry))
             self._changed()
 
     def update_job(self, job_id: Hashable, **fields: Any) -> None:
@@ -278,9 +280,9 @@ class Engine:
                     entry.pop(name, None)
                 else:
                     entry[name] = value
-            self._jobs[job_id] = self._validated(job_id, entry)
-            if "throughputs" in fields:
-                self._measured -= {(job_id, t) for t in fields["throughputs"]}
+            self._store(job_id, self._validated(job_id, entry))
+            if "throughputs" in fields and job_id in self._measured:
+                self._measured[job_id] -= set(fields["throughputs"])
             self._changed()
 
     def remove_job(self, job_id: Hashable) -> None:
@@ -293,9 +295,10 @@ class Engine:
         with self._lock:
             self._entry(job_id)
             del self._jobs[job_id]
+            self._table.remove(job_id)
             self._round_jobs.pop(job_id, None)
             self._pending.pop(job_id, None)
-            self._measured = {cell for cell in self._measured if cell[0] != job_id}
+            self._measured.pop(job_id, None)
             self._changed()
 
     def observe_throughput(self, job_id: Hashable, gpu_type: str, steps_per_s: float) -> float:
@@ -314,12 +317,12 @@ class Engine:
             entry = self._entry(job_id)
             self._check_gpu_type(gpu_type)
             value = _finite_non_negative(steps_per_s, "steps_per_s", job_id)
-            if (job_id, gpu_type) in self._measured:
+            if gpu_type in self._measured.get(job_id, ()):
                 old = float(entry["throughputs"].get(gpu_type, 0.0))
                 value = (1 - self.throughput_smoothing) * old + self.throughput_smoothing * value
             updated = {**entry, "throughputs": {**entry["throughputs"], gpu_type: value}}
-            self._jobs[job_id] = self._validated(job_id, updated)
-            self._measured.add((job_id, gpu_type))
+            self._store(job_id, self._validated(job_id, updated))
+            self._measured.setdefault(job_id, set()).add(gpu_type)
             self._changed()
             return value
 
@@ -353,6 +356,7 @@ class Engine:
                               {**self._gpus_per_node, gpu_type: per_node if gpus_per_node is None else gpus_per_node})
             self._gpus = dict(zip(cluster.gpu_types, cluster.capacity.tolist()))
             self._gpus_per_node = dict(zip(cluster.gpu_types, cluster.gpus_per_node.tolist()))
+            self._table.add_gpu_type(gpu_type)
             self._changed()
 
     # ----- allocation -------------------------------------------------------------------
@@ -363,13 +367,7 @@ class Engine:
         throughput has at least their ``scale_factor`` GPUs.
         """
         with self._lock:
-            jobs, waiting = [], []
-            for job_id, entry in self._jobs.items():
-                scale = int(entry.get("scale_factor", 1))
-                fits = any(self._gpus[t] >= scale and tput > 0 for t, tput in entry["throughputs"].items())
-                (jobs if fits else waiting).append(self._job_document(job_id, entry))
-            cluster = {"gpus": self._gpus, "gpus_per_node": self._gpus_per_node}
-            return Problem.from_json({"cluster": cluster, "jobs": jobs}), tuple(d["id"] for d in waiting)
+            return self._table.problem(Cluster(self._gpus, self._gpus_per_node))
 
     def allocate(self) -> Allocation:
         """The allocation of the current state, solved again only if the state changed,
@@ -532,7 +530,8 @@ class Engine:
                 if result.measured_steps_per_s is not None:
                     _finite_non_negative(result.measured_steps_per_s, "measured_steps_per_s", result.job_id)
                 credits.append((result.job_id, self._pending[result.job_id], float(run_s)))
-            saved = (dict(self._jobs), set(self._measured), self.version, self._pending,
+            saved = (dict(self._jobs), {job: set(types) for job, types in self._measured.items()}, self.version,
+                     self._pending,
                      {job: dict(state["received_s"]) for job, state in self._round_jobs.items()})
             pending = self._pending
             try:
@@ -542,6 +541,9 @@ class Engine:
                     if result.job_id in pending and result.measured_steps_per_s is not None:
                         self.observe_throughput(result.job_id, pending[result.job_id], result.measured_steps_per_s)
             except BaseException:
+                for job, entry in saved[0].items():
+                    if self._jobs.get(job) is not entry:
+                        self._table.set(job, entry)
                 self._jobs, self._measured, self.version, self._pending = saved[:4]
                 for job, received in saved[4].items():
                     self._round_jobs[job]["received_s"] = received
@@ -574,7 +576,8 @@ class Engine:
                     "solve_options": self.solve_options, "throughput_smoothing": self.throughput_smoothing,
                     "cluster": {"gpus": dict(self._gpus), "gpus_per_node": dict(self._gpus_per_node)},
                     "jobs": [self._job_document(j, e) for j, e in self._jobs.items()],
-                    "measured": [[j, t] for j, t in sorted(self._measured, key=repr)],
+                    "measured": [[j, t] for j, t in sorted(((j, t) for j, types in self._measured.items()
+                                                            for t in types), key=repr)],
                     "round_seconds": self.mechanism_options.round_seconds,
                     "recompute_min_seconds": self.mechanism_options.recompute_min_seconds,
                     "rounds": {"round_index": self._round_index, "clock_s": self._clock_s,
@@ -654,7 +657,7 @@ class Engine:
                     and _known(cell[1], engine._gpus)):
                 raise InvalidProblemError(f"'measured' entry {cell!r} must be [job_id, gpu_type] of a known job "
                                           "and type", field="measured")
-            engine._measured.add((cell[0], cell[1]))
+            engine._measured.setdefault(cell[0], set()).add(cell[1])
         version = document.get("version", engine.version)
         if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= 2**63 - 1:
             raise InvalidProblemError(f"'version' must be a non-negative integer, got {version!r}", field="version")
@@ -769,6 +772,11 @@ class Engine:
     # ----- helpers ------------------------------------------------------------------------
     def _changed(self) -> None:
         self.version += 1
+
+    def _store(self, job_id: Hashable, entry: dict[str, Any]) -> None:
+        """Keep a validated entry, and its row of the job table."""
+        self._jobs[job_id] = entry
+        self._table.set(job_id, entry)
 
     def _entry(self, job_id: Hashable) -> dict[str, Any]:
         try:

@@ -6,6 +6,7 @@ array is validated once, when the Problem is built, and then frozen.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, NamedTuple, overload
@@ -68,6 +69,12 @@ class PairThroughputs(NamedTuple):
 
     jobs: Sequence[tuple[Hashable, Hashable]]
     values: Any  # array-like of shape (n_pairs, n_gpu_types, 2)
+
+
+def _distinct(rows: np.ndarray, seen: np.ndarray) -> bool:
+    """Whether ``rows`` (indices into ``seen``, all False) are distinct."""
+    seen[rows] = True
+    return int(np.count_nonzero(seen)) == rows.size
 
 
 def _frozen(arr: np.ndarray | None) -> np.ndarray | None:
@@ -171,7 +178,6 @@ class Problem:
         n = T.shape[0]
         self.throughputs = T
         self.job_ids = self._job_ids(job_ids, n)
-        self._index = {job: i for i, job in enumerate(self.job_ids)}
         self.scale_factors = self._vector("scale_factors", scale_factors, 1, integer=True)
         self.priority_weights = self._vector("priority_weights", priority_weights, 1.0)
         self.num_steps_remaining = self._vector("num_steps_remaining", num_steps_remaining, None)
@@ -383,10 +389,15 @@ class Problem:
         except KeyError:
             raise InvalidProblemError(f"unknown job id {job_id!r}", field="job_id", job=job_id) from None
 
-    @property
+    @functools.cached_property
+    def _index(self) -> dict[Hashable, int]:
+        """Job id -> row (built at the first look-up)."""
+        return dict(zip(self.job_ids, range(self.num_jobs)))
+
+    @functools.cached_property
     def runnable(self) -> np.ndarray:
-        """Bool (n_jobs, n_gpu_types): positive throughput and enough GPUs of the type."""
-        return (self.throughputs > 0) & (self.scale_factors[:, None] <= self.capacity[None, :])
+        """Bool (n_jobs, n_gpu_types): positive throughput and enough GPUs of the type (read-only)."""
+        return _frozen((self.throughputs > 0) & (self.scale_factors[:, None] <= self.capacity[None, :]))
 
     @property
     def proportional_throughputs(self) -> np.ndarray:
@@ -432,6 +443,41 @@ class Problem:
                        time_isolated=pick(self.time_isolated), entities=entities, entity_weights=entity_weights,
                        pair_throughputs=pairs)
 
+    def with_progress(self, rows: Sequence[int] | np.ndarray, *, num_steps_remaining: Any = None,
+                      time_since_start: Any = None, time_isolated: Any = None) -> Problem:
+        """The jobs at positions ``rows`` (distinct, in that order) with new progress vectors, for a
+        caller that re-solves subsets of one set of jobs (a simulator, at every event).
+
+        Throughputs, scale factors, weights and deadlines were checked when this
+        problem was built and are not checked again; the progress vectors
+        (steps, seconds; each of shape (len(rows),)) are checked as the
+        constructor checks them. Problems with pairs or entities: use :meth:`subset`.
+        """
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if self.pairs is not None or self.entities is not None:
+            raise InvalidProblemError("with_progress takes a problem without pairs or entities; use subset()",
+                                      field="rows")
+        seen = np.zeros(self.num_jobs, dtype=bool)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.num_jobs or not _distinct(rows, seen)):
+            raise InvalidProblemError(f"rows must be distinct positions 0..{self.num_jobs - 1} of this problem's "
+                                      "jobs", field="rows")
+        new = object.__new__(Problem)
+        new.cluster, new.costs = self.cluster, self.costs
+        new.throughputs = self.throughputs[rows]
+        new.job_ids = tuple(map(self.job_ids.__getitem__, rows.tolist()))
+        new.scale_factors, new.priority_weights = self.scale_factors[rows], self.priority_weights[rows]
+        new.slos = None if self.slos is None else self.slos[rows]
+        new.num_steps_remaining = new._vector("num_steps_remaining", num_steps_remaining, None)
+        new.time_since_start = new._vector("time_since_start", time_since_start, None)
+        new.time_isolated = new._vector("time_isolated", time_isolated, None)
+        new._validate_progress()
+        new.entities, new.entity_ids, new.entity_weights = None, (), None
+        new.pairs, new.pair_throughput_array = None, None
+        for name in ("throughputs", "scale_factors", "priority_weights", "num_steps_remaining",
+                     "time_since_start", "slos", "time_isolated"):
+            _frozen(getattr(new, name))
+        return new
+
     def __repr__(self) -> str:
         return f"Problem(n_jobs={self.num_jobs}, cluster={self.cluster!r})"
 
@@ -443,6 +489,11 @@ class Problem:
         if len(ids) != n:
             raise InvalidProblemError(f"job_ids has {len(ids)} entries but throughputs has {n} rows",
                                       field="job_ids")
+        try:
+            if len(set(ids)) == n:
+                return ids
+        except TypeError:
+            pass  # the walk below names the unhashable id
         seen: set = set()
         dups = []
         for job in ids:
@@ -677,6 +728,11 @@ class Problem:
                     f"scale_factor={s[i]} GPUs (throughputs {dict(zip(types, T[i].tolist()))}, {self.cluster}); "
                     "give it a positive throughput on a type that fits it, or remove it",
                     field="throughputs", job=ids[i])
+        self._validate_progress()
+
+    def _validate_progress(self) -> None:
+        """The per-job progress vectors and deadlines (what :meth:`with_progress` replaces)."""
+        ids = self.job_ids
         for name in ("num_steps_remaining", "time_since_start", "time_isolated"):
             arr = getattr(self, name)
             if arr is not None and (arr < 0).any():

@@ -10,10 +10,12 @@ Three parts (each can be skipped):
   jobs kept their previous GPUs), and counter updates, excluding the solve.
   The median of ``--repeat`` rounds counts.
 * ``continuous``: a generated workload of ``--jobs`` jobs (default 1,000)
-  arriving at ``--jobs-per-hour`` on 36 v100 + 36 p100 + 36 k80 GPUs with
-  heterogeneity-aware max-min fairness (``max_min_fairness_perf``; target:
-  under 2 minutes on 2 cores), and the same workload with the agnostic policy
-  (``gavel:max_min_fairness``) for the JCT ratio.
+  arriving at ``--jobs-per-hour`` on ``--gpus-per-type`` (default 36) v100,
+  p100 and k80 GPUs with heterogeneity-aware max-min fairness
+  (``max_min_fairness_perf``; target: under 2 minutes on 2 cores), and the
+  same workload with the agnostic policy (``gavel:max_min_fairness``) for the
+  JCT ratio; ``--policies`` names others (e.g. ``max_min_fairness,finish_time_fairness``),
+  ``--ftf`` adds the finish-time-fairness companion simulation (``simulate(ftf=True)``).
 * ``artifact``: Gavel's ``artifact_evaluation.trace`` (15 jobs at t=0) on the
   cluster named in the issue, v100=2, p100=0, k80=4, with
   ``max_min_fairness_perf``, through the mechanism and in ideal mode.
@@ -23,6 +25,8 @@ Usage::
     python benchmarks/bench_simulator.py
     python benchmarks/bench_simulator.py --parts mechanism --active-jobs 20000
     python benchmarks/bench_simulator.py --parts continuous --jobs 1000 --jobs-per-hour 3 --json out.json
+    python benchmarks/bench_simulator.py --parts continuous --jobs 20000 --jobs-per-hour 60 --gpus-per-type 720 \
+        --policies max_min_fairness,finish_time_fairness
 """
 
 from __future__ import annotations
@@ -75,20 +79,26 @@ def bench_mechanism(active_jobs: int, gpus_per_type: int, repeat: int, seed: int
             "round_ms": 1e3 * float(np.median(total_s)), "target_ms": 50.0}
 
 
-def bench_continuous(jobs: int, jobs_per_hour: float, seed: int) -> dict:
-    workload = generate_workload(ThroughputTable.gavel(), jobs, jobs_per_hour=jobs_per_hour, seed=seed)
-    cluster = {"v100": 36, "p100": 36, "k80": 36}
-    out = {"jobs": jobs, "jobs_per_hour": jobs_per_hour, "cluster": cluster}
-    for label, policy in (("aware", "max_min_fairness_perf"), ("agnostic", "gavel:max_min_fairness")):
+DEFAULT_POLICIES = {"aware": "max_min_fairness_perf", "agnostic": "gavel:max_min_fairness"}
+
+
+def bench_continuous(jobs: int, jobs_per_hour: float, seed: int, gpus_per_type: int = 36,
+                     policies: dict[str, str] = DEFAULT_POLICIES, ftf: bool = True) -> dict:
+    cluster = {"v100": gpus_per_type, "p100": gpus_per_type, "k80": gpus_per_type}
+    workload = generate_workload(ThroughputTable.gavel(), jobs, jobs_per_hour=jobs_per_hour, seed=seed,
+                                 cluster=None if gpus_per_type == 36 else cluster)
+    out = {"jobs": jobs, "jobs_per_hour": jobs_per_hour, "cluster": cluster, "ftf": ftf}
+    for label, policy in policies.items():
         started = time.perf_counter()
-        result = simulate(workload, cluster, policy, seed=seed)
+        result = simulate(workload, cluster, policy, seed=seed, ftf=ftf)
         m = result.metrics
         out[label] = {"policy": policy, "wall_s": time.perf_counter() - started,
                       "average_jct_h": m["average_jct_s"] / 3600, "median_jct_h": m["median_jct_s"] / 3600,
                       "p99_jct_h": m["p99_jct_s"] / 3600, "makespan_h": m["makespan_s"] / 3600,
                       "utilization": m["utilization"], "num_rounds": m["num_rounds"], "num_solves": m["num_solves"],
                       "solve_s_total": m["solve_s_total"], "restarts_per_job": m["restarts_per_job"]}
-    out["agnostic_over_aware_average_jct"] = out["agnostic"]["average_jct_h"] / out["aware"]["average_jct_h"]
+    if {"aware", "agnostic"} <= set(out):
+        out["agnostic_over_aware_average_jct"] = out["agnostic"]["average_jct_h"] / out["aware"]["average_jct_h"]
     out["target_wall_s"] = 120.0
     return out
 
@@ -111,6 +121,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--jobs-per-hour", type=float, default=3.0)
+    parser.add_argument("--gpus-per-type", type=int, default=36, help="GPUs of each type for the continuous part")
+    parser.add_argument("--policies", help="comma-separated policies for the continuous part (default: "
+                        "max_min_fairness_perf and gavel:max_min_fairness)")
+    parser.add_argument("--ftf", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the finish-time-fairness companion simulation (default: on, as simulate)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
@@ -123,16 +138,20 @@ def main() -> None:
               f"scheduled/round: select {r['select_ms']:.1f} ms + place {r['place_ms']:.1f} ms, round "
               f"{r['round_ms']:.1f} ms (target < {r['target_ms']:.0f} ms)")
     if "continuous" in parts:
-        report["continuous"] = r = bench_continuous(args.jobs, args.jobs_per_hour, args.seed)
-        for label in ("aware", "agnostic"):
+        policies = ({p: p for p in args.policies.split(",")} if args.policies else DEFAULT_POLICIES)
+        report["continuous"] = r = bench_continuous(args.jobs, args.jobs_per_hour, args.seed, args.gpus_per_type,
+                                                    policies, args.ftf)
+        for label in policies:
             x = r[label]
-            print(f"continuous {label:8s} ({x['policy']}): {r['jobs']} jobs at {r['jobs_per_hour']}/h on 36:36:36 in "
+            print(f"continuous {label:8s} ({x['policy']}): {r['jobs']} jobs at {r['jobs_per_hour']}/h on "
+                  f"{args.gpus_per_type} GPUs per type in "
                   f"{x['wall_s']:.1f} s wall ({x['num_rounds']} rounds, {x['num_solves']} solves, "
                   f"{x['solve_s_total']:.1f} s solving): avg JCT {x['average_jct_h']:.2f} h, median "
                   f"{x['median_jct_h']:.2f} h, p99 {x['p99_jct_h']:.1f} h, makespan {x['makespan_h']:.1f} h, "
                   f"utilization {x['utilization']:.3f}")
-        print(f"continuous: agnostic / aware average JCT = {r['agnostic_over_aware_average_jct']:.2f}x "
-              f"(target wall < {r['target_wall_s']:.0f} s per run)")
+        if "agnostic_over_aware_average_jct" in r:
+            print(f"continuous: agnostic / aware average JCT = {r['agnostic_over_aware_average_jct']:.2f}x "
+                  f"(target wall < {r['target_wall_s']:.0f} s per run)")
     if "artifact" in parts:
         report["artifact"] = r = bench_artifact()
         for mode in ("mechanism", "ideal"):

@@ -60,6 +60,68 @@ def test_incremental_updates_equal_solving_from_scratch():
     assert_same_allocation(engine.allocate(), expected)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_problem_kept_in_columns_equals_one_built_from_the_job_records(seed):
+    """Hundreds of adds, updates, measurements and removals (the columns grow and are squeezed):
+    the engine's problem is the one a problem document of its jobs gives, waiting jobs left out."""
+    rng = random.Random(seed)
+    engine = allocopt.Engine({"v100": 4, "k80": 2})
+    next_id = 0
+    for step in range(600):
+        ids = engine.job_ids
+        action = rng.choice(["add", "add", "update", "measure", "remove"] if ids else ["add"])
+        if action == "add":
+            fields = {"scale_factor": rng.choice([1, 2, 4, 8]), "priority_weight": rng.choice([1.0, 2.5]),
+                      "num_steps_remaining": rng.randint(1, 1000)}
+            for name in ("slo_s", "time_since_start_s", "time_isolated_s"):
+                if rng.random() < 0.5:
+                    fields[name] = rng.uniform(10, 100)
+            if rng.random() < 0.5:
+                fields["entity"] = rng.choice(["x", "y", 7])
+            engine.add_job(next_id if rng.random() < 0.5 else f"job{next_id}",
+                           {"v100": rng.uniform(0, 10), "k80": rng.choice([0.0, rng.uniform(1, 5)])}, **fields)
+            next_id += 1
+        elif action == "update":
+            engine.update_job(rng.choice(ids), priority_weight=rng.choice([None, 3.0]),
+                              slo_s=rng.choice([None, 50.0]), throughputs={"k80": rng.uniform(0, 3)})
+        elif action == "measure":
+            engine.observe_throughput(rng.choice(ids), "v100", rng.uniform(1, 10))
+        else:
+            engine.remove_job(rng.choice(ids))
+        if step == 300:
+            engine.set_capacity("a100", 8)
+            engine.add_job("on_a100", {"a100": 2.0}, scale_factor=8, num_steps_remaining=10)
+        if step % 50 == 49:
+            assert_problem_of_the_records(engine)
+    assert len(engine) > 50  # enough jobs to grow the columns past their first size
+    for job in engine.job_ids[3:]:  # most rows dead: the columns are squeezed
+        engine.remove_job(job)
+    assert_problem_of_the_records(engine)
+    engine.add_job("last", {"v100": 1.0}, num_steps_remaining=5)
+    assert_problem_of_the_records(engine)
+
+
+def assert_problem_of_the_records(engine: allocopt.Engine) -> None:
+    problem, waiting = engine.problem()
+    cluster = engine.cluster
+    jobs = [engine.get_job(job) for job in engine.job_ids]
+    fits = [any(cluster.capacity[cluster.index(t)] >= job.get("scale_factor", 1) and v > 0
+                for t, v in job["throughputs"].items()) for job in jobs]
+    kept = [j for j, ok in zip(jobs, fits) if ok]
+    expected = allocopt.Problem.from_json({"cluster": cluster.to_dict(), "jobs": kept})
+    assert problem.to_json() == expected.to_json()
+    assert waiting == tuple(j["id"] for j, ok in zip(jobs, fits) if not ok)
+
+
+def test_mixed_optional_fields_report_the_job_missing_one():
+    engine = allocopt.Engine({"v100": 2})
+    engine.add_job("a", {"v100": 1.0}, num_steps_remaining=100)
+    engine.add_job("b", {"v100": 2.0})
+    with pytest.raises(InvalidProblemError) as err:
+        engine.allocate()
+    assert err.value.field == "num_steps_remaining" and err.value.job == "b"
+
+
 def test_policy_and_options_are_passed_to_solve():
     engine, problem = gavel_engine(policy="max_min_fairness", policy_options={"heterogeneity_aware": False},
                                    solve_options={"threads": 1})

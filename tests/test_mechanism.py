@@ -234,6 +234,71 @@ def test_placement_best_fit_and_capacity_error():
         place(layout, ["a", "b"], np.zeros(2, dtype=int), np.array([16, 1]))
 
 
+def sequential_placement(layout, job_ids, gpu_types, num_gpus, previous):
+    """The placement rules one job at a time (largest first): keep last round's GPUs when all are free
+    and of the type and count; else best fit on one server, else the emptiest servers."""
+    free = np.ones(layout.num_gpus, dtype=bool)
+    node_free = np.diff(layout.node_start).copy()
+    out = [None] * len(job_ids)
+    order = np.argsort(-np.asarray(num_gpus), kind="stable").tolist()
+    for i in order:
+        ids = previous.get(job_ids[i])
+        if ids is not None and len(ids) == num_gpus[i] and all(layout.gpu_type[g] == gpu_types[i] for g in ids) \
+                and all(free[g] for g in ids) and len(set(ids)) == len(ids):
+            free[list(ids)] = False
+            for g in ids:
+                node_free[layout.node[g]] -= 1
+            out[i] = (tuple(ids), True)
+    for i in order:
+        if out[i] is not None:
+            continue
+        j, n = int(gpu_types[i]), int(num_gpus[i])
+        nodes = layout.type_nodes[j].tolist()
+        fitting = [v for v in nodes if node_free[v] >= n]
+        if n <= layout.cluster.gpus_per_node[j] and fitting:
+            chosen = [min(fitting, key=lambda v: node_free[v])]
+        else:
+            chosen = sorted(nodes, key=lambda v: -node_free[v])
+        ids = []
+        for v in chosen:
+            for g in range(layout.node_start[v], layout.node_start[v + 1]):
+                if free[g] and len(ids) < n:
+                    free[g] = False
+                    node_free[v] -= 1
+                    ids.append(g)
+        out[i] = (tuple(ids), False)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_vectorized_placement_equals_the_sequential_rules(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(150):
+        k = int(rng.integers(1, 4))
+        cluster = allocopt.Cluster({f"t{j}": int(rng.integers(1, 40)) for j in range(k)},
+                                   gpus_per_node={f"t{j}": int(rng.choice([4, 8])) for j in range(k)})
+        layout = GpuLayout(cluster)
+
+        def draw():
+            types, sizes, left = [], [], cluster.capacity.copy()
+            for _ in range(int(rng.integers(0, 30))):
+                j, size = int(rng.integers(k)), int(rng.choice([1, 1, 2, 4, 8, 16]))
+                if size <= left[j]:
+                    types.append(j), sizes.append(size)
+                    left[j] -= size
+            ids = rng.permutation(40)[:len(types)].tolist()
+            return ids, np.array(types, dtype=np.int64), np.array(sizes, dtype=np.int64)
+
+        ids, types, sizes = draw()
+        previous = {job: p.gpu_ids for job, p in zip(ids, place(layout, ids, types, sizes))}
+        if previous and rng.random() < 0.3:  # two jobs name the same GPUs: the larger keeps them
+            first, last = list(previous)[0], list(previous)[-1]
+            previous[last] = previous[first]
+        ids, types, sizes = draw()
+        got = place(layout, ids, types, sizes, previous)
+        assert [(p.gpu_ids, p.extended) for p in got] == sequential_placement(layout, ids, types, sizes, previous)
+
+
 # ----- simulated executor ------------------------------------------------------------------
 def test_simulated_executor_runs_steps_and_finishes_early():
     executor = SimulatedExecutor({"a": {"v100": 2.5}, "b": {"v100": 1.0}}, restart_overhead_s=10.0)
@@ -245,3 +310,26 @@ def test_simulated_executor_runs_steps_and_finishes_early():
     assert b.steps == 50 and b.outcome is RoundOutcome.COMPLETED and b.restarted
     assert b.run_seconds == pytest.approx(60.0)  # 10 s restart + 50 steps at 1 step/s
     assert executor.now() == pytest.approx(460.0)
+
+
+def test_simulated_executor_runs_array_rounds_as_lease_rounds():
+    T = np.array([[2.5, 0.0], [1.0, 0.3], [0.7, 4.0]])
+    leases = [Lease(0, "v100", (0,), 360.0, max_steps=10_000, extended=True),
+              Lease(1, "k80", (4,), 360.0, max_steps=50),
+              Lease(2, "k80", (5, 6), 360.0, max_steps=7, extended=True), Lease(0, "k80", (7,), 360.0, max_steps=5)]
+    by_objects = SimulatedExecutor(T, gpu_types=["v100", "k80"], restart_overhead_s=10.0)
+    results = by_objects.run_round(RoundPlan(0, 100.0, 360.0, tuple(leases)))
+    by_arrays = SimulatedExecutor(T, gpu_types=["v100", "k80"], restart_overhead_s=10.0)
+    steps, seconds, completed, failed = by_arrays.run_arrays(
+        100.0, 360.0, np.array([0, 1, 2, 0]), np.array([0, 1, 1, 1]), np.array([10_000, 50, 7, 5]),
+        np.array([True, False, True, False]), np.full(4, -1), ["v100", "k80"])
+    assert steps.tolist() == [r.steps for r in results]
+    assert seconds.tolist() == [r.run_seconds for r in results]
+    assert completed.tolist() == [r.outcome is RoundOutcome.COMPLETED for r in results]
+    assert failed.tolist() == [r.outcome is RoundOutcome.FAILED for r in results] == [False, False, False, True]
+    assert by_arrays.now() == by_objects.now()
+    with pytest.raises(InvalidOptionError):
+        SimulatedExecutor(T, gpu_types=["v100"])
+    with pytest.raises(InvalidOptionError):
+        SimulatedExecutor({0: {"v100": 1.0}}).run_arrays(0.0, 360.0, np.array([0]), np.array([0]), np.array([1]),
+                                                         np.array([True]), np.array([-1]), ["v100"])

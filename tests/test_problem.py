@@ -257,3 +257,28 @@ def test_entities_and_pairs_round_trip():
 def test_invalid_entities_and_pairs(kwargs, match):
     with pytest.raises(InvalidProblemError, match=match):
         Problem(T, CLUSTER, job_ids=["a", "b", "c"], **kwargs)
+
+
+def test_with_progress_equals_building_the_subset():
+    cluster = allocopt.Cluster({"v100": 4, "k80": 8})
+    rng = np.random.default_rng(0)
+    T = rng.uniform(1, 10, size=(30, 2))
+    jobs = allocopt.Problem(T, cluster, job_ids=[f"j{i}" for i in range(30)], scale_factors=rng.choice([1, 2, 4], 30),
+                            priority_weights=rng.uniform(0.5, 2, 30))
+    rows = np.array([7, 3, 29, 0])
+    steps, since = np.array([10, 20, 30, 40]), np.array([0.0, 5.0, 6.0, 7.0])
+    got = jobs.with_progress(rows, num_steps_remaining=steps, time_since_start=since, time_isolated=since)
+    expected = allocopt.Problem(T[rows], cluster, job_ids=[f"j{i}" for i in rows],
+                                scale_factors=jobs.scale_factors[rows], priority_weights=jobs.priority_weights[rows],
+                                num_steps_remaining=steps, time_since_start=since, time_isolated=since)
+    assert got.to_json() == expected.to_json() and got.job_index("j29") == 2
+    with pytest.raises(InvalidProblemError) as err:  # progress vectors are checked
+        jobs.with_progress(rows, num_steps_remaining=[10, -1, 30, 40])
+    assert err.value.field == "num_steps_remaining" and err.value.job == "j3"
+    with pytest.raises(InvalidProblemError, match="distinct positions"):
+        jobs.with_progress([1, 1])
+    with pytest.raises(InvalidProblemError, match="distinct positions"):
+        jobs.with_progress([30])
+    grouped = allocopt.Problem(T, cluster, entities=["a"] * 30)
+    with pytest.raises(InvalidProblemError, match="subset"):
+        grouped.with_progress(rows)

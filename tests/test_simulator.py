@@ -254,3 +254,31 @@ def test_cli_simulate_bad_trace(tmp_path):
 
 def test_top_level_export():
     assert allocopt.simulate is simulate
+
+
+@pytest.mark.parametrize("policy, options, overhead", [("max_min_fairness_perf", None, 0.0),
+                                                       ("finish_time_fairness_perf", None, 60.0),
+                                                       ("max_min_fairness", {"space_sharing": True}, 30.0)])
+def test_rounds_as_arrays_equal_rounds_of_lease_objects(policy, options, overhead):
+    """The default planner and executor exchange arrays; through lease objects (any other executor)
+    every job, round and metric comes out the same."""
+    from allocopt.mechanism import MechanismOptions, PriorityPlanner, SimulationState
+    from allocopt.runtime.simulated import SimulatedExecutor
+
+    cluster = allocopt.Cluster({"v100": 4, "p100": 4, "k80": 4})
+    wl = generate_workload(TABLE, 40, jobs_per_hour=12, seed=5, cluster=cluster)
+    arrays = simulate(wl, cluster, policy, policy_options=options, restart_overhead_s=overhead, ftf=False)
+    name, resolved, _ = resolve_policy(policy, options)
+    T = wl.throughputs(TABLE, cluster.gpu_types)
+    planner = PriorityPlanner(SimulationState(wl, cluster, T, TABLE), name, resolved, MechanismOptions())
+    executor = SimulatedExecutor(lambda job, gpu_type, _n: float(T[job, cluster.index(gpu_type)]),
+                                 restart_overhead_s=overhead, pair_throughputs=planner.pair_throughput)
+    leases = simulate(wl, cluster, policy, policy_options=options, planner=planner, executor=executor, ftf=False)
+    for column in ("finish_s", "jct_s", "gpu_hours", "restarts"):
+        np.testing.assert_array_equal(arrays.jobs[column], leases.jobs[column])
+    for column in ("start_s", "end_s", "busy_gpus"):
+        np.testing.assert_array_equal(arrays.rounds[column], leases.rounds[column])
+    assert arrays.metrics["utilization"] == pytest.approx(leases.metrics["utilization"], rel=1e-12)
+    assert arrays.metrics["num_rounds"] == leases.metrics["num_rounds"] > 10
+    if overhead:
+        assert arrays.metrics["restarts_per_job"] > 0

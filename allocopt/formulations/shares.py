@@ -20,9 +20,15 @@ from allocopt.problem import Problem
 
 def isolated_matrix(problem: Problem) -> np.ndarray:
     """The isolated share, shape (n_jobs, n_gpu_types)."""
-    n = problem.num_jobs
-    X = problem.capacity[None, :] / (max(n, 1) * problem.scale_factors[:, None].astype(np.float64))
-    X = np.where(problem.runnable, X, 0.0)
+    return isolated_shares(problem.capacity, problem.scale_factors, problem.runnable)
+
+
+def isolated_shares(capacity: np.ndarray, scale_factors: np.ndarray, runnable: np.ndarray) -> np.ndarray:
+    """The isolated share of jobs given as arrays: GPUs per type (n_gpu_types,), scale factors
+    (n_jobs,) and where each job can run (n_jobs, n_gpu_types); shape (n_jobs, n_gpu_types)."""
+    n = scale_factors.size
+    X = capacity[None, :] / (max(n, 1) * scale_factors[:, None].astype(np.float64))
+    X = np.where(runnable, X, 0.0)
     rows = X.sum(axis=1, keepdims=True)
     return np.where(rows > 1.0, X / np.maximum(rows, 1e-300), X)
 

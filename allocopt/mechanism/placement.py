@@ -73,7 +73,7 @@ class Placement(NamedTuple):
 
 def place(layout: GpuLayout, job_ids: Sequence[Hashable], gpu_types: np.ndarray, num_gpus: np.ndarray,
           previous: Mapping[Hashable, tuple[int, ...]] | None = None) -> list[Placement]:
-    """GPU ids for each of a round's jobs.
+    """GPU ids for each of a round's jobs (:func:`place_arrays` over a mapping of last round's GPUs).
 
     Parameters
     ----------
@@ -96,7 +96,53 @@ def place(layout: GpuLayout, job_ids: Sequence[Hashable], gpu_types: np.ndarray,
         When the jobs of a type need more GPUs than it has.
     """
     previous = previous or {}
+    held = [previous.get(job, ()) for job in job_ids]
+    counts = np.fromiter(map(len, held), dtype=np.int64, count=len(held))
+    ids = np.fromiter((g for gpus in held for g in gpus), dtype=np.int64, count=int(counts.sum()))
+    flat, start, extended = place_arrays(layout, gpu_types, num_gpus, ids, counts)
+    bounds = start.tolist()
+    flat_list = flat.tolist()
+    return [Placement(tuple(flat_list[a:b]), keep) for a, b, keep in zip(bounds[:-1], bounds[1:], extended.tolist())]
+
+
+def place_arrays(layout: GpuLayout, gpu_types: np.ndarray, num_gpus: np.ndarray, previous_ids: np.ndarray,
+                 previous_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU ids for each of a round's entries, vectorized over the entries of each (type, size).
+
+    An entry keeps last round's GPUs when it held as many as it needs now, all
+    of its type (and, should two entries name the same GPU, free when its turn
+    comes, largest entry first). The others are placed largest first, in entry
+    order among equal sizes: best fit on one server, else the emptiest servers
+    (see the module's description).
+
+    Parameters
+    ----------
+    layout : GpuLayout
+    gpu_types : ndarray of int of shape (n,)
+        Type (column index) each entry runs on.
+    num_gpus : ndarray of int of shape (n,)
+    previous_ids : ndarray of int of shape (sum(previous_counts),)
+        GPU ids each entry held last round, concatenated in entry order.
+    previous_counts : ndarray of int of shape (n,)
+        How many ids of ``previous_ids`` are each entry's (0: none).
+
+    Returns
+    -------
+    gpu_ids : ndarray of int of shape (num_gpus.sum(),)
+        Every entry's GPU ids, concatenated in entry order.
+    start : ndarray of int of shape (n + 1,)
+        Entry ``i`` holds ``gpu_ids[start[i]:start[i + 1]]``.
+    extended : ndarray of bool of shape (n,)
+        Whether each entry keeps last round's GPUs.
+
+    Raises
+    ------
+    InvalidProblemError
+        When the entries of a type need more GPUs than it has.
+    """
     gpu_types, num_gpus = np.asarray(gpu_types, dtype=np.int64), np.asarray(num_gpus, dtype=np.int64)
+    previous_ids, previous_counts = (np.asarray(previous_ids, dtype=np.int64),
+                                     np.asarray(previous_counts, dtype=np.int64))
     demand = np.bincount(gpu_types, weights=num_gpus, minlength=layout.cluster.num_gpu_types)
     over = np.flatnonzero(demand > layout.cluster.capacity)
     if over.size:
@@ -104,42 +150,115 @@ def place(layout: GpuLayout, job_ids: Sequence[Hashable], gpu_types: np.ndarray,
         raise InvalidProblemError(f"the round's jobs need {int(demand[j])} GPUs of type "
                                   f"{layout.cluster.gpu_types[j]!r}, which has {layout.cluster.capacity[j]}",
                                   field="gpu_types")
+    start = np.concatenate([[0], np.cumsum(num_gpus)]).astype(np.int64)
+    out = np.empty(int(start[-1]), dtype=np.int64)
     free = np.ones(layout.num_gpus, dtype=bool)
-    node_free = np.diff(layout.node_start)
-    out: list[Placement | None] = [None] * len(job_ids)
-    order = np.argsort(-num_gpus, kind="stable").tolist()
-    pending = []
-    for i in order:  # keep last round's GPUs where all are still free and of the same type and count
-        ids = previous.get(job_ids[i])
-        if ids is not None and len(ids) == num_gpus[i]:
-            arr = np.fromiter(ids, dtype=np.int64, count=len(ids))
-            if (layout.gpu_type[arr] == gpu_types[i]).all() and free[arr].all():
-                free[arr] = False
-                np.subtract.at(node_free, layout.node[arr], 1)
-                out[i] = Placement(tuple(ids), True)
-                continue
-        pending.append(i)
-    for i in pending:
-        j, n = int(gpu_types[i]), int(num_gpus[i])
-        nodes = layout.type_nodes[j]
-        per_node = int(layout.cluster.gpus_per_node[j])
-        counts = node_free[nodes]
-        fits = np.flatnonzero(counts >= n)
-        if n <= per_node and fits.size:
-            chosen = [int(nodes[fits[np.argmin(counts[fits])]])]  # best fit: the fullest server that fits
+    order = np.argsort(-num_gpus, kind="stable")
+    extended = _kept(layout, gpu_types, num_gpus, previous_ids, previous_counts, order)
+    kept_ids = previous_ids[np.repeat(extended, previous_counts)]
+    out[_positions(start, np.flatnonzero(extended), num_gpus)] = kept_ids
+    free[kept_ids] = False
+    node_free = np.diff(layout.node_start) - np.bincount(layout.node[kept_ids], minlength=layout.node_type.size)
+    pending = order[~extended[order]]
+    for j in np.flatnonzero(np.bincount(gpu_types[pending], minlength=layout.cluster.num_gpu_types)).tolist():
+        of_type = pending[gpu_types[pending] == j]
+        for size in sorted(set(num_gpus[of_type].tolist()), reverse=True):
+            group = of_type[num_gpus[of_type] == size]
+            placed = _best_fit(layout, j, size, group, free, node_free, out, start) if size else group.size
+            if placed < group.size:
+                _spread(layout, j, size, group[placed:], free, node_free, out, start)
+    return out, start, extended
+
+
+def _positions(start: np.ndarray, entries: np.ndarray, num_gpus: np.ndarray) -> np.ndarray:
+    """Indices into the flat id array of every slot of ``entries``, entry by entry."""
+    counts = num_gpus[entries]
+    offsets = np.repeat(start[entries] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return offsets + np.arange(int(counts.sum()))
+
+
+def _kept(layout: GpuLayout, gpu_types: np.ndarray, num_gpus: np.ndarray, previous_ids: np.ndarray,
+          previous_counts: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Which entries keep last round's GPUs (same count, same type, not claimed by an earlier entry)."""
+    owner = np.repeat(np.arange(gpu_types.size), previous_counts)
+    wrong = np.bincount(owner[layout.gpu_type[previous_ids] != gpu_types[owner]], minlength=gpu_types.size)
+    kept = (previous_counts == num_gpus) & (previous_counts > 0) & (wrong == 0)
+    candidate = previous_ids[np.repeat(kept, previous_counts)]
+    named = np.zeros(layout.num_gpus, dtype=bool)
+    named[candidate] = True
+    if np.count_nonzero(named) == candidate.size:
+        return kept
+    # entries that name the same GPU: walk them largest first, as a sequential placement would
+    bounds = np.concatenate([[0], np.cumsum(previous_counts)])
+    taken = np.zeros(layout.num_gpus, dtype=bool)
+    for i in order[kept[order]].tolist():
+        ids = previous_ids[bounds[i]:bounds[i + 1]]
+        if taken[ids].any() or np.unique(ids).size != ids.size:
+            kept[i] = False
         else:
-            by_free = nodes[np.argsort(-counts, kind="stable")]  # emptiest servers first
-            enough = int(np.searchsorted(np.cumsum(node_free[by_free]), n)) + 1
-            chosen = by_free[:enough].tolist()
+            taken[ids] = True
+    return kept
+
+
+def _best_fit(layout: GpuLayout, j: int, size: int, group: np.ndarray, free: np.ndarray, node_free: np.ndarray,
+              out: np.ndarray, start: np.ndarray) -> int:
+    """Place the first entries of ``group`` (all of type ``j`` and ``size`` GPUs) one server each, best fit.
+
+    Entry after entry, each takes the lowest free GPUs of the fullest server
+    that fits it; with equal sizes a server stays the fullest that fits until
+    it no longer fits, so servers fill in order of (free GPUs, index). Returns
+    how many entries were placed (the rest fit no single server).
+    """
+    if size > int(layout.cluster.gpus_per_node[j]):
+        return 0
+    nodes = layout.type_nodes[j]
+    counts = node_free[nodes]
+    fits = counts >= size
+    nodes, counts = nodes[fits], counts[fits]
+    by_fullness = np.lexsort((nodes, counts))
+    nodes, counts = nodes[by_fullness], counts[by_fullness]
+    slots = counts // size
+    total = np.cumsum(slots)
+    k = min(group.size, int(total[-1]) if total.size else 0)
+    if not k:
+        return 0
+    used = int(np.searchsorted(total, k)) + 1
+    nodes, slots, total = nodes[:used], slots[:used], total[:used]
+    take = np.minimum(slots, k - (total - slots))
+    lengths = layout.node_start[nodes + 1] - layout.node_start[nodes]
+    seg = np.repeat(np.arange(used), lengths)
+    gpus = layout.node_start[nodes][seg] + np.arange(int(lengths.sum())) - np.repeat(
+        np.cumsum(lengths) - lengths, lengths)
+    is_free = free[gpus]
+    rank = np.cumsum(is_free) - 1
+    rank -= np.repeat(np.concatenate([[0], np.cumsum(is_free)[np.cumsum(lengths)[:-1] - 1]]), lengths)
+    chosen = is_free & (rank < (take * size)[seg])
+    ids = gpus[chosen]
+    free[ids] = False
+    node_free[nodes] -= take * size
+    out[(start[group[:k], None] + np.arange(size)).ravel()] = ids
+    return k
+
+
+def _spread(layout: GpuLayout, j: int, size: int, group: np.ndarray, free: np.ndarray, node_free: np.ndarray,
+            out: np.ndarray, start: np.ndarray) -> None:
+    """Place each entry of ``group`` (type ``j``, ``size`` GPUs each) in turn on the lowest free GPU ids
+    of the emptiest servers of the type (stable in server order), as many servers as it needs."""
+    first_node = int(layout.type_nodes[j][0]) if layout.type_nodes[j].size else 0
+    counts = node_free[layout.type_nodes[j]].tolist()
+    bounds = layout.node_start.tolist()
+    for i in group.tolist():
         ids: list[int] = []
-        for node in chosen:
-            start = int(layout.node_start[node])
-            local = np.flatnonzero(free[start:layout.node_start[node + 1]])[:n - len(ids)] + start
+        for k in sorted(range(len(counts)), key=counts.__getitem__, reverse=True):
+            if len(ids) == size:
+                break
+            node = first_node + k
+            local = np.flatnonzero(free[bounds[node]:bounds[node + 1]])[:size - len(ids)] + bounds[node]
             free[local] = False
-            node_free[node] -= local.size
+            counts[k] -= local.size
             ids.extend(local.tolist())
-        out[i] = Placement(tuple(ids), False)
-    return out  # type: ignore[return-value]
+        out[start[i]:start[i + 1]] = ids
+    node_free[layout.type_nodes[j]] = counts
 
 
-__all__ = ["GpuLayout", "Placement", "place"]
+__all__ = ["GpuLayout", "Placement", "place", "place_arrays"]

@@ -29,8 +29,9 @@ from allocopt.cluster import Cluster
 from allocopt.errors import AllocoptError, InvalidOptionError, InvalidProblemError
 from allocopt.extras import require_extra
 from allocopt.formulations import POLICIES
+from allocopt.formulations.shares import isolated_shares
 from allocopt.jsonio import JsonSource, document_or_write, read_json
-from allocopt.mechanism.placement import GpuLayout, place
+from allocopt.mechanism.placement import GpuLayout, place_arrays
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.mechanism.sia_rounds import SiaExecutor, SiaPlanner, rigid_throughputs, sia_workload
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload
@@ -94,6 +95,54 @@ class RoundPlanner(Protocol):
     def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None: ...
 
 
+@dataclass(frozen=True)
+class RoundLeases:
+    """A round's leases as arrays, one row per lease (a co-located pair: a row per member).
+
+    Attributes
+    ----------
+    jobs : ndarray of int of shape (m,)
+        Job (row) of each lease.
+    gpu_types : ndarray of int of shape (m,)
+        Type (column index) each runs on.
+    entries : ndarray of int of shape (m,)
+        Placement each lease holds: leases of co-located jobs share one.
+    partners : ndarray of int of shape (m,)
+        The job sharing the GPUs (-1: none).
+    max_steps : ndarray of int of shape (m,)
+        Steps each job may run (its remaining steps).
+    extended : ndarray of bool of shape (m,)
+        The job keeps last round's GPUs.
+    gpu_ids : ndarray of int
+        GPU ids of every placement, concatenated.
+    gpu_start : ndarray of int of shape (n_entries + 1,)
+        Placement ``e`` holds ``gpu_ids[gpu_start[e]:gpu_start[e + 1]]``.
+    stop : ndarray of int
+        Jobs that held GPUs last round and hold none now.
+    """
+
+    jobs: np.ndarray
+    gpu_types: np.ndarray
+    entries: np.ndarray
+    partners: np.ndarray
+    max_steps: np.ndarray
+    extended: np.ndarray
+    gpu_ids: np.ndarray
+    gpu_start: np.ndarray
+    stop: np.ndarray
+
+    def to_plan(self, round_index: int, start_s: float, round_seconds: float, gpu_types: Sequence[str]) -> RoundPlan:
+        """The :class:`~allocopt.runtime.executor.RoundPlan` any executor runs."""
+        ids, bounds = self.gpu_ids.tolist(), self.gpu_start.tolist()
+        held = [tuple(ids[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        leases = tuple(Lease(job, gpu_types[t], held[e], round_seconds, max_steps=steps, extended=ext,
+                             co_located_with=None if partner < 0 else partner)
+                       for job, t, e, partner, steps, ext in zip(
+                           self.jobs.tolist(), self.gpu_types.tolist(), self.entries.tolist(),
+                           self.partners.tolist(), self.max_steps.tolist(), self.extended.tolist()))
+        return RoundPlan(round_index, start_s, round_seconds, leases, tuple(self.stop.tolist()))
+
+
 class PriorityPlanner:
     """Gavel's planner: allocation by :func:`allocopt.solve`, priorities, greedy selection, placement.
 
@@ -105,6 +154,10 @@ class PriorityPlanner:
     and a pair that runs holds its scale factor's GPUs once, with a lease for
     each member (``co_located_with``) progressing at its pair throughput
     (:meth:`pair_throughput`).
+
+    The round is planned as arrays (:meth:`plan_leases`, :meth:`observe_leases`);
+    :meth:`plan` and :meth:`observe` give and take the lease objects any
+    :class:`~allocopt.runtime.executor.Executor` runs.
 
     Parameters
     ----------
@@ -130,13 +183,24 @@ class PriorityPlanner:
                                            cluster.gpu_types, options)
         self.layout = GpuLayout(cluster)
         self.solve_seconds: list[float] = []
-        self._known = np.zeros(state.workload.num_jobs, dtype=bool)
-        self._previous: dict[Hashable, tuple[int, ...]] = {}  # job or (a, b) pair -> GPUs last round
+        n = state.workload.num_jobs
+        self._known = np.zeros(n, dtype=bool)
+        # last round's placements: a job alone -> its slice of _held_ids (count 0: none); a pair -> its slice
+        self._held_ids = np.zeros(0, dtype=np.int64)
+        self._held_start = np.zeros(n, dtype=np.int64)
+        self._held_count = np.zeros(n, dtype=np.int64)
+        self._held_pairs: dict[tuple[int, int], tuple[int, int]] = {}
         self._allocation: Allocation | None = None  # the last one: the next solve starts from its basis
         self._idle = False  # the last plan ran nothing
         self._pair_of: dict[int, int] = {}  # co-located job this round -> row of mechanism.pairs
+        self._last: RoundLeases | None = None
 
     def plan(self, state: SimulationState, now_s: float, round_index: int) -> RoundPlan:
+        leases = self.plan_leases(state, now_s)
+        return leases.to_plan(round_index, now_s, self.options.round_seconds, state.cluster.gpu_types)
+
+    def plan_leases(self, state: SimulationState, now_s: float) -> RoundLeases:
+        """The leases of the round starting at ``now_s``, as arrays."""
         known_now = state.active
         arrived = np.flatnonzero(known_now & ~self._known)
         left = np.flatnonzero(~known_now & self._known)
@@ -158,25 +222,42 @@ class PriorityPlanner:
             pairs = np.zeros((0, 2), dtype=np.int64)
         run = chosen >= 0
         jobs, types = rows[run], chosen[run]
-        entries: list[Hashable] = jobs.tolist() + [tuple(p) for p in pairs.tolist()]
-        placements = place(self.layout, entries, np.concatenate([types, pair_types]),
-                           np.concatenate([sizes[jobs], sizes[pairs[:, 0]]]), self._previous)
-        names = state.cluster.gpu_types
-        round_s = self.options.round_seconds
-        leases = [Lease(int(job), names[t], p.gpu_ids, round_s, max_steps=int(state.remaining_steps[job]),
-                        extended=p.extended)
-                  for job, t, p in zip(jobs.tolist(), types.tolist(), placements)]
+        pair_keys = [tuple(p) for p in pairs.tolist()]
+        # last round's GPUs of each entry (jobs, then pairs), concatenated
+        counts = np.concatenate([self._held_count[jobs],
+                                 [self._held_pairs.get(key, (0, 0))[1] for key in pair_keys]]).astype(np.int64)
+        starts = np.concatenate([self._held_start[jobs], [self._held_pairs.get(key, (0, 0))[0] for key in pair_keys]])
+        offsets = np.repeat(starts.astype(np.int64) - (np.cumsum(counts) - counts), counts)
+        previous = self._held_ids[offsets + np.arange(int(counts.sum()))]
+        ids, gpu_start, extended = place_arrays(self.layout, np.concatenate([types, pair_types]),
+                                                np.concatenate([sizes[jobs], sizes[pairs[:, 0]]]), previous, counts)
+        was_running = self._held_count > 0
+        for a, b in self._held_pairs:
+            was_running[[a, b]] = True
         self._pair_of = {}
-        for k, ((a, b), t, p) in enumerate(zip(pairs.tolist(), pair_types.tolist(), placements[jobs.size:])):
+        for k, (a, b) in enumerate(pair_keys):
             self._pair_of[a] = self._pair_of[b] = int(pair_index[k])
-            leases += [Lease(job, names[t], p.gpu_ids, round_s, max_steps=int(state.remaining_steps[job]),
-                             extended=p.extended, co_located_with=other) for job, other in ((a, b), (b, a))]
-        running = {lease.job_id for lease in leases}
-        stop = tuple(sorted({job for entry in self._previous for job in (entry if isinstance(entry, tuple)
-                                                                          else (entry,)) if job not in running}))
-        self._previous = {entry: p.gpu_ids for entry, p in zip(entries, placements)}
-        self._idle = not leases
-        return RoundPlan(round_index, now_s, round_s, tuple(leases), stop)
+        single = np.arange(jobs.size)
+        paired = jobs.size + np.arange(pairs.shape[0])
+        members = pairs.ravel()  # a, b, a, b, ...: a lease for each member, right after each other
+        lease_jobs = np.concatenate([jobs, members])
+        was_running[lease_jobs] = False
+        leases = RoundLeases(
+            jobs=lease_jobs, gpu_types=np.concatenate([types, np.repeat(pair_types, 2)]),
+            entries=np.concatenate([single, np.repeat(paired, 2)]),
+            partners=np.concatenate([np.full(jobs.size, -1, dtype=np.int64), pairs[:, ::-1].ravel()]),
+            max_steps=state.remaining_steps[lease_jobs].astype(np.int64),
+            extended=np.concatenate([extended[single], np.repeat(extended[paired], 2)]),
+            gpu_ids=ids, gpu_start=gpu_start, stop=np.flatnonzero(was_running))
+        self._held_ids = ids
+        self._held_count[:] = 0
+        self._held_count[jobs] = sizes[jobs]
+        self._held_start[jobs] = gpu_start[single]
+        self._held_pairs = {key: (int(gpu_start[jobs.size + k]), int(sizes[key[0]]))
+                            for k, key in enumerate(pair_keys)}
+        self._idle = not lease_jobs.size
+        self._last = leases
+        return leases
 
     def _recompute(self, state: SimulationState, rows: np.ndarray, now_s: float) -> None:
         started = time.perf_counter()
@@ -203,23 +284,29 @@ class PriorityPlanner:
         return float(self.mechanism.pair_throughputs[p, self.layout.cluster.gpu_types.index(gpu_type), member])
 
     def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
-        if not results:
+        if not results or self._last is None:
             return
-        type_of = {lease.job_id: self.layout.cluster.gpu_types.index(lease.gpu_type) for lease in plan.leases}
-        alone = [r for r in results if r.job_id not in self._pair_of]
-        jobs = np.fromiter((r.job_id for r in alone), dtype=np.int64, count=len(alone))
-        types = np.fromiter((type_of[r.job_id] for r in alone), dtype=np.int64, count=len(alone))
-        self.mechanism.record(jobs, types, np.array([r.run_seconds for r in alone]))
-        shared: dict[int, float] = {}  # pair -> the longer member's run time (Gavel's)
-        for r in results:
-            if r.job_id in self._pair_of:
-                p = self._pair_of[r.job_id]
-                shared[p] = max(shared.get(p, 0.0), r.run_seconds)
-        if shared:
-            pairs = np.fromiter(shared, dtype=np.int64, count=len(shared))
-            first = self.mechanism.pairs[pairs, 0].tolist()
-            types = np.array([type_of[a] for a in first], dtype=np.int64)
-            self.mechanism.record_pairs(pairs, types, np.fromiter(shared.values(), dtype=np.float64))
+        position = {job: i for i, job in enumerate(self._last.jobs.tolist())}
+        ran = np.fromiter((position[r.job_id] for r in results), dtype=np.int64, count=len(results))
+        seconds = np.zeros(self._last.jobs.size)
+        seconds[ran] = [r.run_seconds for r in results]
+        self.observe_leases(self._last, seconds, ran)
+
+    def observe_leases(self, leases: RoundLeases, run_seconds: np.ndarray, ran: np.ndarray | None = None) -> None:
+        """Credit the received-time counters with each lease's ``run_seconds`` (of leases ``ran``: all by default).
+
+        A co-located pair is credited once, with its longer member's run time (Gavel's).
+        """
+        ran = np.arange(leases.jobs.size) if ran is None else ran
+        alone = ran[leases.partners[ran] < 0]
+        self.mechanism.record(leases.jobs[alone], leases.gpu_types[alone], run_seconds[alone])
+        shared = ran[leases.partners[ran] >= 0]
+        if shared.size:
+            entries, first = np.unique(leases.entries[shared], return_index=True)
+            longest = np.zeros(int(leases.entries.max()) + 1)
+            np.maximum.at(longest, leases.entries[shared], run_seconds[shared])
+            pairs = np.array([self._pair_of[j] for j in leases.jobs[shared[first]].tolist()], dtype=np.int64)
+            self.mechanism.record_pairs(pairs, leases.gpu_types[shared[first]], longest[entries])
 
 
 @dataclass
@@ -450,7 +537,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         default_planner = planner is None
         planner = planner or PriorityPlanner(state, name, options, mech, backend)
         if executor is None:
-            executor = SimulatedExecutor(lambda job, gpu_type, _n: float(T[job, cluster.index(gpu_type)]),
+            executor = SimulatedExecutor(np.asarray(T, dtype=np.float64), gpu_types=cluster.gpu_types,
                                          restart_overhead_s=restart_overhead_s,
                                          pair_throughputs=planner.pair_throughput if default_planner else None)
         finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar)
@@ -526,6 +613,8 @@ def _admit(state: SimulationState, next_job: int, now_s: float) -> int:
 
 def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executor,
                 bar: Any) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list]]:
+    """Rounds until every job finished. The default planner and executor exchange arrays
+    (:meth:`PriorityPlanner.plan_leases`, :meth:`SimulatedExecutor.run_arrays`); others, lease objects."""
     wl = state.workload
     n = wl.num_jobs
     finish = np.full(n, np.nan)
@@ -534,12 +623,15 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
     rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": []}
     busy_gpu_s, now, next_job, done, index = 0.0, 0.0, 0, 0, 0
     idle = False
+    arrays = (isinstance(planner, PriorityPlanner) and isinstance(executor, SimulatedExecutor)
+              and executor.matrix is not None)
     while done < n:
         if not state.active.any():
             now = max(now, float(wl.arrival_s[next_job]))
         next_job = _admit(state, next_job, now)
-        plan = planner.plan(state, now, index)
-        if not plan.leases:
+        ran = _array_round(state, planner, executor, now) if arrays else _lease_round(state, planner, executor,
+                                                                                    now, index)
+        if ran is None:
             if next_job >= n:
                 if idle:  # the planner was told once that nothing runs (it may recompute): stuck
                     stuck = state.active_rows()[:5].tolist()
@@ -549,43 +641,80 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
             now = float(wl.arrival_s[next_job])
             continue
         idle = False
-        results = executor.run_round(plan)
-        planner.observe(plan, results)
-        jobs = np.fromiter((r.job_id for r in results), dtype=np.int64, count=len(results))
-        gpus_of = {lease.job_id: lease.gpu_ids for lease in plan.leases}
-        width = np.array([len(gpus_of[r.job_id]) for r in results], dtype=np.int64)
-        seconds = np.array([r.run_seconds for r in results])
-        state.remaining_steps[jobs] -= np.array([r.steps for r in results], dtype=np.int64)
-        gpu_s[jobs] += width * seconds
-        starts[jobs] += np.array([r.restarted for r in results], dtype=np.int64)
-        held: dict[tuple[int, ...], float] = {}  # GPUs -> seconds busy (co-located jobs share them)
-        for r, s in zip(results, seconds.tolist()):
-            ids = gpus_of[r.job_id]
-            held[ids] = max(held.get(ids, 0.0), s)
-        busy_gpu_s += sum(len(ids) * s for ids, s in held.items())
-        completed = np.array([r.outcome is RoundOutcome.COMPLETED for r in results])
-        failed = [r for r in results if r.outcome is RoundOutcome.FAILED]
-        if failed:
-            raise SimulationError(f"job {failed[0].job_id} failed: {failed[0].message}")
+        jobs, steps, seconds, restarted, completed, entries, widths = ran
+        state.remaining_steps[jobs] -= steps
+        gpu_s[jobs] += widths[entries] * seconds
+        starts[jobs] += restarted
+        held = np.full(widths.size, -1.0)  # placement -> seconds busy (co-located jobs share their GPUs)
+        np.maximum.at(held, entries, seconds)
+        busy_gpu_s += float((widths * np.maximum(held, 0.0)).sum())
         if completed.any():
-            finish[jobs[completed]] = plan.start_s + seconds[completed]
+            finish[jobs[completed]] = now + seconds[completed]
             state.active[jobs[completed]] = False
             state.changed = True
             done += int(completed.sum())
             if bar is not None:
                 bar.update(int(completed.sum()))
+        rounds["start_s"].append(now)
         now = executor.now()
-        rounds["start_s"].append(plan.start_s)
         rounds["end_s"].append(now)
-        rounds["busy_gpus"].append(sum(len(ids) for ids in held))
+        rounds["busy_gpus"].append(int(widths[held >= 0].sum()))
         index += 1
     return finish, busy_gpu_s, gpu_s, starts, rounds
 
 
+RoundArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _array_round(state: SimulationState, planner: PriorityPlanner, executor: SimulatedExecutor,
+                 now: float) -> RoundArrays | None:
+    """One round of arrays: per lease job, steps, seconds, restarted, completed, placement; widths per placement.
+    None when nothing runs."""
+    leases = planner.plan_leases(state, now)
+    if not leases.jobs.size:
+        return None
+    steps, seconds, completed, failed = executor.run_arrays(
+        now, planner.options.round_seconds, leases.jobs, leases.gpu_types, leases.max_steps, leases.extended,
+        leases.partners, state.cluster.gpu_types)
+    planner.observe_leases(leases, seconds)
+    if failed.any():
+        k = int(np.argmax(failed))
+        raise SimulationError(f"job {int(leases.jobs[k])} failed: zero throughput on "
+                              f"{state.cluster.gpu_types[leases.gpu_types[k]]}")
+    return (leases.jobs, steps, seconds, ~leases.extended, completed, leases.entries,
+            np.diff(leases.gpu_start))
+
+
+def _lease_round(state: SimulationState, planner: RoundPlanner, executor: Executor, now: float,
+                 index: int) -> RoundArrays | None:
+    """One round of lease objects through any planner and executor, as :func:`_array_round`'s arrays."""
+    plan = planner.plan(state, now, index)
+    if not plan.leases:
+        return None
+    results = executor.run_round(plan)
+    planner.observe(plan, results)
+    failed = [r for r in results if r.outcome is RoundOutcome.FAILED]
+    if failed:
+        raise SimulationError(f"job {failed[0].job_id} failed: {failed[0].message}")
+    gpus_of = {lease.job_id: lease.gpu_ids for lease in plan.leases}
+    placements: dict[tuple[int, ...], int] = {}
+    entries = np.array([placements.setdefault(gpus_of[r.job_id], len(placements)) for r in results],
+                       dtype=np.int64)
+    return (np.fromiter((r.job_id for r in results), dtype=np.int64, count=len(results)),
+            np.array([r.steps for r in results], dtype=np.int64), np.array([r.run_seconds for r in results]),
+            np.array([r.restarted for r in results], dtype=np.int64),
+            np.array([r.outcome is RoundOutcome.COMPLETED for r in results], dtype=bool), entries,
+            np.array([len(ids) for ids in placements], dtype=np.int64))
+
+
 def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], backend: str,
                bar: Any) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list], list[float]]:
-    """Continuous progress at the allocated rates; a new allocation at every arrival and departure."""
+    """Continuous progress at the allocated rates; a new allocation at every arrival and departure.
+
+    The ``isolated`` share is a closed form of the active jobs (:func:`isolated_shares`): it is
+    computed from the checked jobs' arrays, without a problem and a solve per event."""
     wl = state.workload
+    closed_form = policy == "isolated" and not options
     n = wl.num_jobs
     finish = np.full(n, np.nan)
     gpu_s = np.zeros(n)
@@ -601,9 +730,13 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
         rows = state.active_rows()
         state.remaining_steps[rows] = np.ceil(remaining[rows]).astype(np.int64)
         started = time.perf_counter()
-        allocation = solve(state.problem(rows, now, policy), policy, backend=backend, warm_start=allocation,
-                           **options)
-        X = allocation.matrix
+        if closed_form:
+            jobs = state.jobs()
+            X = isolated_shares(jobs.capacity, jobs.scale_factors[rows], jobs.runnable[rows])
+        else:
+            allocation = solve(state.problem(rows, now, policy), policy, backend=backend, warm_start=allocation,
+                               **options)
+            X = allocation.matrix
         solve_s.append(time.perf_counter() - started)
         rate = (X * state.throughputs[rows]).sum(axis=1)
         to_finish = np.divide(remaining[rows], rate, out=np.full(rows.size, np.inf), where=rate > 0)
@@ -628,5 +761,5 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
     return finish, busy_gpu_s, gpu_s, np.ones(n, dtype=np.int64), rounds, solve_s
 
 
-__all__ = ["PriorityPlanner", "RoundPlanner", "SimulationError", "SimulationResult", "SimulationState",
+__all__ = ["PriorityPlanner", "RoundLeases", "RoundPlanner", "SimulationError", "SimulationResult", "SimulationState",
            "resolve_policy", "simulate"]

@@ -37,23 +37,34 @@ class SimulationState:
         self.remaining_steps = workload.total_steps.astype(np.int64).copy()
         self.active = np.zeros(workload.num_jobs, dtype=bool)
         self.changed = False
+        self._jobs: Problem | None = None  # every job, checked once; each problem() takes rows of it
 
     def active_rows(self) -> np.ndarray:
         """Rows of the jobs that have arrived and are not finished."""
         return np.flatnonzero(self.active)
+
+    def jobs(self) -> Problem:
+        """Every job (throughputs, scale factors, weights) as one problem, checked at the first call."""
+        if self._jobs is None:
+            self._jobs = Problem(self.throughputs, self.cluster, scale_factors=self.workload.scale_factors,
+                                 priority_weights=self.workload.priority_weights)
+        return self._jobs
 
     def problem(self, rows: np.ndarray, now_s: float, policy: str,
                 pairs: tuple[np.ndarray, np.ndarray] | None = None) -> Problem:
         """The allocation problem of ``rows`` at ``now_s`` (steps remaining, time since arrival);
         ``pairs`` (rows (p, 2), steps/s (p, n_gpu_types, 2), see :meth:`pairs`) for space sharing."""
         since = now_s - self.workload.arrival_s[rows]
-        shared = PairThroughputs([tuple(p) for p in pairs[0].tolist()], pairs[1]) if pairs is not None else None
+        isolated = since if policy == "finish_time_fairness" else None
+        if pairs is None:
+            return self.jobs().with_progress(rows, num_steps_remaining=self.remaining_steps[rows],
+                                             time_since_start=since, time_isolated=isolated)
+        shared = PairThroughputs([tuple(p) for p in pairs[0].tolist()], pairs[1])
         return Problem(self.throughputs[rows], self.cluster, job_ids=rows.tolist(),
                        scale_factors=self.workload.scale_factors[rows],
                        priority_weights=self.workload.priority_weights[rows],
                        num_steps_remaining=self.remaining_steps[rows], time_since_start=since,
-                       time_isolated=since if policy == "finish_time_fairness" else None,
-                       pair_throughputs=shared)
+                       time_isolated=isolated, pair_throughputs=shared)
 
     def pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pairs of ``rows`` that may share GPUs: equal scale factors and a measured co-located pair

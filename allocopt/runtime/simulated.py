@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
+import numpy as np
+
 from allocopt.errors import InvalidOptionError
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 
@@ -23,22 +25,37 @@ class SimulatedExecutor(Executor):
 
     Parameters
     ----------
-    throughputs : callable or mapping
-        ``throughputs(job_id, gpu_type, num_gpus) -> steps/s``, or
-        ``{job_id: {gpu_type: steps/s}}`` (steps/s of the whole job on its GPUs).
+    throughputs : callable, mapping or ndarray
+        ``throughputs(job_id, gpu_type, num_gpus) -> steps/s``,
+        ``{job_id: {gpu_type: steps/s}}`` (steps/s of the whole job on its GPUs),
+        or an array of shape (n_jobs, n_gpu_types) indexed by job id (an int)
+        and the position of the type in ``gpu_types``; an array also runs
+        rounds given as arrays (:meth:`run_arrays`).
     restart_overhead_s : float, default 0
         Seconds a job loses at the start of a lease that is not extended
         (checkpoint restore, process start).
     pair_throughputs : callable, optional
         ``pair_throughputs(job_id, partner_id, gpu_type) -> steps/s`` of a job
         sharing its GPUs (a lease with ``co_located_with``); required for such leases.
+    gpu_types : sequence of str, optional
+        The GPU type of each column of an array of ``throughputs`` (required with one).
     """
 
-    def __init__(self, throughputs: ThroughputLookup | Mapping[Hashable, Mapping[str, float]], *,
-                 restart_overhead_s: float = 0.0, pair_throughputs: PairThroughputLookup | None = None):
-        if isinstance(throughputs, Mapping):
+    def __init__(self, throughputs: ThroughputLookup | Mapping[Hashable, Mapping[str, float]] | np.ndarray, *,
+                 restart_overhead_s: float = 0.0, pair_throughputs: PairThroughputLookup | None = None,
+                 gpu_types: Sequence[str] | None = None):
+        self.matrix: np.ndarray | None = None
+        if isinstance(throughputs, np.ndarray):
+            if gpu_types is None or throughputs.ndim != 2 or throughputs.shape[1] != len(gpu_types):
+                raise InvalidOptionError("an array of throughputs needs shape (n_jobs, n_gpu_types) and gpu_types "
+                                         "naming its columns")
+            matrix, column = throughputs, {name: k for k, name in enumerate(gpu_types)}
+            self.matrix = matrix
+            self._lookup: ThroughputLookup = (
+                lambda job, gpu_type, _n: float(matrix[job, column[gpu_type]]))  # type: ignore[index]
+        elif isinstance(throughputs, Mapping):
             table = throughputs
-            self._lookup: ThroughputLookup = lambda job, gpu_type, _n: float(table[job][gpu_type])
+            self._lookup = lambda job, gpu_type, _n: float(table[job][gpu_type])
         else:
             self._lookup = throughputs
         if not restart_overhead_s >= 0:
@@ -56,6 +73,52 @@ class SimulatedExecutor(Executor):
         results = [self._run(lease) for lease in plan.leases]
         self._now += max((r.run_seconds for r in results), default=0.0)
         return results
+
+    def run_arrays(self, start_s: float, round_seconds: float, jobs: np.ndarray, gpu_types: np.ndarray,
+                   max_steps: np.ndarray, extended: np.ndarray, partners: np.ndarray,
+                   gpu_type_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`run_round` over leases given as arrays (needs an array of throughputs).
+
+        Parameters
+        ----------
+        start_s, round_seconds : float
+        jobs, gpu_types : ndarray of int of shape (m,)
+            Job (row of the throughputs) and type (column) of each lease.
+        max_steps : ndarray of int of shape (m,)
+        extended : ndarray of bool of shape (m,)
+        partners : ndarray of int of shape (m,)
+            The co-located job of each lease (-1: none).
+        gpu_type_names : sequence of str
+            Name of each type (for the pair throughputs).
+
+        Returns
+        -------
+        steps : ndarray of int of shape (m,)
+        run_seconds : ndarray of shape (m,)
+        completed : ndarray of bool of shape (m,)
+        failed : ndarray of bool of shape (m,)
+            Zero throughput: the job did not run.
+        """
+        if self.matrix is None:
+            raise InvalidOptionError("run_arrays needs a SimulatedExecutor over an array of throughputs")
+        self._now = max(self._now, start_s)
+        tput = self.matrix[jobs, gpu_types]
+        shared = np.flatnonzero(partners >= 0)
+        if shared.size and self._pair_lookup is None:
+            raise ValueError(f"job {int(jobs[shared[0]])} shares GPUs with {int(partners[shared[0]])}: give "
+                             "SimulatedExecutor(pair_throughputs=...)")
+        pair_lookup = self._pair_lookup
+        for k in shared.tolist():
+            tput[k] = pair_lookup(int(jobs[k]), int(partners[k]), gpu_type_names[gpu_types[k]])  # type: ignore[misc]
+        overhead = np.where(extended, 0.0, min(self.restart_overhead_s, round_seconds))
+        failed = ~(tput > 0)
+        safe = np.where(failed, 1.0, tput)
+        steps = np.floor(safe * (round_seconds - overhead)).astype(np.int64)
+        completed = (steps >= max_steps) & ~failed
+        steps = np.where(completed, max_steps, np.where(failed, 0, steps))
+        seconds = np.where(failed, 0.0, overhead + steps / safe)
+        self._now += float(seconds.max(initial=0.0))
+        return steps, seconds, completed, failed
 
     def _run(self, lease: Lease) -> JobRoundResult:
         if lease.co_located_with is None:
