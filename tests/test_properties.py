@@ -326,6 +326,15 @@ def test_former_failures_of_the_long_run(seed, n_jobs, n_types, entities, backen
         np.testing.assert_array_less(np.abs(normalized(alloc) - normalized(reference)), 10 * tol * u + 1e-12)
 
 
+@pytest.mark.parametrize("seed, n_jobs, entities", [(2890125195, 5, False), (3745046670, 4, True)])
+def test_former_max_throughput_failures_on_cbc(seed, n_jobs, entities):
+    """CBC at its default dual tolerance left a job of 9e-4 steps/s idle beside jobs of 3e3 steps/s."""
+    problem, _ = make_problem(seed, n_jobs, 2, True, entities)
+    alloc = solve(problem, "max_throughput", "pulp", None)
+    assert alloc.status is allocopt.Status.OPTIMAL
+    assert alloc.objective == pytest.approx(dense_max_throughput(problem), rel=AGREEMENT["pulp"])
+
+
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("weights", [[1e3, 1e-3], [1e-3, 1e3, 1.0]])
 def test_weights_a_million_apart_keep_every_job(backend, weights):
