@@ -24,6 +24,7 @@ import argparse
 import collections
 import json
 import multiprocessing
+import signal
 import sys
 import time
 import traceback
@@ -133,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[tuple[str, str, str, str]] = []
     t0 = time.perf_counter()
     done = 0
-    try:  # Ctrl-C (SIGINT) stops early and still reports the problems done
+    # SIGINT (Ctrl-C) or SIGTERM stops early and still reports the problems done (a shell ignores
+    # SIGINT in the background jobs it starts, so it is restored here)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
         with multiprocessing.Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
             for outcomes in pool.imap_unordered(check, tasks, chunksize=4):
                 done += 1
