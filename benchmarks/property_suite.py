@@ -15,6 +15,7 @@ Usage::
 
     python benchmarks/property_suite.py --budget 5000 --jobs 2
     python benchmarks/property_suite.py --budget 500 --backends pulp,cvxpy --seed 7
+    python benchmarks/property_suite.py --budget 2500 --first 2500  # problems 2500..4999 of the run
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import argparse
 import collections
 import json
 import multiprocessing
+import signal
 import sys
 import time
 import traceback
@@ -117,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=int, default=5000, help="number of random problems (default 5000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--first", type=int, default=0,
+                        help="index of the first problem, to run a long budget in ranges (default 0)")
     parser.add_argument("--backends", default="highs,scipy,pulp,cvxpy",
                         help="comma-separated backends (gurobi only on problems of at most 3 jobs)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
@@ -125,12 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the counts and the failures to this file")
     args = parser.parse_args(argv)
     backends = tuple(b for b in args.backends.split(",") if b)
-    tasks = [(args.seed, i, backends, args.reference_every) for i in range(args.budget)]
+    tasks = [(args.seed, i, backends, args.reference_every) for i in range(args.first, args.first + args.budget)]
     counts: collections.Counter = collections.Counter()
     failures: list[tuple[str, str, str, str]] = []
     t0 = time.perf_counter()
     done = 0
-    try:  # Ctrl-C (SIGINT) stops early and still reports the problems done
+    # SIGINT (Ctrl-C) or SIGTERM stops early and still reports the problems done (a shell ignores
+    # SIGINT in the background jobs it starts, so it is restored here)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
         with multiprocessing.Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
             for outcomes in pool.imap_unordered(check, tasks, chunksize=4):
                 done += 1
@@ -150,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         by_outcome[outcome] += count
     print(f"{done} problems in {time.perf_counter() - t0:.0f} s; answers by outcome: {dict(by_outcome)}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"budget": args.budget, "done": done, "seed": args.seed,
+        Path(args.json).write_text(json.dumps({"budget": args.budget, "first": args.first, "done": done,
+                                               "seed": args.seed,
                                                "backends": backends,
                                                "counts": [[*k, v] for k, v in sorted(counts.items())],
                                                "failures": failures}, indent=1))

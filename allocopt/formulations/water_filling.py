@@ -38,7 +38,13 @@ the same target). Two certificates, neither an equality test on levels:
 
 * *Duals* (the level LP's own): a row with a positive dual ``y_i`` is tight in
   every optimum (complementary slackness), and raising its right-hand side
-  lowers ``t*`` (weak duality), so the job cannot rise. The duals of the rows
+  lowers ``t*`` (weak duality), so the job cannot rise, whatever its current
+  point shows within the solver's tolerances. Positive means above ``10^{-6}``
+  in the LP's own units (its rows scaled by ``r_i``, ``t`` by ``t_unit``), well
+  above the solvers' dual tolerance; not its share of ``t``'s weight, which
+  for a job of level ``10^{-8} u_i`` beside jobs near ``u_j`` is far smaller
+  and left it active, to be frozen later at a level the solver no longer
+  resolved. The duals of the rows
   with a positive share weigh ``t``'s column to 1 (``sum_i y_i sigma_i W_e = 1``),
   so every level freezes a job (at least the one of largest weight).
 * *Improvement LP*, only for the rows at their targets whose dual is 0
@@ -67,12 +73,18 @@ whose target starts at 0, what ``t_low`` itself is worth to it), clipped to
 rise that lifts the most sensitive job by its ``r_i``. Solver tolerances are so
 relative to each job's own level whatever the throughputs and weights; scales
 are kept while within a factor 4, so few coefficients change from one LP to
-the next. Types a job does not fit on stay out of its row. Each LP's point is
+the next. Types a job does not fit on stay out of its row. On the backends that
+run HiGHS (``highs``, ``scipy``, ``cvxpy``'s default) every LP is solved with
+primal and dual feasibility tolerances of ``10^{-9}`` (HiGHS's default
+``10^{-7}`` let a time fraction of ``-6 \\cdot 10^{-8}`` through, which coefficients
+of up to ``10^6`` turned into a level ``10^{-4}`` too high), and where the tight
+tolerances end in numerical trouble, with the solver's own. Each LP's point is
 clipped to its bounds and scaled into the capacity, so it is exactly feasible,
 and targets and levels are capped at what it achieves: every LP has a
 feasible point, with no margin needed. Where a solve still fails, it is
 repeated from scratch with dual simplex, then interior point, then in a
-fresh HiGHS with its default scaling and presolve, and if the
+fresh HiGHS with its default scaling and presolve (tight tolerances, then its
+own), and if the
 level LP fails even so, the rest of the run divides every row by ``u_i``
 (coefficients at most 1), and after that the frozen levels give way by a
 relative ``10^{-7}`` once. Finally each job's time alone is trimmed so that
@@ -104,7 +116,7 @@ MIN_ROW_SCALE = 1e-6  # a job's row is divided by its level, or by at least this
 RESCALE = 4.0  # ... kept while within this factor of that (and so is the unit of t)
 TIGHT_TOL = 1e-6  # a job is at its target when within this fraction of its row scale
 RISE_TOL = 1e-6  # ... and it rises when idle GPUs and time of its own lift it by more than this fraction
-DUAL_TOL = 1e-6  # a row certifies its job stuck when its share of t's dual weight exceeds this
+DUAL_TOL = 1e-6  # a row certifies its job stuck when its dual (in the LP's units) exceeds this
 IMPROVEMENT = 1e-3  # epsilon: the raise an improvement LP asks of a job, as a fraction of its row scale
 STILL = 1e-3  # a job rises in an improvement LP when d_i exceeds this (a rise of 1e-6 of its row scale)
 GIVE_WAY = 1e-7  # the relative give of the frozen levels where no solver finishes a level LP otherwise
@@ -113,8 +125,12 @@ MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active 
 # HiGHS options of the LPs: simplex (its bases carry over from one LP to the next), without
 # presolve (it removes little from these LPs), without HiGHS's own scaling (the rows are scaled
 # here; scale factors HiGHS keeps from the first LP made later LPs changed in place stop short
-# of their optimum: 1.64324 for 1.64344 on one problem).
-SOLVER_DEFAULTS = {"solver": "simplex", "presolve": "off", "simplex_scale_strategy": 0}
+# of their optimum: 1.64324 for 1.64344 on one problem), with tight tolerances (TOLERANCES).
+SOLVER_DEFAULTS = {"solver": "simplex", "presolve": "off", "simplex_scale_strategy": 0,
+                   "primal_feasibility_tolerance": 1e-9, "dual_feasibility_tolerance": 1e-9}
+# The HiGHS of every backend but CBC (scipy's, cvxpy's default) holds the bounds and reduced costs to
+# 1e-9, not its default 1e-7 (see Numerics in the module docstring).
+TOLERANCES = {"primal_feasibility_tolerance": 1e-9, "dual_feasibility_tolerance": 1e-9}
 RETRIES = (("simplex_strategy", 1), ("solver", "ipm"))  # where a re-solve in place fails
 NUMERICAL_TROUBLE = (Status.ERROR, Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED, Status.UNBOUNDED)
 
@@ -261,6 +277,7 @@ class _Level:
     tau: float  # t* in the LP's units
     target: np.ndarray  # b_i(t*), capped at what the point achieves (0 for frozen jobs)
     dual_share: np.ndarray  # each row's share of tau's dual weight (they sum to 1)
+    dual: np.ndarray  # each row's dual: the fall of tau per unit of its right-hand side
     weight: np.ndarray  # tau's coefficients in the LP
     rhs: np.ndarray  # the LP's right-hand sides
 
@@ -294,6 +311,8 @@ class _Lps:
         # only widen the coefficient range
         A.data[self.entries][self.on_n & (model.col_ub[cols] == 0)] = 0.0
         self.level_rows = rows
+        cvxpy_highs = solver.options.solver_options.get("solver", "HIGHS") == "HIGHS"  # cvxpy's solver
+        self.defaults = {"highs": SOLVER_DEFAULTS, "scipy": TOLERANCES, "cvxpy": TOLERANCES if cvxpy_highs else {}}
         self.session = _HighsSession(solver) if solver.backend == "highs" else None
 
     def model(self, rows: np.ndarray, weight: np.ndarray, rhs: np.ndarray, tau: float | None,
@@ -324,11 +343,13 @@ class _Lps:
             return self.session.solve(model)
         A = model.A.copy()
         A.eliminate_zeros()
-        try:
-            solution = solve_model(replace(model, A=A), self.solver.backend, self.solver.options,
-                                   {"highs": SOLVER_DEFAULTS})
-        except (SolverError, ValueError) as err:  # the solver gave up on the model (cvxpy raises ValueError
-            solution = _failed(str(err), self.solver.backend)  # for an unknown status): a status, to try otherwise
+        for defaults in (self.defaults, {}):  # where the tight tolerances fail, the solver's own
+            try:
+                solution = solve_model(replace(model, A=A), self.solver.backend, self.solver.options, defaults)
+            except (SolverError, ValueError) as err:  # the solver gave up on the model (cvxpy raises
+                solution = _failed(str(err), self.solver.backend)  # ValueError for an unknown status)
+            if solution.status not in NUMERICAL_TROUBLE:
+                break
         return self.solver.record(solution)
 
 
@@ -340,6 +361,7 @@ class _HighsSession:
 
         self.solver, self.backend = solver, HighsBackend()
         self.options = replace(solver.options, solver_options={**SOLVER_DEFAULTS, **solver.options.solver_options})
+        self.fresh_options = replace(solver.options, solver_options={**TOLERANCES, **solver.options.solver_options})
         self.handle: Any = None
         self.last: CompiledModel | None = None
 
@@ -367,10 +389,14 @@ class _HighsSession:
         t2 = time.perf_counter()
         if raw.status is not Status.OPTIMAL:  # last, a fresh HiGHS with its own defaults (scaling, presolve)
             self.last = None  # and the next solve starts afresh too
-            try:
-                return self.solver.record(self.backend.solve(model, self.solver.options))
-            except SolverError as err:
-                return self.solver.record(_failed(str(err), "highs"))
+            for options in (self.fresh_options, self.solver.options):  # tight tolerances, then its own
+                try:
+                    solution = self.backend.solve(model, options)
+                except SolverError as err:
+                    solution = _failed(str(err), "highs")
+                if solution.status not in NUMERICAL_TROUBLE:
+                    break
+            return self.solver.record(solution)
         return self.solver.record(self.backend._to_solution(model, raw, t1 - t0, t2 - t1))
 
     def _run(self, model: CompiledModel) -> RawResult:
@@ -487,10 +513,11 @@ class _WaterFill:
             return None
         tau = float(solution.values["water_level"])
         t = t_low + tau * self.t_unit
-        dual_share = -solution.duals["level"] * weight
+        dual = -solution.duals["level"]
+        dual_share = dual * weight
         target = np.where(positive, np.minimum(np.maximum(low_target + slope * self.t_unit * tau, 0.0),
                                                self.achieved), 0.0)
-        return _Level(t, tau, target, dual_share, weight, rhs)
+        return _Level(t, tau, target, dual_share, dual, weight, rhs)
 
     def stuck(self, level: _Level, jobs: np.ndarray) -> np.ndarray:
         """The jobs of the mask ``jobs`` proven unable to rise above their targets while every other
@@ -525,8 +552,8 @@ class _WaterFill:
                 return self.result(first_level, "stopped")
             first_level = level.t if first_level is None else first_level
             target = level.target
+            certain = active & (level.dual > DUAL_TOL)
             tight = active & (self.achieved <= target + TIGHT_TOL * self.rows) & ~self.rising()
-            certain = tight & (level.dual_share > DUAL_TOL)
             if not certain.any():  # the row of largest dual weight holds t up: tight in every optimum
                 certain[np.flatnonzero(positive)[np.argmax(level.dual_share[positive])]] = True
             undecided = tight & ~certain
@@ -550,6 +577,7 @@ class _WaterFill:
             status = solution.status
             message = f"{solution.message} (water-filling stopped at iteration {self.iterations})"
         P = None if base.P is None else clean_matrix(x[base.P.columns].reshape(base.P.shape))
-        extras = {"levels": self.level / self.problem.priority_weights, "num_iterations": self.iterations,
+        levels = np.minimum(self.level, self.achieved) if how == "done" else self.level  # what X attains
+        extras = {"levels": levels / self.problem.priority_weights, "num_iterations": self.iterations,
                   "num_lp_solves": self.solver.num_solves - self.solves_before}
         return PolicyResult(clean_matrix(X), first_level, status, P, message, extras)
