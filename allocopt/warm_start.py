@@ -16,7 +16,7 @@ start, only a better or worse one.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,10 +38,14 @@ class WarmStart:
     job_ids : tuple
         The jobs, in order, that the job axis of the blocks refers to.
     solves : mapping of :func:`model_key` to (variable layout, constraint layout, Solution)
+    hints : mapping of str to float
+        Values a policy keeps for its next solve (finish-time fairness: the optimal ``rho``,
+        where its search starts).
     """
 
     job_ids: tuple[Hashable, ...]
     solves: Mapping[str, tuple[Layout, Layout, Solution]]
+    hints: Mapping[str, float] = field(default_factory=dict)
 
     def basis_for(self, model: CompiledModel, job_ids: Sequence[Hashable]) -> Basis | None:
         """A start for ``model``, whose job axis holds ``job_ids``; None when no

@@ -52,8 +52,15 @@ from allocopt.formulations.makespan import (evaluate, isolated_throughputs, max_
                                             policy_throughputs, steps_remaining)
 from allocopt.problem import Problem
 from allocopt.solution import STATUS_MESSAGES, Solution, Status
+from allocopt.warm_start import WarmStart
+
+
+class _Certified(Exception):
+    """The search has an allocation within RHO_RTOL of a proven lower bound: stop."""
 
 RHO_RTOL = 1e-9
+#: an LP starts from the basis of an earlier one at a rho this close (relative); farther, a cold solve is faster
+CHAIN_RTOL = 1e-2
 METHODS = ("bisection", "conic")
 DEFAULT_CONIC_SOLVER = "CLARABEL"
 
@@ -104,13 +111,23 @@ class FinishTimeFairness(Policy):
         active = steps > 0
         seen: list[tuple[float, np.ndarray, np.ndarray | None, np.ndarray]] = []  # (max rho, X, P, e) per LP
         solutions: list[Solution] = []
+        # where an LP at a given rho starts: (rho, warm start) of earlier LPs (the previous allocation's last)
+        hint = solver.warm_start.hints.get("rho") if solver.warm_start is not None else None
+        starts: list[tuple[float, WarmStart | None]] = [] if hint is None else [(hint, solver.warm_start)]
 
-        def theta(rate: np.ndarray) -> float:
-            """``max_X min_i e_i / rate_i`` over the jobs with ``rate_i > 0`` (rates in steps/s)."""
+        def theta(rate: np.ndarray, rho: float | None = None) -> float:
+            """``max_X min_i e_i / rate_i`` over the jobs with ``rate_i > 0`` (rates in steps/s); the LP
+            starts from the basis of the earlier LP nearest in ``rho`` when within CHAIN_RTOL, else cold."""
+            start = None
+            if rho is not None and starts:
+                near, warm = min(starts, key=lambda item: abs(item[0] - rho))
+                start = (warm if abs(near - rho) <= CHAIN_RTOL * rho else None, problem.job_ids)
             X, P, e, solution = max_speedup(problem, solver, rate, name=self.name, throughputs=throughputs,
-                                            space_sharing=space_sharing)
+                                            space_sharing=space_sharing, start_from=start)
             seen.append((float(np.nanmax(self._rho(steps, started, isolated_finish, e))), X, P, e))
             solutions.append(solution)
+            if rho is not None and solution.basis_reader is not None:
+                starts.append((rho, solver.warm_start_out()))
             return solution.objective
 
         if not started[active].any():  # rho = 1 / theta at the constant rates r_i / D_i
@@ -125,12 +142,30 @@ class FinishTimeFairness(Policy):
             def excess(rho: float) -> float:
                 if rho not in values:
                     with np.errstate(divide="ignore"):
-                        values[rho] = theta(np.where(active, steps / (rho * isolated_finish - started), 0.0)) - 1.0
+                        rate = np.where(active, steps / (rho * isolated_finish - started), 0.0)
+                    values[rho] = theta(rate, rho) - 1.0
+                    # certified: an LP below 1 proves rho* > rho; an allocation attains its rho, an upper bound
+                    below = max(r for r, v in values.items() if v < 0.0)
+                    best = min(item[0] for item in seen)
+                    if best - below <= RHO_RTOL * best:
+                        raise _Certified
                 return values[rho]
 
-            if excess(upper) > 0.0:
-                brentq(excess, lower, upper, xtol=1e-15 * upper, rtol=RHO_RTOL)
+            try:
+                # a warm start's rho first (its LP a few pivots from the previous basis), then the rho the
+                # allocation found there attains, which theta reaches (a bracket near the optimum); else upper
+                tries = [hint] if hint is not None and lower < hint < upper else []
+                if tries and excess(hint) < 0.0:
+                    tries.append(min(seen[-1][0], upper))
+                    excess(tries[-1])
+                low = max(r for r, v in values.items() if v < 0.0)
+                high = min((r for r, v in values.items() if v > 0.0), default=upper)
+                if excess(high) > 0.0:
+                    brentq(excess, low, high, xtol=1e-15 * high, rtol=RHO_RTOL)
+            except _Certified:
+                pass
         rho, X, P, e = min(seen, key=lambda item: item[0])
+        solver.hints["rho"] = rho
         failed = [s for s in solutions if s.status is not Status.OPTIMAL]
         status, message = ((failed[0].status, failed[0].message) if failed else
                            (Status.OPTIMAL, f"Optimal solution found ({len(solutions)} LP solve(s), rho to a "
