@@ -55,8 +55,12 @@ class WarmStart:
         entry = self.solves.get(model_key(model))
         if entry is None:
             return None
-        position = {job: i for i, job in enumerate(self.job_ids)}
-        old_index = np.fromiter((position.get(job, -1) for job in job_ids), dtype=np.int64, count=len(job_ids))
+        if tuple(job_ids) == self.job_ids:  # the same jobs (new throughputs or capacity)
+            old_index = np.arange(len(job_ids))
+        else:
+            position = {job: i for i, job in enumerate(self.job_ids)}
+            old_index = np.fromiter((position.get(job, -1) for job in job_ids), dtype=np.int64,
+                                    count=len(job_ids))
         if np.count_nonzero(old_index >= 0) < MIN_KNOWN_FRACTION * len(job_ids):
             return None
         variables, constraints, solution = entry

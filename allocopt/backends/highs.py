@@ -134,11 +134,16 @@ def _basis_codes() -> np.ndarray:
 def _final_basis(h: Any, model: CompiledModel, x: np.ndarray, sol: Any) -> Callable[[], Basis] | None:
     """A reader of the optimal basis of the LP ``h`` solved, or None when HiGHS has none to give.
 
-    ``getBasis`` hands its statuses over as a list of enum objects, one Python object per
-    column (13 ms at 16,000 columns); ``getBasicVariables`` gives the basic set as an int array
-    (0.2 ms), and a nonbasic column or row sits at the bound its value is at."""
+    ``getBasis().col_status`` hands the statuses over as a list of enum objects, one Python
+    object per column (13 ms at 16,000 columns); ``getBasicVariables`` gives the basic set as an
+    int array (under 1 ms), and a nonbasic column or row sits at the bound its value is at."""
     import highspy
 
+    # HiGHS's own basis handed back first: after an interior-point solve whose crossover needed no
+    # simplex, getBasicVariables reads simplex data HiGHS never set up (a segmentation fault in
+    # highspy 1.16); after setBasis it factorizes the basis it is given.
+    if h.setBasis(h.getBasis()) != highspy.HighsStatus.kOk:
+        return None
     status, basic = h.getBasicVariables()
     if status != highspy.HighsStatus.kOk or basic.shape != (model.num_rows,):
         return None
