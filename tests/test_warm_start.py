@@ -260,3 +260,20 @@ def test_a_singular_start_is_repaired_by_highs():
     start = Basis(np.array([1, 1, 0], dtype=np.int8), np.array([2, 2], dtype=np.int8))
     warm = solve_model(model, "highs", warm_start=start)
     assert warm.objective == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize("event", ["arrival", "departure", "throughput", "capacity"])
+def test_finish_time_fairness_warm_search_starts_at_the_previous_rho(event):
+    """A warm re-solve searches near the previous optimum (a few LPs, each from the one before) and
+    reaches the cold solve's rho; the previous rho and slope travel in the warm start's hints."""
+    from allocopt.bench.instances import random_problem
+    from allocopt.bench.resolve import event_pair
+
+    before, after = event_pair(random_problem(303, 4, 1), 300, event, 0)
+    previous = allocopt.solve(before, "finish_time_fairness")
+    assert previous.warm_start.hints["rho"] == previous.objective
+    warm = allocopt.solve(after, "finish_time_fairness", warm_start=previous)
+    cold = allocopt.solve(after, "finish_time_fairness")
+    assert warm.objective == pytest.approx(cold.objective, rel=1e-8)
+    assert np.nanmax(warm.extras["rho"]) == pytest.approx(warm.objective, rel=1e-12)
+    assert warm.extras["num_lp_solves"] <= 4

@@ -41,6 +41,7 @@ Learning Workloads", OSDI 2020.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 from scipy.optimize import brentq
@@ -61,6 +62,8 @@ class _Certified(Exception):
 RHO_RTOL = 1e-9
 #: an LP starts from the basis of an earlier one at a rho this close (relative); farther, a cold solve is faster
 CHAIN_RTOL = 1e-2
+#: LPs a warm search near the previous rho may take before Brent's method over the whole range
+SEARCH_STEPS = 3
 METHODS = ("bisection", "conic")
 DEFAULT_CONIC_SOLVER = "CLARABEL"
 
@@ -152,18 +155,19 @@ class FinishTimeFairness(Policy):
                 return values[rho]
 
             try:
-                # a warm start's rho first (its LP a few pivots from the previous basis), then the rho the
-                # allocation found there attains, which theta reaches (a bracket near the optimum); else upper
-                tries = [hint] if hint is not None and lower < hint < upper else []
-                if tries and excess(hint) < 0.0:
-                    tries.append(min(seen[-1][0], upper))
-                    excess(tries[-1])
+                if hint is not None:
+                    self._search_near(excess, values, min(max(hint, lower), upper), lower, upper,
+                                      solver.warm_start.hints.get("slope"))
                 low = max(r for r, v in values.items() if v < 0.0)
                 high = min((r for r, v in values.items() if v > 0.0), default=upper)
                 if excess(high) > 0.0:
                     brentq(excess, low, high, xtol=1e-15 * high, rtol=RHO_RTOL)
             except _Certified:
                 pass
+            best = min(item[0] for item in seen)
+            near = sorted((r for r in values if r != lower), key=lambda r: abs(r - best))[:2]
+            if len(near) == 2 and near[0] != near[1]:
+                solver.hints["slope"] = (values[near[0]] - values[near[1]]) / (near[0] - near[1])
         rho, X, P, e = min(seen, key=lambda item: item[0])
         solver.hints["rho"] = rho
         failed = [s for s in solutions if s.status is not Status.OPTIMAL]
@@ -172,6 +176,35 @@ class FinishTimeFairness(Policy):
                                             f"relative tolerance of {RHO_RTOL:g})."))
         return PolicyResult(X, rho, status, P, message, {"rho": self._rho(steps, started, isolated_finish, e),
                                                          "num_lp_solves": len(solutions)})
+
+    @staticmethod
+    def _search_near(excess: Callable[[float], float], values: dict[float, float], guess: float, lower: float,
+                     upper: float, slope: float | None) -> None:
+        """Bracket the root of ``excess`` near ``guess`` (a warm start's rho), each LP a few pivots
+        from the one before: a Newton step with the previous solve's ``slope`` (d theta / d rho), or
+        a probe 0.1% away, then secant steps; at most SEARCH_STEPS + 1 LPs. The caller's Brent search
+        takes the bracket found, else the whole range."""
+
+        def bracketed() -> bool:
+            return (any(v < 0.0 for r, v in values.items() if r != lower)
+                    and any(v > 0.0 for v in values.values()))
+
+        x0 = guess
+        f0 = excess(x0)
+        if slope is not None and slope > 0.0:
+            x1 = x0 - f0 / slope
+        else:
+            x1 = x0 * (1.0 + 1e-3 if f0 < 0.0 else 1.0 - 1e-3)
+        for _ in range(SEARCH_STEPS):
+            # a hair below the estimate: theta is linear near the root, so the LP there lands just under
+            # 1, and its allocation attains a rho within the tolerance of that lower bound (certified)
+            x1 = min(max(x1 * (1.0 - 1e-3 * RHO_RTOL), 0.5 * (lower + x0)), upper)
+            if x1 == x0:
+                return
+            f1 = excess(x1)
+            if bracketed() or f1 == f0:
+                return
+            x0, f0, x1 = x1, f1, x1 - f1 * (x1 - x0) / (f1 - f0)
 
     def _conic(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
                isolated_finish: np.ndarray, throughputs: np.ndarray | None, space_sharing: bool) -> PolicyResult:
