@@ -139,10 +139,14 @@ def _final_basis(h: Any, model: CompiledModel, x: np.ndarray, sol: Any) -> Calla
     int array (under 1 ms), and a nonbasic column or row sits at the bound its value is at."""
     import highspy
 
-    # HiGHS's own basis handed back first: after an interior-point solve whose crossover needed no
-    # simplex, getBasicVariables reads simplex data HiGHS never set up (a segmentation fault in
-    # highspy 1.16); after setBasis it factorizes the basis it is given.
-    if h.setBasis(h.getBasis()) != highspy.HighsStatus.kOk:
+    # getBasicVariables reads the simplex solver's own data, which is this LP's only when the simplex
+    # solved it as given (no presolve, no interior point). Otherwise (after an interior-point solve whose
+    # crossover needed no simplex it read data HiGHS never set up: a segmentation fault in highspy 1.16)
+    # HiGHS's basis is handed back first, and HiGHS factorizes it (5 ms at 2,049 x 8).
+    info = h.getInfo()
+    simplex_as_given = (info.ipm_iteration_count == 0 and info.pdlp_iteration_count == 0
+                        and h.getModelPresolveStatus() == highspy.HighsPresolveStatus.kNotPresolved)
+    if not simplex_as_given and h.setBasis(h.getBasis()) != highspy.HighsStatus.kOk:
         return None
     status, basic = h.getBasicVariables()
     if status != highspy.HighsStatus.kOk or basic.shape != (model.num_rows,):
