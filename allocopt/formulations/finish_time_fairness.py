@@ -114,9 +114,8 @@ class FinishTimeFairness(Policy):
         active = steps > 0
         seen: list[tuple[float, np.ndarray, np.ndarray | None, np.ndarray]] = []  # (max rho, X, P, e) per LP
         solutions: list[Solution] = []
-        # where an LP at a given rho starts: (rho, warm start) of earlier LPs (the previous allocation's last)
-        hint = solver.warm_start.hints.get("rho") if solver.warm_start is not None else None
-        starts: list[tuple[float, WarmStart | None]] = [] if hint is None else [(hint, solver.warm_start)]
+        hints = solver.warm_start.hints if solver.warm_start is not None else {}
+        starts: list[tuple[float, WarmStart | None]] = []  # (rho, the basis an LP there ended with)
 
         def theta(rate: np.ndarray, rho: float | None = None) -> float:
             """``max_X min_i e_i / rate_i`` over the jobs with ``rate_i > 0`` (rates in steps/s); the LP
@@ -155,9 +154,14 @@ class FinishTimeFairness(Policy):
                 return values[rho]
 
             try:
-                if hint is not None:
-                    self._search_near(excess, values, min(max(hint, lower), upper), lower, upper,
-                                      solver.warm_start.hints.get("slope"))
+                if "rho" in hints:
+                    # the previous optimum, or where it sat between its bounds when these moved past it;
+                    # the LP there starts from the previous allocation's last basis (theta near 1 in both)
+                    guess = hints["rho"]
+                    if not lower < guess < upper:
+                        guess = lower + min(max(hints.get("position", 1.0), 0.0), 1.0) * (upper - lower)
+                    starts.append((guess, solver.warm_start))
+                    self._search_near(excess, values, guess, lower, upper, hints.get("slope"))
                 low = max(r for r, v in values.items() if v < 0.0)
                 high = min((r for r, v in values.items() if v > 0.0), default=upper)
                 if excess(high) > 0.0:
@@ -168,6 +172,8 @@ class FinishTimeFairness(Policy):
             near = sorted((r for r in values if r != lower), key=lambda r: abs(r - best))[:2]
             if len(near) == 2 and near[0] != near[1]:
                 solver.hints["slope"] = (values[near[0]] - values[near[1]]) / (near[0] - near[1])
+            if upper > lower:
+                solver.hints["position"] = (best - lower) / (upper - lower)
         rho, X, P, e = min(seen, key=lambda item: item[0])
         solver.hints["rho"] = rho
         failed = [s for s in solutions if s.status is not Status.OPTIMAL]
