@@ -55,12 +55,7 @@ class WarmStart:
         entry = self.solves.get(model_key(model))
         if entry is None:
             return None
-        if tuple(job_ids) == self.job_ids:  # the same jobs (new throughputs or capacity)
-            old_index = np.arange(len(job_ids))
-        else:
-            position = {job: i for i, job in enumerate(self.job_ids)}
-            old_index = np.fromiter((position.get(job, -1) for job in job_ids), dtype=np.int64,
-                                    count=len(job_ids))
+        old_index = old_positions(self.job_ids, tuple(job_ids))
         if np.count_nonzero(old_index >= 0) < MIN_KNOWN_FRACTION * len(job_ids):
             return None
         variables, constraints, solution = entry
@@ -70,6 +65,21 @@ class WarmStart:
         jobs = (len(self.job_ids), len(job_ids))
         return Basis(_map_blocks(basis.col_status, variables, model.variables, BasisStatus.LOWER, old_index, jobs),
                      _map_blocks(basis.row_status, constraints, model.constraints, BasisStatus.BASIC, old_index, jobs))
+
+
+def old_positions(old: tuple[Hashable, ...], new: tuple[Hashable, ...]) -> np.ndarray:
+    """Index in ``old`` of each job of ``new`` (-1 for a new job): by sorted search when both are
+    integer ids, else through a dict."""
+    if new == old:  # the same jobs (new throughputs or capacity)
+        return np.arange(len(new))
+    old_ids, new_ids = np.asarray(old), np.asarray(new)
+    if old_ids.ndim == new_ids.ndim == 1 and old_ids.size and old_ids.dtype.kind in "iu" \
+            and new_ids.dtype.kind in "iu":
+        order = np.argsort(old_ids, kind="stable")
+        at = order[np.minimum(np.searchsorted(old_ids, new_ids, sorter=order), old_ids.size - 1)]
+        return np.where(old_ids[at] == new_ids, at, -1).astype(np.int64)
+    position = {job: i for i, job in enumerate(old)}
+    return np.fromiter((position.get(job, -1) for job in new), dtype=np.int64, count=len(new))
 
 
 def model_key(model: CompiledModel) -> str:

@@ -277,3 +277,14 @@ def test_finish_time_fairness_warm_search_starts_at_the_previous_rho(event):
     assert warm.objective == pytest.approx(cold.objective, rel=1e-8)
     assert np.nanmax(warm.extras["rho"]) == pytest.approx(warm.objective, rel=1e-12)
     assert warm.extras["num_lp_solves"] <= 4
+
+
+def test_old_positions_match_jobs_by_id_whatever_their_type():
+    from allocopt.warm_start import old_positions
+
+    assert old_positions((3, 1, 2), (1, 2, 5, 3)).tolist() == [1, 2, -1, 0]
+    assert old_positions(("a", "b"), ("b", "c")).tolist() == [1, -1]
+    assert old_positions((1, "1"), ("1", 1, 2)).tolist() == [1, 0, -1]  # 1 and "1" are different jobs
+    assert old_positions((), (4,)).tolist() == [-1]
+    assert old_positions((7, 8), (7, 8)).tolist() == [0, 1]
+    assert old_positions((2**70, 5), (5, 2**70)).tolist() == [1, 0]

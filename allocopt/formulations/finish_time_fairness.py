@@ -129,7 +129,7 @@ class FinishTimeFairness(Policy):
             seen.append((float(np.nanmax(self._rho(steps, started, isolated_finish, e))), X, P, e))
             solutions.append(solution)
             if rho is not None and solution.basis_reader is not None:
-                starts.append((rho, solver.warm_start_out()))
+                starts.insert(0, (rho, solver.warm_start_out()))  # first: ties go to this problem's LPs
             return solution.objective
 
         if not started[active].any():  # rho = 1 / theta at the constant rates r_i / D_i
