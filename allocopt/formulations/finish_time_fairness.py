@@ -22,7 +22,12 @@ increases with rho. ``method="bisection"`` (every LP backend) finds that root
 with Brent's method to a relative tolerance of 1e-9, one LP per step,
 bracketed by ``max_i t_i / D_i`` (where theta is 0) and the ``rho`` of the
 isolated share (feasible), and returns the allocation of least attained
-``rho`` among all LPs solved. When every ``t_i`` is 0, ``rho = 1 / theta``
+``rho`` among all LPs solved. It stops as soon as that ``rho`` is within the
+tolerance of a proven lower bound (an LP where theta < 1). With a warm start
+the search begins at the previous optimum (Newton and secant steps with the
+previous slope of theta), each LP from the basis of the nearest earlier one
+(within 1% in ``rho``; a far basis is slower than a cold solve): 1-3 LPs of a
+few pivots where a cold solve takes 2-3. When every ``t_i`` is 0, ``rho = 1 / theta``
 with constant rates ``r_i / D_i``: a single LP. ``method="conic"``
 (``backend="cvxpy"`` only) solves the second-order-cone program
 ``min rho s.t. (r_i / D_i) / e_i + t_i / D_i <= rho`` directly (CLARABEL
@@ -55,10 +60,6 @@ from allocopt.problem import Problem
 from allocopt.solution import STATUS_MESSAGES, Solution, Status
 from allocopt.warm_start import WarmStart
 
-
-class _Certified(Exception):
-    """The search has an allocation within RHO_RTOL of a proven lower bound: stop."""
-
 RHO_RTOL = 1e-9
 #: an LP starts from the basis of an earlier one at a rho this close (relative); farther, a cold solve is faster
 CHAIN_RTOL = 1e-2
@@ -66,6 +67,10 @@ CHAIN_RTOL = 1e-2
 SEARCH_STEPS = 3
 METHODS = ("bisection", "conic")
 DEFAULT_CONIC_SOLVER = "CLARABEL"
+
+
+class _Certified(Exception):
+    """The search has an allocation within RHO_RTOL of a proven lower bound: stop."""
 
 
 class FinishTimeFairness(Policy):
