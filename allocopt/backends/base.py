@@ -88,7 +88,7 @@ class RawResult:
     mip_gap: float | None = None
     detail: str = ""
     simplex_iterations: int | None = None
-    basis: Callable[[], Basis] | None = None  # reads the final basis when called
+    basis: Callable[[], Basis | None] | None = None  # reads the final basis (None if none) when called
 
 
 def _nonbasic_status(lb: np.ndarray, ub: np.ndarray) -> np.ndarray:

@@ -131,33 +131,41 @@ def _basis_codes() -> np.ndarray:
     return np.array(sorted(highspy.HighsBasisStatus.__members__.values(), key=int), dtype=object)
 
 
-def _final_basis(h: Any, model: CompiledModel, x: np.ndarray, sol: Any) -> Callable[[], Basis] | None:
-    """A reader of the optimal basis of the LP ``h`` solved, or None when HiGHS has none to give.
+def _final_basis(h: Any, model: CompiledModel, x: np.ndarray, sol: Any, info: Any) -> Callable[[], Basis | None]:
+    """A reader of the optimal basis of the LP ``h`` solved (None when HiGHS has none to give).
 
     ``getBasis().col_status`` hands the statuses over as a list of enum objects, one Python
     object per column (13 ms at 16,000 columns); ``getBasicVariables`` gives the basic set as an
-    int array (under 1 ms), and a nonbasic column or row sits at the bound its value is at."""
+    int array, and a nonbasic column or row sits at the bound its value is at."""
     import highspy
 
-    # getBasicVariables reads the simplex solver's own data, which is this LP's only when the simplex
-    # solved it as given (no presolve, no interior point). Otherwise (after an interior-point solve whose
-    # crossover needed no simplex it read data HiGHS never set up: a segmentation fault in highspy 1.16)
-    # HiGHS's basis is handed back first, and HiGHS factorizes it (5 ms at 2,049 x 8).
-    info = h.getInfo()
-    simplex_as_given = (info.ipm_iteration_count == 0 and info.pdlp_iteration_count == 0
-                        and h.getModelPresolveStatus() == highspy.HighsPresolveStatus.kNotPresolved)
-    if not simplex_as_given and h.setBasis(h.getBasis()) != highspy.HighsStatus.kOk:
-        return None
-    status, basic = h.getBasicVariables()
-    if status != highspy.HighsStatus.kOk or basic.shape != (model.num_rows,):
-        return None
-
-    def read() -> Basis:
+    def basis_from(basic: np.ndarray | None) -> Basis | None:
+        if basic is None:
+            return None
         cols = _at_bound(x, model.col_lb, model.col_ub)
         rows = _at_bound(np.asarray(sol.row_value, dtype=np.float64), model.row_lb, model.row_ub)
         cols[basic[basic >= 0]] = BasisStatus.BASIC
         rows[-1 - basic[basic < 0]] = BasisStatus.BASIC
         return Basis(cols, rows)
+
+    def basic_variables() -> np.ndarray | None:
+        status, basic = h.getBasicVariables()
+        return basic if status == highspy.HighsStatus.kOk and basic.shape == (model.num_rows,) else None
+
+    # getBasicVariables reads the simplex solver's own data, which is this LP's when the simplex solved
+    # it as given (no presolve, no interior point: every warm start); read now, it costs 0.2 ms.
+    if (info.ipm_iteration_count == 0 and info.pdlp_iteration_count == 0
+            and h.getModelPresolveStatus() == highspy.HighsPresolveStatus.kNotPresolved):
+        basic = basic_variables()
+        return lambda: basis_from(basic)
+
+    def read() -> Basis | None:
+        # After an interior-point solve whose crossover needed no simplex, getBasicVariables read data
+        # HiGHS never set up (a segmentation fault in highspy 1.16): HiGHS's basis is handed back first,
+        # which it factorizes (5 ms at 2,049 x 8), only when a warm start asks for it.
+        if h.setBasis(h.getBasis()) != highspy.HighsStatus.kOk:
+            return None
+        return basis_from(basic_variables())
 
     return read
 
@@ -252,5 +260,5 @@ class HighsBackend(Backend):
         if not model.is_mip:
             result.simplex_iterations = int(info.simplex_iteration_count)
             if info.basis_validity == 1 and result.x is not None:  # kBasisValidityValid
-                result.basis = _final_basis(h, model, result.x, sol)
+                result.basis = _final_basis(h, model, result.x, sol, info)
         return result
