@@ -245,6 +245,9 @@ def test_highs_reads_the_basis_it_ends_with(solver):
         again = solve_model(model, "highs", warm_start=ours)
         assert again.simplex_iterations == 0
         assert again.objective == pytest.approx(-float(minimize.c @ raw.x), rel=1e-9)
+        # a warm solve's basis (read straight from the simplex) is the one it started from
+        assert np.array_equal(again.basis.col_status == BasisStatus.BASIC, ours.col_status == BasisStatus.BASIC)
+        assert np.array_equal(again.basis.row_status == BasisStatus.BASIC, ours.row_status == BasisStatus.BASIC)
 
 
 def test_a_singular_start_is_repaired_by_highs():

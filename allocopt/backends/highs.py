@@ -153,21 +153,21 @@ def _final_basis(h: Any, model: CompiledModel, x: np.ndarray, sol: Any, info: An
         return basic if status == highspy.HighsStatus.kOk and basic.shape == (model.num_rows,) else None
 
     # getBasicVariables reads the simplex solver's own data, which is this LP's when the simplex solved
-    # it as given (no presolve, no interior point: every warm start); read now, it costs 0.2 ms.
+    # it as given (no presolve, no interior point: every warm start): 0.2 ms. After an interior-point
+    # solve whose crossover needed no simplex it read data HiGHS never set up (a segmentation fault in
+    # highspy 1.16): there HiGHS's basis is handed back first, which it factorizes (5 ms at 2,049 x 8,
+    # against 100s of ms for the solve). After a presolved simplex solve (small LPs) the statuses are
+    # read from a copy of the basis when a warm start asks for them: no solver is kept alive.
     if (info.ipm_iteration_count == 0 and info.pdlp_iteration_count == 0
             and h.getModelPresolveStatus() == highspy.HighsPresolveStatus.kNotPresolved):
         basic = basic_variables()
         return lambda: basis_from(basic)
-
-    def read() -> Basis | None:
-        # After an interior-point solve whose crossover needed no simplex, getBasicVariables read data
-        # HiGHS never set up (a segmentation fault in highspy 1.16): HiGHS's basis is handed back first,
-        # which it factorizes (5 ms at 2,049 x 8), only when a warm start asks for it.
-        if h.setBasis(h.getBasis()) != highspy.HighsStatus.kOk:
-            return None
-        return basis_from(basic_variables())
-
-    return read
+    if info.ipm_iteration_count > 0 and h.setBasis(h.getBasis()) == highspy.HighsStatus.kOk:
+        basic = basic_variables()
+        return lambda: basis_from(basic)
+    copy = h.getBasis()
+    return lambda: Basis(np.array([s.value for s in copy.col_status], dtype=np.int8),
+                         np.array([s.value for s in copy.row_status], dtype=np.int8))
 
 
 def _at_bound(value: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> np.ndarray:
