@@ -121,6 +121,7 @@ class FinishTimeFairness(Policy):
         solutions: list[Solution] = []
         hints = solver.warm_start.hints if solver.warm_start is not None else {}
         starts: list[tuple[float, WarmStart | None]] = []  # (rho, the basis an LP there ended with)
+        slopes: dict[float, float] = {}  # d theta / d rho at the rho of each LP, from its duals
 
         def theta(rate: np.ndarray, rho: float | None = None) -> float:
             """``max_X min_i e_i / rate_i`` over the jobs with ``rate_i > 0`` (rates in steps/s); the LP
@@ -135,6 +136,14 @@ class FinishTimeFairness(Policy):
             solutions.append(solution)
             if rho is not None and solution.basis_reader is not None:
                 starts.insert(0, (rho, solver.warm_start_out()))  # first: ties go to this problem's LPs
+            finish = solution.duals.get("finish")
+            if rho is not None and finish is not None and solution.objective is not None:
+                # d theta / d rho from the duals: a rate scaled by (1 + eps) moves theta by theta * dual * eps
+                # (dual <= 0, d objective / d lower bound of the scaled row), and d ln rate_i / d rho =
+                # -D_i / (rho D_i - t_i); exact where theta is linear, which it is near the root
+                jobs = np.flatnonzero(rate > 0)
+                slopes[rho] = -solution.objective * float(
+                    (finish * isolated_finish[jobs] / (rho * isolated_finish[jobs] - started[jobs])).sum())
             return solution.objective
 
         if not started[active].any():  # rho = 1 / theta at the constant rates r_i / D_i
@@ -166,7 +175,7 @@ class FinishTimeFairness(Policy):
                     if not lower < guess < upper:
                         guess = lower + min(max(hints.get("position", 1.0), 0.0), 1.0) * (upper - lower)
                     starts.append((guess, solver.warm_start))
-                    self._search_near(excess, values, guess, lower, upper, hints.get("slope"))
+                    self._search_near(excess, values, slopes, guess, lower, upper, hints.get("slope"))
                 low = max(r for r, v in values.items() if v < 0.0)
                 high = min((r for r, v in values.items() if v > 0.0), default=upper)
                 if excess(high) > 0.0:
@@ -189,12 +198,12 @@ class FinishTimeFairness(Policy):
                                                          "num_lp_solves": len(solutions)})
 
     @staticmethod
-    def _search_near(excess: Callable[[float], float], values: dict[float, float], guess: float, lower: float,
-                     upper: float, slope: float | None) -> None:
+    def _search_near(excess: Callable[[float], float], values: dict[float, float], slopes: dict[float, float],
+                     guess: float, lower: float, upper: float, slope: float | None) -> None:
         """Bracket the root of ``excess`` near ``guess`` (a warm start's rho), each LP a few pivots
-        from the one before: a Newton step with the previous solve's ``slope`` (d theta / d rho), or
-        a probe 0.1% away, then secant steps; at most SEARCH_STEPS + 1 LPs. The caller's Brent search
-        takes the bracket found, else the whole range."""
+        from the one before: a Newton step with the slope (d theta / d rho) the LP's duals give, else
+        the previous solve's ``slope``, else a probe 0.1% away, then secant steps; at most
+        SEARCH_STEPS + 1 LPs. The caller's Brent search takes the bracket found, else the whole range."""
 
         def bracketed() -> bool:
             return (any(v < 0.0 for r, v in values.items() if r != lower)
@@ -202,6 +211,7 @@ class FinishTimeFairness(Policy):
 
         x0 = guess
         f0 = excess(x0)
+        slope = slopes.get(x0, slope)
         if slope is not None and slope > 0.0:
             x1 = x0 - f0 / slope
         else:
