@@ -279,7 +279,7 @@ def test_finish_time_fairness_warm_search_starts_at_the_previous_rho(event):
     cold = allocopt.solve(after, "finish_time_fairness")
     assert warm.objective == pytest.approx(cold.objective, rel=1e-8)
     assert np.nanmax(warm.extras["rho"]) == pytest.approx(warm.objective, rel=1e-12)
-    assert warm.extras["num_lp_solves"] <= 4
+    assert warm.extras["num_lp_solves"] <= 2  # the guess, then the Newton step the duals give
 
 
 def test_old_positions_match_jobs_by_id_whatever_their_type():

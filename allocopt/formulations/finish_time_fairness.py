@@ -24,10 +24,11 @@ bracketed by ``max_i t_i / D_i`` (where theta is 0) and the ``rho`` of the
 isolated share (feasible), and returns the allocation of least attained
 ``rho`` among all LPs solved. It stops as soon as that ``rho`` is within the
 tolerance of a proven lower bound (an LP where theta < 1). With a warm start
-the search begins at the previous optimum (Newton and secant steps with the
-previous slope of theta), each LP from the basis of the nearest earlier one
-(within 1% in ``rho``; a far basis is slower than a cold solve): 1-3 LPs of a
-few pivots where a cold solve takes 2-3. When every ``t_i`` is 0, ``rho = 1 / theta``
+the search begins at the previous optimum (a Newton step with the slope of
+theta the LP's duals give, then secant steps), each LP from the basis of the
+nearest earlier one (within 1% in ``rho``; a far basis is slower than a cold
+solve): 1-3 LPs of a few pivots where a cold solve takes 2-3, the first ones by
+interior point. When every ``t_i`` is 0, ``rho = 1 / theta``
 with constant rates ``r_i / D_i``: a single LP. ``method="conic"``
 (``backend="cvxpy"`` only) solves the second-order-cone program
 ``min rho s.t. (r_i / D_i) / e_i + t_i / D_i <= rho`` directly (CLARABEL
