@@ -109,20 +109,18 @@ class LinExpr:
 
     def sum(self, axis: int | None = None) -> LinExpr:
         """Sum over ``axis`` (all entries when None), like ``ndarray.sum``."""
+        entries = np.arange(self.size).reshape(self.shape)
         if axis is None:
             out_shape: tuple[int, ...] = ()
-            out_index = np.zeros(self.size, dtype=np.int64)
+            order = entries.ravel()
         else:
             axis = axis % self.ndim
             out_shape = self.shape[:axis] + self.shape[axis + 1:]
-            grid = np.indices(self.shape).reshape(self.ndim, -1)
-            keep = np.delete(grid, axis, axis=0)
-            out_index = (np.ravel_multi_index(tuple(keep), out_shape) if out_shape
-                         else np.zeros(self.size, dtype=np.int64))
+            order = np.moveaxis(entries, axis, -1).ravel()  # the entries of each output, outputs in C order
         n_out = int(np.prod(out_shape, dtype=np.int64))
-        # summing matrix straight in CSR: row r sums the entries whose out_index is r
-        order = np.argsort(out_index, kind="stable")
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(out_index, minlength=n_out))])
+        # summing matrix straight in CSR: row r sums the self.size / n_out entries listed for output r
+        per_row = self.size // n_out if n_out else 0
+        indptr = np.arange(n_out + 1, dtype=np.int64) * per_row
         S = sp.csr_matrix((np.ones(self.size), order, indptr), shape=(n_out, self.size))
         return LinExpr(S @ self.A, S @ self.const, out_shape)
 

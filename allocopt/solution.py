@@ -99,7 +99,7 @@ class Solution:
     duals: dict[str, np.ndarray] = field(default_factory=dict)
     mip_gap: float | None = None
     simplex_iterations: int | None = None
-    basis_reader: Callable[[], Basis] | None = field(default=None, repr=False, compare=False)
+    basis_reader: Callable[[], Basis | None] | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def basis(self) -> Basis | None:

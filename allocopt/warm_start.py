@@ -16,7 +16,7 @@ start, only a better or worse one.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,10 +38,14 @@ class WarmStart:
     job_ids : tuple
         The jobs, in order, that the job axis of the blocks refers to.
     solves : mapping of :func:`model_key` to (variable layout, constraint layout, Solution)
+    hints : mapping of str to float
+        Values a policy keeps for its next solve (finish-time fairness: the optimal ``rho``,
+        where its search starts).
     """
 
     job_ids: tuple[Hashable, ...]
     solves: Mapping[str, tuple[Layout, Layout, Solution]]
+    hints: Mapping[str, float] = field(default_factory=dict)
 
     def basis_for(self, model: CompiledModel, job_ids: Sequence[Hashable]) -> Basis | None:
         """A start for ``model``, whose job axis holds ``job_ids``; None when no
@@ -51,8 +55,7 @@ class WarmStart:
         entry = self.solves.get(model_key(model))
         if entry is None:
             return None
-        position = {job: i for i, job in enumerate(self.job_ids)}
-        old_index = np.fromiter((position.get(job, -1) for job in job_ids), dtype=np.int64, count=len(job_ids))
+        old_index = old_positions(self.job_ids, tuple(job_ids))
         if np.count_nonzero(old_index >= 0) < MIN_KNOWN_FRACTION * len(job_ids):
             return None
         variables, constraints, solution = entry
@@ -62,6 +65,21 @@ class WarmStart:
         jobs = (len(self.job_ids), len(job_ids))
         return Basis(_map_blocks(basis.col_status, variables, model.variables, BasisStatus.LOWER, old_index, jobs),
                      _map_blocks(basis.row_status, constraints, model.constraints, BasisStatus.BASIC, old_index, jobs))
+
+
+def old_positions(old: tuple[Hashable, ...], new: tuple[Hashable, ...]) -> np.ndarray:
+    """Index in ``old`` of each job of ``new`` (-1 for a new job): by sorted search when both are
+    integer ids, else through a dict."""
+    if new == old:  # the same jobs (new throughputs or capacity)
+        return np.arange(len(new))
+    old_ids, new_ids = np.asarray(old), np.asarray(new)
+    if old_ids.ndim == new_ids.ndim == 1 and old_ids.size and old_ids.dtype.kind in "iu" \
+            and new_ids.dtype.kind in "iu":
+        order = np.argsort(old_ids, kind="stable")
+        at = order[np.minimum(np.searchsorted(old_ids, new_ids, sorter=order), old_ids.size - 1)]
+        return np.where(old_ids[at] == new_ids, at, -1).astype(np.int64)
+    position = {job: i for i, job in enumerate(old)}
+    return np.fromiter((position.get(job, -1) for job in new), dtype=np.int64, count=len(new))
 
 
 def model_key(model: CompiledModel) -> str:

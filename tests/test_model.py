@@ -98,3 +98,16 @@ def test_build_is_linear_in_nonzeros():
     m.maximize_minimum((X * 2.0).sum(axis=1))
     c = m.compile()
     assert c.A.nnz == n * k + n * k + (n * k + n)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (0, 3), (3, 0), (5,), (1, 1, 1)])
+def test_sum_matches_numpy_on_every_axis(shape):
+    rng = np.random.default_rng(0)
+    model = Model()
+    X = model.add_variable("X", shape)
+    x, coefficients = rng.random(X.size), rng.random(shape)
+    for axis in [None, *range(len(shape)), -1]:
+        total = (X * coefficients).sum(axis=axis)
+        want = (x.reshape(shape) * coefficients).sum(axis=axis)
+        assert total.shape == np.shape(want)
+        assert np.allclose((total.A @ x + total.const).reshape(total.shape), want)

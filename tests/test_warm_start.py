@@ -195,3 +195,99 @@ def test_a_mostly_new_set_of_jobs_solves_cold():
     model = base.model.compile()
     assert before.warm_start.basis_for(model, [f"j{i}" for i in range(4, 14)]) is not None  # 6 of 10 known
     assert before.warm_start.basis_for(model, [f"j{i}" for i in range(6, 16)]) is None  # 4 of 10 known
+
+
+def boxed_model():
+    """An LP with boxed, fixed and free columns and ranged and equality rows (every status kind)."""
+    from allocopt.model import Constraint, Model
+
+    rng = np.random.default_rng(7)
+    m = Model("boxed")
+    x = m.add_variable("x", 40, lb=0.0, ub=rng.uniform(0.2, 1.0, 40))
+    fixed = m.add_variable("fixed", 3, lb=0.5, ub=0.5)
+    free = m.add_variable("free", lb=-np.inf)
+    weights = rng.uniform(0.0, 1.0, (6, 40))
+    ranged = (x[None, :] * weights).sum(axis=1)
+    m.add_constraint("ranged", Constraint(ranged, lb=np.full(6, 1.0), ub=np.full(6, 4.0)))
+    m.add_constraint("upper", x[:20].sum() + fixed.sum() <= 6.0)
+    m.add_constraint("lower", x[20:].sum() >= 2.0)
+    m.add_constraint("tie", x[0] - free == 0.1)
+    m.add_constraint("cap", x[10:30].sum() + free <= 5.0)
+    m.maximize((x * rng.uniform(0.5, 2.0, 40)).sum() - 0.3 * free)
+    return m.compile()
+
+
+@pytest.mark.parametrize("solver", ["simplex", "ipm"])
+def test_highs_reads_the_basis_it_ends_with(solver):
+    """The basis read from getBasicVariables and the values is HiGHS's own (its basic set, and a
+    nonbasic status on the bound the value sits at), after simplex and after interior point."""
+    import dataclasses
+
+    from allocopt.backends.base import SolveOptions
+    from allocopt.backends.highs import HighsBackend
+
+    for model in (boxed_model(), mmf_model(200)):
+        backend = HighsBackend()
+        minimize = dataclasses.replace(model, c=-model.c, sense="min")
+        handle = backend.build(minimize, SolveOptions(solver_options={"solver": solver}))
+        raw = backend.run(handle, minimize, SolveOptions())
+        assert raw.basis is not None
+        ours = raw.basis()
+        native = handle.getBasis()
+        cols = np.array([int(s) for s in native.col_status])
+        rows = np.array([int(s) for s in native.row_status])
+        assert np.array_equal(ours.col_status == BasisStatus.BASIC, cols == BasisStatus.BASIC)
+        assert np.array_equal(ours.row_status == BasisStatus.BASIC, rows == BasisStatus.BASIC)
+        nonbasic = ours.col_status != BasisStatus.BASIC
+        bound = np.where(ours.col_status == BasisStatus.UPPER, minimize.col_ub, minimize.col_lb)
+        assert np.allclose(raw.x[nonbasic], np.where(np.isfinite(bound), bound, 0.0)[nonbasic], atol=1e-9)
+        # it restarts the same LP with no pivot, at the same optimum
+        again = solve_model(model, "highs", warm_start=ours)
+        assert again.simplex_iterations == 0
+        assert again.objective == pytest.approx(-float(minimize.c @ raw.x), rel=1e-9)
+        # a warm solve's basis (read straight from the simplex) is the one it started from
+        assert np.array_equal(again.basis.col_status == BasisStatus.BASIC, ours.col_status == BasisStatus.BASIC)
+        assert np.array_equal(again.basis.row_status == BasisStatus.BASIC, ours.row_status == BasisStatus.BASIC)
+
+
+def test_a_singular_start_is_repaired_by_highs():
+    """Two identical columns both basic: HiGHS replaces one by a slack and still finds the optimum."""
+    from allocopt.model import Model
+
+    m = Model("twins")
+    x = m.add_variable("x", 3)
+    m.add_constraint("rows", (x * np.array([1.0, 1.0, 1.0])).sum() <= 1.0)
+    m.add_constraint("more", (x * np.array([1.0, 1.0, 2.0])).sum() <= 1.5)
+    m.maximize((x * np.array([1.0, 1.0, 1.5])).sum())
+    model = m.compile()
+    start = Basis(np.array([1, 1, 0], dtype=np.int8), np.array([2, 2], dtype=np.int8))
+    warm = solve_model(model, "highs", warm_start=start)
+    assert warm.objective == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize("event", ["arrival", "departure", "throughput", "capacity"])
+def test_finish_time_fairness_warm_search_starts_at_the_previous_rho(event):
+    """A warm re-solve searches near the previous optimum (a few LPs, each from the one before) and
+    reaches the cold solve's rho; the previous rho and slope travel in the warm start's hints."""
+    from allocopt.bench.instances import random_problem
+    from allocopt.bench.resolve import event_pair
+
+    before, after = event_pair(random_problem(303, 4, 1), 300, event, 0)
+    previous = allocopt.solve(before, "finish_time_fairness")
+    assert previous.warm_start.hints["rho"] == previous.objective
+    warm = allocopt.solve(after, "finish_time_fairness", warm_start=previous)
+    cold = allocopt.solve(after, "finish_time_fairness")
+    assert warm.objective == pytest.approx(cold.objective, rel=1e-8)
+    assert np.nanmax(warm.extras["rho"]) == pytest.approx(warm.objective, rel=1e-12)
+    assert warm.extras["num_lp_solves"] <= 2  # the guess, then the Newton step the duals give
+
+
+def test_old_positions_match_jobs_by_id_whatever_their_type():
+    from allocopt.warm_start import old_positions
+
+    assert old_positions((3, 1, 2), (1, 2, 5, 3)).tolist() == [1, 2, -1, 0]
+    assert old_positions(("a", "b"), ("b", "c")).tolist() == [1, -1]
+    assert old_positions((1, "1"), ("1", 1, 2)).tolist() == [1, 0, -1]  # 1 and "1" are different jobs
+    assert old_positions((), (4,)).tolist() == [-1]
+    assert old_positions((7, 8), (7, 8)).tolist() == [0, 1]
+    assert old_positions((2**70, 5), (5, 2**70)).tolist() == [1, 0]

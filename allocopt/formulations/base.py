@@ -71,6 +71,7 @@ class ModelSolver:
         self.warm_start = warm_start
         self.job_ids = job_ids
         self._solves: dict[str, tuple[Any, Any, Solution]] = {}
+        self.hints: dict[str, float] = {}  # what a policy passes to its next solve (WarmStart.hints)
         self.model_build_s = 0.0
         self.solver_build_s = 0.0
         self.solve_s = 0.0
@@ -78,11 +79,11 @@ class ModelSolver:
         self.backend_used: str | None = None
 
     def solve_raw(self, model: Model, *, defaults: Mapping[str, Mapping[str, Any]] | None = None,
-                  start_from: tuple[WarmStart, Sequence[Hashable]] | None = None) -> Solution:
+                  start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None) -> Solution:
         """Solve and return the Solution whatever its status; ``defaults`` are
         per-backend solver options the caller's ``solver_options`` override;
-        ``start_from`` (a warm start and the ids of the model's leading axis)
-        replaces the solver's own warm start for this solve."""
+        ``start_from`` (a warm start, or None for a cold solve, and the ids of the
+        model's leading axis) replaces the solver's own warm start for this solve."""
         t0 = time.perf_counter()
         compiled = model.compile()
         warm, ids = start_from or (self.warm_start, self.job_ids)
@@ -95,7 +96,7 @@ class ModelSolver:
 
     def warm_start_out(self) -> WarmStart | None:
         """The last optimal LP solve of each model, for a later solve to start from."""
-        return WarmStart(self.job_ids, dict(self._solves)) if self._solves else None
+        return WarmStart(self.job_ids, dict(self._solves), dict(self.hints)) if self._solves else None
 
     def record(self, solution: Solution, *, model_build_s: float = 0.0) -> Solution:
         """Add a solve's times to the totals (policies that call a solver directly use this)."""
@@ -108,7 +109,7 @@ class ModelSolver:
 
     def solve(self, model: Model, what: str = "the model", *,
               defaults: Mapping[str, Mapping[str, Any]] | None = None,
-              start_from: tuple[WarmStart, Sequence[Hashable]] | None = None) -> Solution:
+              start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None) -> Solution:
         """Solve; raise a typed error unless the result is optimal, or
         ``best_effort`` was asked for and the solver returned a point."""
         return self.check(self.solve_raw(model, defaults=defaults, start_from=start_from), what)

@@ -91,6 +91,8 @@ def _rebalance(a: np.ndarray, best: np.ndarray, t: float, scale: np.ndarray, cap
     assign = best.copy()
     with np.errstate(divide="ignore"):
         gpus = np.where(a >= t * (1.0 - CAPACITY_RTOL), scale[:, None] * t / a, np.inf)  # GPUs at level t
+    if gpus.min(axis=1).sum() > capacity.sum() * (1.0 + CAPACITY_RTOL):
+        return None  # every job on its thriftiest type needs more GPUs than there are: no assignment fits
     for _ in range(REBALANCE_PASSES):
         use = np.bincount(assign, weights=gpus[rows, assign], minlength=k)
         over = use - capacity * (1.0 + CAPACITY_RTOL)

@@ -34,6 +34,7 @@ Learning Workloads", OSDI 2020 (policy "minimize makespan").
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -43,6 +44,7 @@ from allocopt.formulations.shares import isolated_matrix
 from allocopt.model import LinExpr
 from allocopt.problem import Problem
 from allocopt.solution import Solution
+from allocopt.warm_start import WarmStart
 
 
 def steps_remaining(problem: Problem, policy: str) -> np.ndarray:
@@ -106,10 +108,12 @@ def planning_model(problem: Problem, active: np.ndarray, *, name: str, throughpu
 
 
 def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name: str,
-                throughputs: np.ndarray | None, space_sharing: bool
+                throughputs: np.ndarray | None, space_sharing: bool,
+                start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None
                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, Solution]:
     """Solve ``max s`` s.t. ``e_i >= rate_i s`` for the jobs with ``rate_i > 0``
-    (steps/s); jobs with ``rate_i = 0`` get no time.
+    (steps/s); jobs with ``rate_i = 0`` get no time. ``start_from`` replaces the
+    solver's warm start (see :meth:`ModelSolver.solve_raw`).
 
     Returns the cleaned ``X`` and ``P``, the effective throughput ``e`` they
     attain (steps/s, under ``throughputs`` when given), and the solution
@@ -134,7 +138,7 @@ def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name
     speedup = base.model.add_variable("speedup", lb=0.0)
     base.model.add_constraint("finish", e_row[active] / row[active] - speedup >= 0.0)
     base.model.maximize(speedup)
-    solution = solver.solve(base.model, name)
+    solution = solver.solve(base.model, name, start_from=start_from)
     if solution.objective is not None:
         solution = dataclasses.replace(solution, objective=solution.objective * unit)
     X, P = base.matrices(solution)
