@@ -15,7 +15,8 @@ import pytest
 
 from allocopt import Cluster
 from allocopt.errors import InvalidOptionError
-from allocopt.mechanism.sia_rounds import SiaExecutor, SiaRoundPlan, rigid_throughputs, sia_workload, total_progress
+from allocopt.mechanism.sia_rounds import (SIA_SIMULATOR_RESTORE_S, SIA_SIMULATOR_SLOWDOWNS, SiaExecutor, SiaRoundPlan,
+                                          restart_delay_s, rigid_throughputs, sia_workload, total_progress)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload, shipped_workloads_dir
 from allocopt.mechanism.simulator import simulate
 from allocopt.runtime.executor import JobRoundResult, RoundPlan
@@ -136,3 +137,38 @@ def test_cli_simulates_a_sia_workload(tmp_path: Path):
     result = json.loads(out.read_text())
     assert result["metrics"]["num_jobs"] == 12
     assert all(j > 0 for j in result["jobs"]["jct_s"]) and result["metrics"]["gpu_hours_per_job"] > 0
+
+
+def test_faithful_to_sia_charges_sias_restore_times_and_slowdowns(profiles):
+    """Sia's simulator charges its own checkpoint-restore times (cifar10: 50 s, while its policy prices
+    30 s) and divides each job's true goodput by its application's calibration slowdown (cifar10: 1.8);
+    ``faithful_to_sia`` turns on both, Sia's node cap, replica exploration and its MILP's rounding."""
+    jobs = small_workload(4)
+    plain, faithful = RecordingExecutor(), RecordingExecutor()
+    base = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=plain,
+                    policy_options={"explore_replicas": True})
+    sia = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=faithful,
+                   policy_options={"faithful_to_sia": True})
+    first = faithful.plans[0]
+    cifar = [lease.job_id for lease in first.leases if jobs[lease.job_id].application == "cifar10"]
+    assert cifar and all(first.restore_delay_s[j] == SIA_SIMULATOR_RESTORE_S["cifar10"] == 50.0 for j in cifar)
+    assert all(plain.plans[0].restore_delay_s[j] == restart_delay_s("cifar10") == 30.0 for j in cifar)
+    # the first round is the same decision (one GPU each, no model difference yet): rates differ by 1.8
+    for j in cifar:
+        assert first.samples_per_s[j] * SIA_SIMULATOR_SLOWDOWNS["cifar10"] == pytest.approx(
+            plain.plans[0].samples_per_s[j], rel=1e-9)
+    # Sia's MILP rounds utilities to 2 decimals: every round's objective is on that grid (up to the tie-break)
+    for plan in faithful.plans:
+        assert abs(plan.allocation.objective * 100 - round(plan.allocation.objective * 100)) < 0.1
+    assert sia.metrics["average_jct_s"] > base.metrics["average_jct_s"]
+    # explicit values win over the preset; bad ones are named
+    custom = RecordingExecutor()
+    simulate(jobs[:1], CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=custom,
+             policy_options={"faithful_to_sia": True, "restore_s": {"cifar10": 10.0}, "slowdowns": {}})
+    lease = custom.plans[0].leases[0]
+    assert custom.plans[0].restore_delay_s[lease.job_id] == 10.0
+    assert custom.plans[0].samples_per_s[lease.job_id] == pytest.approx(plain.plans[0].samples_per_s[lease.job_id])
+    with pytest.raises(InvalidOptionError, match=r"slowdowns\['cifar10'\] is 0.0"):
+        simulate(jobs[:1], CLUSTER, "sia", profiles=profiles, policy_options={"slowdowns": {"cifar10": 0}})
+    with pytest.raises(InvalidOptionError, match="restore_s must map application names to numbers"):
+        simulate(jobs[:1], CLUSTER, "sia", profiles=profiles, policy_options={"restore_s": {"cifar10": "x"}})

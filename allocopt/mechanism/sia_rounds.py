@@ -66,6 +66,16 @@ from allocopt.throughput.profiles import ApplicationProfile
 RESTART_DELAY_S: Mapping[str, float] = {"deepspeech2": 25.0, "imagenet": 250.0, "cifar10": 30.0, "bert": 120.0,
                                         "yolov3": 45.0}
 DEFAULT_RESTART_DELAY_S = 30.0
+#: Checkpoint-restore seconds Sia's *simulator* charges a (re)started job (``rescale_time`` of its
+#: ``applications.py``); its policy prices restarts with :data:`RESTART_DELAY_S` instead.
+SIA_SIMULATOR_RESTORE_S: Mapping[str, float] = {"cifar10": 50.0, "deepspeech2": 25.0, "bert": 120.0,
+                                                "yolov3": 80.0, "imagenet": 250.0, "ncf": 15.0}
+#: Sia's simulator divides each job's true goodput by its application's slowdown, "fitted to
+#: real-world data" (``SLOWDOWNS`` of its ``simulator_config.py``; 1 for other applications).
+SIA_SIMULATOR_SLOWDOWNS: Mapping[str, float] = {"cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2,
+                                                "deepspeech2": 1.2, "ncf": 1.5, "gpt_pmp": 1.0}
+#: Sia's simulator's cap on the nodes one configuration spans (``cluster_max_physical_nnodes``).
+SIA_SIMULATOR_MAX_NODES: Mapping[str, int] = {"azure": 5, "aws": 16, "dgx": 2, "dgx-ext": 2, "quad": 1, "rtx": 3}
 #: Smallest restart factor passed to the MILP (a factor of 0 would make every move worthless).
 MIN_RESTART_FACTOR = 1e-3
 SIA_MAX_REPLICAS = 64  # Sia's simulator caps a job at 64 replicas
@@ -106,6 +116,9 @@ class SiaJobState:
         Requested global batch size (samples), None to let the goodput model tune it.
     grad_sqr, grad_var : float or None
         Latest gradient statistics (for the job's statistical efficiency).
+    restore_s : float or None
+        Seconds a (re)start actually costs, where it differs from the ``restart_delay_s``
+        the policy prices (Sia's simulator: :data:`SIA_SIMULATOR_RESTORE_S`); None: ``restart_delay_s``.
     """
 
     job_id: Hashable
@@ -123,6 +136,7 @@ class SiaJobState:
     batch_size: int | None = None
     grad_sqr: float | None = None
     grad_var: float | None = None
+    restore_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -398,7 +412,7 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
     """One Sia round: :func:`sia_round`, :func:`place_configurations`, then leases.
 
     A lease is ``extended`` exactly when the job holds the same GPU ids as last
-    round; every other placed job is charged its ``restart_delay_s``
+    round; every other placed job is charged its ``restore_s`` (else ``restart_delay_s``)
     (``plan.restore_delay_s``, applied by :func:`commit_plan`). Jobs that held
     GPUs last round and hold none now are in ``plan.stop``. Parameters are
     those of :func:`sia_round` and :func:`place_configurations`, plus the
@@ -425,7 +439,7 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
             continue
         extended = gpus == before
         if not extended:
-            delays[job.job_id] = job.restart_delay_s
+            delays[job.job_id] = job.restart_delay_s if job.restore_s is None else job.restore_s
         leases.append(Lease(job.job_id, names[c], gpus, float(round_seconds), extended=extended))
     return SiaRoundPlan(round_index, start_s, round_seconds, tuple(leases), tuple(stop), allocation=allocation,
                         configuration=configuration, restore_delay_s=delays, evicted=placement.evicted)
@@ -496,6 +510,17 @@ class SiaPlanner:
         held so far (1 before it first runs), at most 64 and at most its
         application's ``max_batch_size // min_local_bsz`` (Sia's ``max_replicas``,
         shared across GPU types). Without it every configuration is open.
+    slowdowns : mapping of application to float > 0, optional
+        Divide each job's true progress rate by its application's factor (Sia's simulator's
+        calibration, :data:`SIA_SIMULATOR_SLOWDOWNS`); default none.
+    restore_s : mapping of application to float > 0, optional
+        Seconds a (re)start actually costs per application, where it differs from the delay
+        the policy prices (:func:`restart_delay_s`); Sia's simulator: :data:`SIA_SIMULATOR_RESTORE_S`.
+    faithful_to_sia : bool, default False
+        Sia's simulator as published: its node cap (:data:`SIA_SIMULATOR_MAX_NODES`) unless
+        ``max_nodes`` is given, ``explore_replicas``, its slowdowns and restore times unless given,
+        and its MILP's rounding and tie-break (``utility_decimals=2, utility_clip=3000,
+        prefer_later=True`` unless given).
     **solve_options
         Passed to :func:`allocopt.solve`.
     """
@@ -503,8 +528,20 @@ class SiaPlanner:
     def __init__(self, state: SimulationState, profiles: Mapping[tuple[str, str], ApplicationProfile], *,
                  round_seconds: float = 60.0, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0,
                  backend: str = "highs", max_nodes: int | Mapping[str, int] | None = None,
-                 explore_replicas: bool = False, **solve_options: Any):
+                 explore_replicas: bool = False, slowdowns: Mapping[str, float] | None = None,
+                 restore_s: Mapping[str, float] | None = None, faithful_to_sia: bool = False,
+                 **solve_options: Any):
         self.cluster: Cluster = state.cluster
+        if faithful_to_sia:
+            if max_nodes is None:
+                max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types
+                             if t in SIA_SIMULATOR_MAX_NODES}
+            explore_replicas = True
+            slowdowns = SIA_SIMULATOR_SLOWDOWNS if slowdowns is None else slowdowns
+            restore_s = SIA_SIMULATOR_RESTORE_S if restore_s is None else restore_s
+            solve_options = {"utility_decimals": 2, "utility_clip": 3000.0, "prefer_later": True, **solve_options}
+        self.slowdowns = _positive_map(slowdowns, "slowdowns")
+        self.restore_s = _positive_map(restore_s, "restore_s")
         self.configurations = sia_configurations(self.cluster, max_nodes=max_nodes)
         self.explore_replicas = bool(explore_replicas)
         self._most_gpus: dict[Hashable, int] = {}  # per job: most GPUs held so far (explore_replicas)
@@ -548,7 +585,7 @@ class SiaPlanner:
                 app = wl.models[row]
                 self._jobs[row] = SiaJobState(row, app, float(wl.arrival_s[row]), restart_delay_s(app),
                                               age_s=now_s - float(wl.arrival_s[row]),
-                                              total=float(wl.total_steps[row]))
+                                              total=float(wl.total_steps[row]), restore_s=self.restore_s.get(app))
         for row in [r for r in self._jobs if not state.active[r]]:
             del self._jobs[row]
             self._gpu_ids.pop(row, None)
@@ -613,10 +650,22 @@ class SiaPlanner:
         else:
             throughput = float(model.throughput(nodes, replicas, micro, accum))
         true_model = replace(model, grad_params=profile.grad_params(batch, epoch))
-        return throughput * float(true_model.efficiency(batch))
+        return throughput * float(true_model.efficiency(batch)) / self.slowdowns.get(application, 1.0)
 
     def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
         """Nothing to learn: the job states were updated when the round was planned."""
+
+
+def _positive_map(values: Mapping[str, float] | None, name: str) -> dict[str, float]:
+    """``values`` (application -> number) as a dict of floats, each finite and > 0."""
+    try:
+        out = {str(k): float(v) for k, v in dict(values or {}).items()}
+    except (TypeError, ValueError):
+        raise InvalidOptionError(f"{name} must map application names to numbers, got {values!r}") from None
+    bad = [k for k, v in out.items() if not (math.isfinite(v) and v > 0)]
+    if bad:
+        raise InvalidOptionError(f"{name}[{bad[0]!r}] is {out[bad[0]]}; each value must be a finite number > 0")
+    return out
 
 
 class SiaExecutor(Executor):
@@ -735,7 +784,8 @@ def _mean_gain(profile: ApplicationProfile, batch: int) -> float:
     return float(work.sum() / (work / gain).sum())
 
 
-__all__ = ["DEFAULT_RESTART_DELAY_S", "MAX_EPOCHS", "MIN_RESTART_FACTOR", "RESTART_DELAY_S", "SiaExecutor",
+__all__ = ["DEFAULT_RESTART_DELAY_S", "MAX_EPOCHS", "MIN_RESTART_FACTOR", "RESTART_DELAY_S", "SIA_SIMULATOR_MAX_NODES",
+           "SIA_SIMULATOR_RESTORE_S", "SIA_SIMULATOR_SLOWDOWNS", "SiaExecutor",
            "SiaJobState", "SiaPlacement", "SiaPlanner", "SiaRoundPlan", "advance", "commit_plan",
            "place_configurations", "plan_round", "restart_delay_s", "rigid_throughputs", "sia_round", "sia_workload",
            "total_progress"]
