@@ -57,7 +57,7 @@ from allocopt.mechanism.sia_workloads import SiaWorkloadJob
 from allocopt.mechanism.state import SimulationState
 from allocopt.mechanism.workload import Workload
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
-from allocopt.throughput.goodput import GoodputModel, PerfParams, goodput_matrix
+from allocopt.throughput.goodput import GoodputModel, PerfParams, fit_perf_params, goodput_matrix
 from allocopt.throughput.profiles import ApplicationProfile
 
 
@@ -516,11 +516,19 @@ class SiaPlanner:
     restore_s : mapping of application to float > 0, optional
         Seconds a (re)start actually costs per application, where it differs from the delay
         the policy prices (:func:`restart_delay_s`); Sia's simulator: :data:`SIA_SIMULATOR_RESTORE_S`.
+    learn_throughputs : bool, default False
+        Sia's simulator's throughput models: each job's model on a GPU type is fitted
+        (Pollux's RMSE fit) only to the step times it has measured there so far; on a type
+        it has not run on, its goodput is projected from the first type it has a model on
+        (same replicas, times the ratio of the two types' one-GPU throughputs in the
+        profiles); before its first run only one GPU of any type is offered (goodput 1), and
+        a job's first run on a type uses the initial batch size. Without it every job
+        plans with its application's model fitted to the whole profile.
     faithful_to_sia : bool, default False
         Sia's simulator as published: its node cap (:data:`SIA_SIMULATOR_MAX_NODES`) unless
-        ``max_nodes`` is given, ``explore_replicas``, its slowdowns and restore times unless given,
-        and its MILP's rounding and tie-break (``utility_decimals=2, utility_clip=3000,
-        prefer_later=True`` unless given).
+        ``max_nodes`` is given, ``explore_replicas``, ``learn_throughputs``, its slowdowns and
+        restore times unless given, and its MILP's rounding and tie-break
+        (``utility_decimals=2, utility_clip=3000, prefer_later=True`` unless given).
     **solve_options
         Passed to :func:`allocopt.solve`.
     """
@@ -529,14 +537,14 @@ class SiaPlanner:
                  round_seconds: float = 60.0, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0,
                  backend: str = "highs", max_nodes: int | Mapping[str, int] | None = None,
                  explore_replicas: bool = False, slowdowns: Mapping[str, float] | None = None,
-                 restore_s: Mapping[str, float] | None = None, faithful_to_sia: bool = False,
-                 **solve_options: Any):
+                 restore_s: Mapping[str, float] | None = None, learn_throughputs: bool = False,
+                 faithful_to_sia: bool = False, **solve_options: Any):
         self.cluster: Cluster = state.cluster
         if faithful_to_sia:
             if max_nodes is None:
                 max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types
                              if t in SIA_SIMULATOR_MAX_NODES}
-            explore_replicas = True
+            explore_replicas = learn_throughputs = True
             slowdowns = SIA_SIMULATOR_SLOWDOWNS if slowdowns is None else slowdowns
             restore_s = SIA_SIMULATOR_RESTORE_S if restore_s is None else restore_s
             solve_options = {"utility_decimals": 2, "utility_clip": 3000.0, "prefer_later": True, **solve_options}
@@ -544,6 +552,9 @@ class SiaPlanner:
         self.restore_s = _positive_map(restore_s, "restore_s")
         self.configurations = sia_configurations(self.cluster, max_nodes=max_nodes)
         self.explore_replicas = bool(explore_replicas)
+        self.learn_throughputs = bool(learn_throughputs)
+        self._seen: dict[tuple[Hashable, int], dict[tuple[int, int, int], tuple[float, float]]] = {}
+        self._learned: dict[tuple[Hashable, int], PerfParams] = {}  # per (job, type) with measurements
         self._most_gpus: dict[Hashable, int] = {}  # per job: most GPUs held so far (explore_replicas)
         self.profiles = profiles
         self.round_seconds = float(round_seconds)
@@ -590,6 +601,9 @@ class SiaPlanner:
             del self._jobs[row]
             self._gpu_ids.pop(row, None)
             self._most_gpus.pop(row, None)
+            for t in range(self.cluster.num_gpu_types):
+                self._seen.pop((row, t), None)
+                self._learned.pop((row, t), None)
         jobs = list(self._jobs.values())
         names = self.cluster.gpu_types
         models, epochs = [], {}
@@ -597,7 +611,10 @@ class SiaPlanner:
             job.progress = job.total - float(state.remaining_steps[job.job_id])
             epochs[job.job_id] = epoch = self._epoch(job)
             models.append([self._model(job.application, t, epoch) for t in names])
-        goodput = goodput_matrix(models, self.configurations) if jobs else np.zeros((0, len(self.configurations)))
+        if self.learn_throughputs:
+            goodput = self._learned_goodput(jobs, epochs)
+        else:
+            goodput = goodput_matrix(models, self.configurations) if jobs else np.zeros((0, len(self.configurations)))
         if self.explore_replicas and jobs:
             cap = np.array([self._replica_cap(job) for job in jobs])
             goodput = np.where(self.configurations.num_gpus[None, :] <= cap[:, None], goodput, 0.0)
@@ -613,7 +630,8 @@ class SiaPlanner:
         for lease in plan.leases:
             job, model = by_row[lease.job_id]
             t = names.index(lease.gpu_type)
-            rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids, epochs[lease.job_id])
+            rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids, epochs[lease.job_id],
+                                                  job_id=job.job_id)
             leases.append(replace(lease, max_steps=int(state.remaining_steps[lease.job_id])))
         self._gpu_ids = plan.gpu_ids
         for lease in plan.leases:
@@ -628,7 +646,7 @@ class SiaPlanner:
                    profile.max_batch_size // profile.min_local_bsz)
 
     def _true_rate(self, application: str, t: int, model: GoodputModel, gpu_ids: tuple[int, ...],
-                   epoch: int) -> float:
+                   epoch: int, job_id: Hashable = None) -> float:
         """Progress samples/s on ``gpu_ids``: the fitted model's batch choice, run at the profiled step
         time, times the efficiency of the gradient statistics profiled at that batch size and epoch.
 
@@ -639,12 +657,19 @@ class SiaPlanner:
         per_node = np.bincount(local // int(self.cluster.gpus_per_node[t]))
         placement = tuple(int(c) for c in per_node if c)
         nodes, replicas = len(placement), int(sum(placement))
-        _, micro, accum = (float(a) for a in model.optimize(nodes, replicas))
+        profile = self.profiles[application, self.cluster.gpu_types[t]]
+        learned = self._learned.get((job_id, t)) if self.learn_throughputs else None
+        if self.learn_throughputs and learned is None:
+            micro, accum = _initial_batch_split(profile, replicas)
+        else:
+            chooser = model if learned is None else profile.goodput_model(learned, epoch=epoch)
+            _, micro, accum = (float(a) for a in chooser.optimize(nodes, replicas))
         if micro <= 0:
             return 0.0
         batch = replicas * micro * (accum + 1)
-        profile = self.profiles[application, self.cluster.gpu_types[t]]
         step, sync = (float(a) for a in profile.true_times(placement, micro))
+        if self.learn_throughputs and np.isfinite(step) and np.isfinite(sync):
+            self._measure(job_id, t, (nodes, replicas, int(micro)), step, sync)
         if np.isfinite(step) and np.isfinite(sync):
             throughput = batch / (step + accum * (step - sync))
         else:
@@ -652,8 +677,68 @@ class SiaPlanner:
         true_model = replace(model, grad_params=profile.grad_params(batch, epoch))
         return throughput * float(true_model.efficiency(batch)) / self.slowdowns.get(application, 1.0)
 
+    def _measure(self, job_id: Hashable, t: int, key: tuple[int, int, int], step: float, sync: float) -> None:
+        """Record a job's measured step time on type ``t``; refit its model there when the point is new."""
+        seen = self._seen.setdefault((job_id, t), {})
+        if key in seen:
+            return
+        seen[key] = (step, sync)
+        nodes, replicas, bsz = (np.array(v, dtype=np.float64) for v in zip(*seen))
+        times = np.array(list(seen.values()))
+        self._learned[job_id, t] = fit_perf_params(nodes, replicas, bsz, times[:, 0] - times[:, 1], times[:, 0],
+                                                   loss="rmse")
+
+    def _learned_goodput(self, jobs: Sequence[SiaJobState], epochs: Mapping[Hashable, int]) -> np.ndarray:
+        """Goodput matrix from each job's own measurements (``learn_throughputs``), as Sia's policy sees it."""
+        configs = self.configurations
+        out = np.zeros((len(jobs), len(configs)))
+        k = self.cluster.num_gpu_types
+        for i, job in enumerate(jobs):
+            known = [t for t in range(k) if (job.job_id, t) in self._learned]
+            if not known:
+                out[i, configs.num_gpus == 1] = 1.0  # no model yet: one GPU of any type, all alike
+                continue
+            source = known[0]
+            src_profile = self.profiles[job.application, self.cluster.gpu_types[source]]
+            src_model = src_profile.goodput_model(self._learned[job.job_id, source], epoch=epochs[job.job_id])
+            for t in range(k):
+                cols = np.flatnonzero(configs.gpu_type == t)
+                profile = self.profiles.get((job.application, self.cluster.gpu_types[t]))
+                if profile is None or not cols.size:
+                    continue
+                gpus = configs.num_gpus[cols]
+                if t in known:
+                    model = profile.goodput_model(self._learned[job.job_id, t], epoch=epochs[job.job_id])
+                    out[i, cols] = model.optimize(configs.num_nodes[cols], gpus)[0]
+                else:
+                    nodes = np.ceil(gpus / int(self.cluster.gpus_per_node[source]))
+                    ratio = _one_gpu_throughput(profile) / _one_gpu_throughput(src_profile)
+                    out[i, cols] = src_model.optimize(np.minimum(nodes, gpus), gpus)[0] * ratio
+        return np.where(np.isfinite(out) & (out > 0), out, 0.0)
+
     def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
         """Nothing to learn: the job states were updated when the round was planned."""
+
+
+def _initial_batch_split(profile: ApplicationProfile, replicas: int) -> tuple[float, float]:
+    """Sia's batch split before a job has a model on the type: the initial batch size (at least
+    ``min_local_bsz`` per GPU) in the fewest accumulation steps that fit (a single GPU above
+    ``M0`` accumulates once). Returns (micro-batch, accumulation steps)."""
+    batch = max(profile.init_batch_size, profile.min_local_bsz * replicas)
+    local = math.ceil(batch / replicas - 1e-8)
+    accum = math.ceil(local / profile.max_local_bsz - 1e-8) - 1
+    if replicas == 1 and batch > profile.init_batch_size:
+        accum = max(1, accum)
+    micro = min(math.ceil(local / (accum + 1) - 1e-8), int(profile.max_batch_size / (replicas * (accum + 1))))
+    return float(micro), float(accum)
+
+
+def _one_gpu_throughput(profile: ApplicationProfile) -> float:
+    """Samples/s of one GPU at its largest measured micro-batch over its slowest step (Sia's ratio)."""
+    obs = profile.observations
+    rows = (obs.num_replicas == 1) & (obs.placement != "")
+    rows = rows if rows.any() else obs.num_replicas == 1
+    return float(obs.local_bsz[rows].max() / obs.iter_time_s[rows].max())
 
 
 def _positive_map(values: Mapping[str, float] | None, name: str) -> dict[str, float]:
