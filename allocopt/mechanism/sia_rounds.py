@@ -555,6 +555,7 @@ class SiaPlanner:
         self.learn_throughputs = bool(learn_throughputs)
         self._seen: dict[tuple[Hashable, int], dict[tuple[int, int, int], tuple[float, float]]] = {}
         self._learned: dict[tuple[Hashable, int], PerfParams] = {}  # per (job, type) with measurements
+        self._batch: dict[Hashable, float] = {}  # per job: the global batch size it last ran with
         self._most_gpus: dict[Hashable, int] = {}  # per job: most GPUs held so far (explore_replicas)
         self.profiles = profiles
         self.round_seconds = float(round_seconds)
@@ -601,6 +602,7 @@ class SiaPlanner:
             del self._jobs[row]
             self._gpu_ids.pop(row, None)
             self._most_gpus.pop(row, None)
+            self._batch.pop(row, None)
             for t in range(self.cluster.num_gpu_types):
                 self._seen.pop((row, t), None)
                 self._learned.pop((row, t), None)
@@ -662,11 +664,12 @@ class SiaPlanner:
         if self.learn_throughputs and learned is None:
             micro, accum = _initial_batch_split(profile, replicas)
         else:
-            chooser = model if learned is None else profile.goodput_model(learned, epoch=epoch)
+            chooser = model if learned is None else self._learned_model(job_id, t, epoch)
             _, micro, accum = (float(a) for a in chooser.optimize(nodes, replicas))
         if micro <= 0:
             return 0.0
         batch = replicas * micro * (accum + 1)
+        self._batch[job_id] = batch
         step, sync = (float(a) for a in profile.true_times(placement, micro))
         if self.learn_throughputs and np.isfinite(step) and np.isfinite(sync):
             self._measure(job_id, t, (nodes, replicas, int(micro)), step, sync)
@@ -688,6 +691,13 @@ class SiaPlanner:
         self._learned[job_id, t] = fit_perf_params(nodes, replicas, bsz, times[:, 0] - times[:, 1], times[:, 0],
                                                    loss="rmse")
 
+    def _learned_model(self, job_id: Hashable, t: int, epoch: int) -> GoodputModel:
+        """The job's model on type ``t`` from its own measurements, with the gradient statistics
+        of its epoch at the batch size it last ran with (what Sia's job reports)."""
+        profile = self.profiles[self._jobs[job_id].application, self.cluster.gpu_types[t]]
+        return profile.goodput_model(self._learned[job_id, t],
+                                     grad_params=profile.grad_params(self._batch.get(job_id), epoch))
+
     def _learned_goodput(self, jobs: Sequence[SiaJobState], epochs: Mapping[Hashable, int]) -> np.ndarray:
         """Goodput matrix from each job's own measurements (``learn_throughputs``), as Sia's policy sees it."""
         configs = self.configurations
@@ -700,7 +710,7 @@ class SiaPlanner:
                 continue
             source = known[0]
             src_profile = self.profiles[job.application, self.cluster.gpu_types[source]]
-            src_model = src_profile.goodput_model(self._learned[job.job_id, source], epoch=epochs[job.job_id])
+            src_model = self._learned_model(job.job_id, source, epochs[job.job_id])
             for t in range(k):
                 cols = np.flatnonzero(configs.gpu_type == t)
                 profile = self.profiles.get((job.application, self.cluster.gpu_types[t]))
@@ -708,7 +718,7 @@ class SiaPlanner:
                     continue
                 gpus = configs.num_gpus[cols]
                 if t in known:
-                    model = profile.goodput_model(self._learned[job.job_id, t], epoch=epochs[job.job_id])
+                    model = self._learned_model(job.job_id, t, epochs[job.job_id])
                     out[i, cols] = model.optimize(configs.num_nodes[cols], gpus)[0]
                 else:
                     nodes = np.ceil(gpus / int(self.cluster.gpus_per_node[source]))
