@@ -172,3 +172,29 @@ def test_faithful_to_sia_charges_sias_restore_times_and_slowdowns(profiles):
         simulate(jobs[:1], CLUSTER, "sia", profiles=profiles, policy_options={"slowdowns": {"cifar10": 0}})
     with pytest.raises(InvalidOptionError, match="restore_s must map application names to numbers"):
         simulate(jobs[:1], CLUSTER, "sia", profiles=profiles, policy_options={"restore_s": {"cifar10": "x"}})
+
+
+def test_learned_throughputs_start_jobs_on_one_gpu_and_learn_from_their_runs(profiles):
+    """Sia's simulator: a job has no throughput model before it runs, so its first round offers one GPU
+    of any type, all alike (Sia's solve takes the last type, as measured on saturn workload-1); its first
+    run uses the initial batch size; later rounds plan with a model fitted to what it measured."""
+    jobs = small_workload(4)
+    executor = RecordingExecutor()
+    simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=executor,
+             policy_options={"faithful_to_sia": True})
+    first = executor.plans[0]
+    assert first.leases and all(len(lease.gpu_ids) == 1 and lease.gpu_type == "dgx-ext" for lease in first.leases)
+    # the first run's rate is the initial batch size's: one GPU, M0 = 128 samples for cifar10, on the true times
+    lease = next(lease for lease in first.leases if jobs[lease.job_id].application == "cifar10")
+    cifar = profiles["cifar10", "dgx-ext"]
+    step, _ = cifar.true_times((1,), cifar.init_batch_size)
+    efficiency = cifar.goodput_model(epoch=0).efficiency(cifar.init_batch_size)
+    assert first.samples_per_s[lease.job_id] == pytest.approx(
+        cifar.init_batch_size / float(step) * float(efficiency) / SIA_SIMULATOR_SLOWDOWNS["cifar10"], rel=1e-6)
+    # later rounds offer more than one GPU once a model exists (and at most twice what a job held)
+    assert any(len(lease.gpu_ids) == 2 for plan in executor.plans[1:3] for lease in plan.leases)
+    # with the whole-profile model instead, the first round already gives jobs several GPUs
+    whole = RecordingExecutor()
+    simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=whole,
+             policy_options={"faithful_to_sia": True, "learn_throughputs": False, "explore_replicas": False})
+    assert whole.plans[0].leases[0].gpu_ids and max(len(lease.gpu_ids) for lease in whole.plans[0].leases) > 1

@@ -505,7 +505,7 @@ class SiaPlanner:
     max_nodes : int or mapping of str to int, optional
         Most nodes one configuration may span (Sia's ``cluster_max_physical_nnodes``,
         :func:`~allocopt.configurations.sia_configurations`); default uncapped.
-    explore_replicas : bool, default False
+    explore_replicas : bool, optional (False)
         Sia's simulator's replica cap: a job may take at most twice the GPUs it has
         held so far (1 before it first runs), at most 64 and at most its
         application's ``max_batch_size // min_local_bsz`` (Sia's ``max_replicas``,
@@ -516,7 +516,7 @@ class SiaPlanner:
     restore_s : mapping of application to float > 0, optional
         Seconds a (re)start actually costs per application, where it differs from the delay
         the policy prices (:func:`restart_delay_s`); Sia's simulator: :data:`SIA_SIMULATOR_RESTORE_S`.
-    learn_throughputs : bool, default False
+    learn_throughputs : bool, optional (False)
         Sia's simulator's throughput models: each job's model on a GPU type is fitted
         (Pollux's RMSE fit) only to the step times it has measured there so far; on a type
         it has not run on, its goodput is projected from the first type it has a model on
@@ -526,8 +526,8 @@ class SiaPlanner:
         plans with its application's model fitted to the whole profile.
     faithful_to_sia : bool, default False
         Sia's simulator as published: its node cap (:data:`SIA_SIMULATOR_MAX_NODES`) unless
-        ``max_nodes`` is given, ``explore_replicas``, ``learn_throughputs``, its slowdowns and
-        restore times unless given, and its MILP's rounding and tie-break
+        ``max_nodes`` is given, ``explore_replicas`` and ``learn_throughputs`` unless given False,
+        its slowdowns and restore times unless given, and its MILP's rounding and tie-break
         (``utility_decimals=2, utility_clip=3000, prefer_later=True`` unless given).
     **solve_options
         Passed to :func:`allocopt.solve`.
@@ -536,15 +536,16 @@ class SiaPlanner:
     def __init__(self, state: SimulationState, profiles: Mapping[tuple[str, str], ApplicationProfile], *,
                  round_seconds: float = 60.0, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0,
                  backend: str = "highs", max_nodes: int | Mapping[str, int] | None = None,
-                 explore_replicas: bool = False, slowdowns: Mapping[str, float] | None = None,
-                 restore_s: Mapping[str, float] | None = None, learn_throughputs: bool = False,
+                 explore_replicas: bool | None = None, slowdowns: Mapping[str, float] | None = None,
+                 restore_s: Mapping[str, float] | None = None, learn_throughputs: bool | None = None,
                  faithful_to_sia: bool = False, **solve_options: Any):
         self.cluster: Cluster = state.cluster
         if faithful_to_sia:
             if max_nodes is None:
                 max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types
                              if t in SIA_SIMULATOR_MAX_NODES}
-            explore_replicas = learn_throughputs = True
+            explore_replicas = True if explore_replicas is None else explore_replicas
+            learn_throughputs = True if learn_throughputs is None else learn_throughputs
             slowdowns = SIA_SIMULATOR_SLOWDOWNS if slowdowns is None else slowdowns
             restore_s = SIA_SIMULATOR_RESTORE_S if restore_s is None else restore_s
             solve_options = {"utility_decimals": 2, "utility_clip": 3000.0, "prefer_later": True, **solve_options}
