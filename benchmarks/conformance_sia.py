@@ -6,8 +6,11 @@ Python that has Sia's dependencies (pandas < 2, numpy < 1.24, scipy, cvxpy with
 CBC (``cylp``), rich) and allocopt's (highspy)::
 
     python benchmarks/conformance_sia.py --sia-dir /tmp/sia --workloads workload-1 --max-jobs 40
+    python benchmarks/conformance_sia.py --sia-dir /tmp/sia --suite phoebe --max-jobs 0
 
-Each workload runs Sia's simulator (``multi_simulator.multi_simulate``, the
+``--suite phoebe`` runs ``adaptdl/benchmark/phoebe_workload.csv`` of the artifact on
+Sia's physical testbed (``simulator_config.py``'s phoebe cluster: 3 rtx, 2 dgx-ext
+and 1 quad node). Each workload runs Sia's simulator (``multi_simulator.multi_simulate``, the
 settings of Sia's ``run_experiment.sh``: p = -0.5, lambda_n = 1.1, 60 s rounds,
 projected throughputs) three times: with Sia's ``SiaPolicy``, with the allocopt
 stand-in at Sia's MIP gap (1e-4) and with it exact (``mip_gap=0``). The
@@ -15,7 +18,11 @@ stand-in is swapped in by a shim ``sia`` module first on ``sys.path`` that binds
 it as ``sia.SiaPolicy``, so Sia's ``Cluster`` treats it as its own; nothing of
 Sia's is modified. ``--max-jobs`` keeps the first jobs of a workload (by
 submission) so runs stay short. Prints average JCT and makespan and the ratio
-of the stand-in's average JCT to Sia's.
+of the stand-in's average JCT to Sia's. Then allocopt's own simulator
+(:func:`allocopt.mechanism.simulator.simulate` with ``policy="sia"`` and
+``policy_options={"faithful_to_sia": True}``, on the profiles in the simulator's
+``traces/`` and the same cluster) runs the same workload: its average JCT and
+makespan against Sia's simulator with Sia's policy.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ RUN = """
 import contextlib, io, json, os, sys, time, types
 sys.path[:0] = ([{shim!r}] if {shim!r} else []) + [{simulator!r}]
 os.chdir({simulator!r})
+import simulator_config
+simulator_config.cluster_nnodes = {nnodes!r}
 import multi_simulator
 args = types.SimpleNamespace(workload={workload!r}, policy='sia', policy_p_val=-0.5, mip_lambda_n=1.1,
                              mip_lambda_a=0.01, cluster_scale=None, project_throughputs=True,
@@ -62,8 +71,31 @@ print('CONFORMANCE ' + json.dumps({{'average_jct_s': sum(jcts.values()) / len(jc
 """
 
 
-def run(simulator: Path, workload: Path, shim: Path | None, mip_gap: float, timeout_s: float) -> dict:
-    code = RUN.format(shim=str(shim) if shim else "", simulator=str(simulator), workload=str(workload))
+#: Nodes per GPU type of Sia's simulated clusters (``simulator_config.py``; the order is Sia's).
+CLUSTERS = {"saturn": {"aws": 6, "dgx-ext": 2, "rtx": 3}, "phoebe": {"rtx": 3, "dgx-ext": 2, "quad": 1}}
+GPUS_PER_NODE = {"aws": 4, "azure": 8, "dgx": 8, "dgx-ext": 8, "quad": 4, "rtx": 8}
+
+ALLOCOPT = """
+import json, sys, time
+from allocopt import Cluster
+from allocopt.mechanism.simulator import simulate
+from allocopt.throughput.profiles import load_profiles
+nnodes = {nnodes!r}
+cluster = Cluster({{t: n * {per_node!r}[t] for t, n in nnodes.items()}}, {{t: {per_node!r}[t] for t in nnodes}})
+t0 = time.perf_counter()
+result = simulate({workload!r}, cluster, "sia", profiles=load_profiles({traces!r}), round_seconds=60.0,
+                  policy_options={{"faithful_to_sia": True}})
+print("CONFORMANCE " + json.dumps({{"average_jct_s": result.metrics["average_jct_s"],
+                                    "makespan_s": result.metrics["makespan_s"], "jobs": result.metrics["num_jobs"],
+                                    "rounds": result.metrics["num_rounds"], "wall_s": time.perf_counter() - t0}}))
+"""
+
+
+def run(simulator: Path, workload: Path, shim: Path | None, mip_gap: float, timeout_s: float,
+        nnodes: dict | None = None, code: str | None = None) -> dict:
+    nnodes = nnodes or CLUSTERS["saturn"]
+    code = code or RUN.format(shim=str(shim) if shim else "", simulator=str(simulator), workload=str(workload),
+                              nnodes=nnodes)
     env = dict(os.environ, ALLOCOPT_SIA_MIP_GAP=repr(mip_gap))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
@@ -75,7 +107,7 @@ def run(simulator: Path, workload: Path, shim: Path | None, mip_gap: float, time
     if proc.returncode != 0 or not match:
         return {"error": ((proc.stderr.strip().splitlines() or ["no output"])[-1])[:160]}
     result = json.loads(match.group(1))
-    if shim is not None and not result["policy_file"].startswith(str(shim)):
+    if shim is not None and not result.get("policy_file", str(shim)).startswith(str(shim)):
         return {"error": f"Sia's own policy was imported ({result['policy_file']}), not the stand-in"}
     return result
 
@@ -97,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sia-dir", required=True, type=Path,
                         help="a checkout of siasosp23/artifacts (or its sia-simulator/ folder)")
-    parser.add_argument("--suite", default="saturn", help="workloads/<suite>/ of the simulator")
-    parser.add_argument("--workloads", nargs="*", default=["workload-1"], help="workload names (no .csv)")
+    parser.add_argument("--suite", default="saturn", choices=sorted(CLUSTERS),
+                        help="saturn: workloads/saturn/ of the simulator on its 64-GPU cluster; phoebe: the "
+                             "artifact's adaptdl/benchmark/phoebe_workload.csv on the 44-GPU testbed")
+    parser.add_argument("--workloads", nargs="*", default=["workload-1"],
+                        help="workload names (no .csv; saturn only)")
+    parser.add_argument("--skip-allocopt", action="store_true", help="leave out allocopt's own simulator")
     parser.add_argument("--max-jobs", type=int, default=40, help="first jobs of each workload (0: all)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per simulation")
     parser.add_argument("--skip-exact", action="store_true", help="leave out the mip_gap=0 run")
@@ -106,29 +142,45 @@ def main(argv: list[str] | None = None) -> int:
     simulator = args.sia_dir.resolve()
     if (simulator / "sia-simulator").is_dir():
         simulator = simulator / "sia-simulator"
+    nnodes = CLUSTERS[args.suite]
+    if args.suite == "phoebe":
+        phoebe = simulator.parent / "adaptdl" / "benchmark" / "phoebe_workload.csv"
+        if not phoebe.is_file():
+            parser.error(f"{phoebe} not found; --suite phoebe needs the whole artifact checkout as --sia-dir")
+        workloads = [("phoebe", phoebe)]
+    else:
+        workloads = [(name, simulator / "workloads" / args.suite / f"{name}.csv") for name in args.workloads]
     if not (simulator / "multi_simulator.py").is_file():
         parser.error(f"{args.sia_dir} holds no sia-simulator/multi_simulator.py")
     with tempfile.TemporaryDirectory(prefix="allocopt-sia-shim-") as tmp:
         shim = Path(tmp) / "shim"
         shim.mkdir()
         (shim / "sia.py").write_text(SHIM)
-        print(f"Sia's simulator, {args.suite} workloads (first {args.max_jobs or 'all'} jobs), p=-0.5, "
-              "lambda_n=1.1, 60 s rounds; ratio = stand-in / Sia average JCT")
+        print(f"Sia's simulator, {args.suite} (first {args.max_jobs or 'all'} jobs), cluster {nnodes}, p=-0.5, "
+              "lambda_n=1.1, 60 s rounds; ratio = stand-in / Sia average JCT; allocopt = allocopt's simulator "
+              "(faithful_to_sia), its average JCT and makespan / Sia's")
         header = (f"{'workload':<12} {'jobs':>4} {'Sia JCT s':>10} {'makespan s':>11} {'stand-in':>10} {'ratio':>7} "
-                  f"{'exact':>10} {'ratio':>7}")
+                  f"{'exact':>10} {'ratio':>7} {'allocopt':>10} {'ratio':>7} {'makespan':>8}")
         print(header)
         print("-" * len(header))
-        for name in args.workloads:
-            workload = truncated(simulator / "workloads" / args.suite / f"{name}.csv", args.max_jobs, Path(tmp))
+        for name, path in workloads:
+            workload = truncated(path, args.max_jobs, Path(tmp))
             t0 = time.perf_counter()
-            base = run(simulator, workload, None, 1e-4, args.timeout)
-            ours = run(simulator, workload, shim, 1e-4, args.timeout)
-            exact = {} if args.skip_exact else run(simulator, workload, shim, 0.0, args.timeout)
+            base = run(simulator, workload, None, 1e-4, args.timeout, nnodes)
+            ours = run(simulator, workload, shim, 1e-4, args.timeout, nnodes)
+            exact = {} if args.skip_exact else run(simulator, workload, shim, 0.0, args.timeout, nnodes)
+            own = {} if args.skip_allocopt else run(
+                simulator, workload, None, 0.0, args.timeout, nnodes,
+                ALLOCOPT.format(nnodes=nnodes, per_node=GPUS_PER_NODE, workload=str(workload),
+                                traces=str(simulator / "traces")))
+            makespan = (f"{own['makespan_s'] / base['makespan_s']:>8.4f}" if "makespan_s" in own and
+                        "makespan_s" in base else f"{'-':>8}")
             print(f"{name:<12} {base.get('jobs', ours.get('jobs', 0)):>4} {_cell(base, 'average_jct_s', 10)} "
                   f"{_cell(base, 'makespan_s', 11)} {_cell(ours, 'average_jct_s', 10)} {_ratio(ours, base)} "
-                  f"{_cell(exact, 'average_jct_s', 10)} {_ratio(exact, base)}   "
+                  f"{_cell(exact, 'average_jct_s', 10)} {_ratio(exact, base)} "
+                  f"{_cell(own, 'average_jct_s', 10)} {_ratio(own, base)} {makespan}   "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
-            for label, result in (("Sia", base), ("stand-in", ours), ("exact", exact)):
+            for label, result in (("Sia", base), ("stand-in", ours), ("exact", exact), ("allocopt", own)):
                 if "error" in result:
                     print(f"    {label}: {result['error']}")
     return 0

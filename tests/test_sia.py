@@ -312,6 +312,40 @@ def test_exact_reductions_drop_dominated_idle_and_unpinned_entries():
     assert offset == 0.0
 
 
+def test_sias_utility_rounding_clip_and_tie_break():
+    """Sia's published MILP rounds G ** p to 2 decimals and caps it at 3000; its CBC solve then returns the
+    later of tied configurations (measured in Sia's simulator: a 2 or 4 GPU choice whose utilities round
+    alike went to 4 GPUs, a first 1-GPU start on aws or rtx to rtx)."""
+    cluster = Cluster({"a": 4, "b": 4}, gpus_per_node=4)  # configurations: a 1, 2, 4; b 1, 2, 4 GPUs
+    configs = sia_configurations(cluster)
+    # job 0: 2 and 4 GPUs of "a" round alike (1.9 ** -0.5 = 0.7255, 1.901 ** -0.5 = 0.7253 -> 0.73)
+    # job 1: 1 GPU of "a" or of "b" (no model yet, both 1)
+    problem = GoodputProblem([[1.0, 1.9, 1.901, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]], configs, cluster)
+    rows, cols = valid_entries(problem)
+    exact, _ = utility_coefficients(problem, rows, cols, -0.5, 1.1, 0.0)
+    rounded, _ = utility_coefficients(problem, rows, cols, -0.5, 1.1, 0.0, decimals=2)
+    np.testing.assert_allclose(rounded + 1.1, np.round(exact + 1.1, 2))
+    assert rounded[1] == rounded[2] and exact[2] < exact[1]
+    clipped, _ = utility_coefficients(problem, rows, cols, -0.5, 1.1, 0.0, decimals=2, clip=0.8)
+    np.testing.assert_allclose(clipped + 1.1, np.minimum(np.round(exact + 1.1, 2), 0.8))
+    # exact utilities: job 0 takes 4 GPUs (its best); rounded: the tie goes to fewer GPUs unless prefer_later
+    assert allocopt.solve(problem, "sia", mip_gap=0).configuration.tolist()[0] == 2
+    assert allocopt.solve(problem, "sia", utility_decimals=2).configuration.tolist()[0] == 1
+    later = allocopt.solve(problem, "sia", utility_decimals=2, utility_clip=3000, prefer_later=True)
+    assert later.configuration.tolist() == [2, 3]
+    # the perturbation only decides ties: the rounded objective is the same
+    assert later.objective == pytest.approx(float(rounded[[2, 3]].sum()), abs=1e-3)
+    # p > 0 maximizes: prefer_later still favours the later tied entry
+    assert allocopt.solve(problem, "sia", p=0.5, lambda_n=-1.1, utility_decimals=1,
+                          prefer_later=True).configuration.tolist()[1] == 3
+    for bad in ({"utility_decimals": -1}, {"utility_decimals": 2.5}, {"utility_decimals": True}):
+        with pytest.raises(InvalidOptionError, match="utility_decimals must be a whole number"):
+            allocopt.solve(problem, "sia", **bad)
+    for bad in (0.0, float("inf"), "3000"):
+        with pytest.raises(InvalidOptionError, match="utility_clip must be a finite number > 0"):
+            allocopt.solve(problem, "sia", utility_clip=bad)
+
+
 def test_option_validation_and_sign_combination():
     problem = GoodputProblem(GOODPUT, CONFIGS, CLUSTER)
     with pytest.raises(InvalidOptionError, match=r"p=-0.5 < 0 with lambda_n=0.0 <= 0 leaves every job idle"):

@@ -240,3 +240,25 @@ def test_stand_in_rejects_rigid_jobs_and_unpopulated_use():
         SiaSimulatorPolicy().optimize({}, {}, {})
     with pytest.raises(InvalidProblemError, match="rigid"):
         sia_policy().optimize({"ncf-0": Job({}, category="rigid")}, sia_nodes(), {})
+
+
+def test_stand_in_breaks_ties_as_sias_solve_does():
+    """Measured in Sia's simulator (saturn workload-1): a job without a throughput model anywhere starts
+    on one GPU of the last type (rtx), and of two GPU counts whose rounded utilities tie, Sia takes the
+    larger; exact utilities (``utility_decimals=None``) see no tie."""
+    policy = sia_policy(mip_gap=0.0)
+    answer = policy.optimize({"cifar10-0": Job({})}, sia_nodes(), {})
+    assert answer["cifar10-0"][0] == "rtx" and len(answer["cifar10-0"][1]) == 1
+
+    class Flat(Speedup):  # 8 GPUs a little worse than 4, within the rounding of Sia's utilities
+        def get_goodput(self, num_nodes, num_replicas):
+            return np.where(num_replicas >= 4, 1.9 - 0.001 * (num_replicas == 8), num_replicas ** 0.5)
+
+    jobs = {"cifar10-0": Job({"dgx-ext": Flat(1.0)}, max_replicas=8)}
+    jobs["cifar10-0"].speedup_fn = {"aws": None, "dgx-ext": Flat(1.0), "rtx": None}
+    policy.project_throughputs = False  # keep the other types out (their smallest configuration only)
+    rounded = policy.optimize(jobs, sia_nodes(), {})
+    assert rounded["cifar10-0"][0] == "dgx-ext" and len(rounded["cifar10-0"][1]) == 8
+    exact = sia_policy(mip_gap=0.0, utility_decimals=None)
+    exact.project_throughputs = False
+    assert len(exact.optimize(jobs, sia_nodes(), {})["cifar10-0"][1]) == 4  # 1.9 > 1.899 without rounding

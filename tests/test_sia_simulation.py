@@ -15,7 +15,8 @@ import pytest
 
 from allocopt import Cluster
 from allocopt.errors import InvalidOptionError
-from allocopt.mechanism.sia_rounds import SiaExecutor, SiaRoundPlan, rigid_throughputs, sia_workload, total_progress
+from allocopt.mechanism.sia_rounds import (SIA_SIMULATOR_RESTORE_S, SIA_SIMULATOR_SLOWDOWNS, SiaExecutor, SiaRoundPlan,
+                                          restart_delay_s, rigid_throughputs, sia_workload, total_progress)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload, shipped_workloads_dir
 from allocopt.mechanism.simulator import simulate
 from allocopt.runtime.executor import JobRoundResult, RoundPlan
@@ -136,3 +137,64 @@ def test_cli_simulates_a_sia_workload(tmp_path: Path):
     result = json.loads(out.read_text())
     assert result["metrics"]["num_jobs"] == 12
     assert all(j > 0 for j in result["jobs"]["jct_s"]) and result["metrics"]["gpu_hours_per_job"] > 0
+
+
+def test_faithful_to_sia_charges_sias_restore_times_and_slowdowns(profiles):
+    """Sia's simulator charges its own checkpoint-restore times (cifar10: 50 s, while its policy prices
+    30 s) and divides each job's true goodput by its application's calibration slowdown (cifar10: 1.8);
+    ``faithful_to_sia`` turns on both, Sia's node cap, replica exploration and its MILP's rounding."""
+    jobs = small_workload(4)
+    plain, faithful = RecordingExecutor(), RecordingExecutor()
+    base = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=plain,
+                    policy_options={"explore_replicas": True})
+    sia = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=faithful,
+                   policy_options={"faithful_to_sia": True})
+    first = faithful.plans[0]
+    cifar = [lease.job_id for lease in first.leases if jobs[lease.job_id].application == "cifar10"]
+    assert cifar and all(first.restore_delay_s[j] == SIA_SIMULATOR_RESTORE_S["cifar10"] == 50.0 for j in cifar)
+    assert all(plain.plans[0].restore_delay_s[j] == restart_delay_s("cifar10") == 30.0 for j in cifar)
+    # the first round is the same decision (one GPU each, no model difference yet): rates differ by 1.8
+    for j in cifar:
+        assert first.samples_per_s[j] * SIA_SIMULATOR_SLOWDOWNS["cifar10"] == pytest.approx(
+            plain.plans[0].samples_per_s[j], rel=1e-9)
+    # Sia's MILP rounds utilities to 2 decimals: every round's objective is on that grid (up to the tie-break)
+    for plan in faithful.plans:
+        assert abs(plan.allocation.objective * 100 - round(plan.allocation.objective * 100)) < 0.1
+    assert sia.metrics["average_jct_s"] > base.metrics["average_jct_s"]
+    # explicit values win over the preset; bad ones are named
+    custom = RecordingExecutor()
+    simulate(jobs[:1], CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=custom,
+             policy_options={"faithful_to_sia": True, "restore_s": {"cifar10": 10.0}, "slowdowns": {}})
+    lease = custom.plans[0].leases[0]
+    assert custom.plans[0].restore_delay_s[lease.job_id] == 10.0
+    assert custom.plans[0].samples_per_s[lease.job_id] == pytest.approx(plain.plans[0].samples_per_s[lease.job_id])
+    with pytest.raises(InvalidOptionError, match=r"slowdowns\['cifar10'\] is 0.0"):
+        simulate(jobs[:1], CLUSTER, "sia", profiles=profiles, policy_options={"slowdowns": {"cifar10": 0}})
+    with pytest.raises(InvalidOptionError, match="restore_s must map application names to numbers"):
+        simulate(jobs[:1], CLUSTER, "sia", profiles=profiles, policy_options={"restore_s": {"cifar10": "x"}})
+
+
+def test_learned_throughputs_start_jobs_on_one_gpu_and_learn_from_their_runs(profiles):
+    """Sia's simulator: a job has no throughput model before it runs, so its first round offers one GPU
+    of any type, all alike (Sia's solve takes the last type, as measured on saturn workload-1); its first
+    run uses the initial batch size; later rounds plan with a model fitted to what it measured."""
+    jobs = small_workload(4)
+    executor = RecordingExecutor()
+    simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=executor,
+             policy_options={"faithful_to_sia": True})
+    first = executor.plans[0]
+    assert first.leases and all(len(lease.gpu_ids) == 1 and lease.gpu_type == "dgx-ext" for lease in first.leases)
+    # the first run's rate is the initial batch size's: one GPU, M0 = 128 samples for cifar10, on the true times
+    lease = next(lease for lease in first.leases if jobs[lease.job_id].application == "cifar10")
+    cifar = profiles["cifar10", "dgx-ext"]
+    step, _ = cifar.true_times((1,), cifar.init_batch_size)
+    efficiency = cifar.goodput_model(epoch=0).efficiency(cifar.init_batch_size)
+    assert first.samples_per_s[lease.job_id] == pytest.approx(
+        cifar.init_batch_size / float(step) * float(efficiency) / SIA_SIMULATOR_SLOWDOWNS["cifar10"], rel=1e-6)
+    # later rounds offer more than one GPU once a model exists (and at most twice what a job held)
+    assert any(len(lease.gpu_ids) == 2 for plan in executor.plans[1:3] for lease in plan.leases)
+    # with the whole-profile model instead, the first round already gives jobs several GPUs
+    whole = RecordingExecutor()
+    simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=whole,
+             policy_options={"faithful_to_sia": True, "learn_throughputs": False, "explore_replicas": False})
+    assert whole.plans[0].leases[0].gpu_ids and max(len(lease.gpu_ids) for lease in whole.plans[0].leases) > 1

@@ -29,8 +29,14 @@ Differences from Sia's code, on purpose:
   round's answer is proven optimal or within the gap. ``mip_gap=0`` is exact.
 * Sia gives configurations a job cannot use a goodput of 1e-4 (so with
   ``p > 0`` its MILP may choose them); here they are not in the model.
-* Sia rounds ``goodput ** p`` to 2 decimals and clips it at 3,000; allocopt
-  uses the exact values (ties Sia's rounding creates are broken differently).
+* Sia rounds ``goodput ** p`` to 2 decimals and clips it at 3,000; so does the
+  stand-in by default (the ``sia`` policy's ``utility_decimals=2,
+  utility_clip=3000``), and ``utility_decimals=None`` gives exact utilities.
+  Ties (the rounding creates many) go to the later configuration
+  (``prefer_later``): the larger of two GPU counts, the later GPU type, which is
+  what Sia's CBC solve returns in effect; it matters, as a job that takes fewer
+  GPUs explores larger configurations later (Sia's ``max_replicas`` doubles).
+  Ties across jobs are still broken by HiGHS, not CBC.
 * ``lambda_a`` is accepted and ignored, as in Sia's MILP.
 * Rigid jobs (``category == "rigid"``) are rejected with a clear error: Sia
   gives them GPU counts outside its configuration set.
@@ -79,6 +85,10 @@ class SiaSimulatorPolicy:
     time_limit_s : float, optional
     read_throughputs_before_first_run : bool, default False
         Sia's ``sim_config.sia_read_throughputs_before_first_run``.
+    utility_decimals : int or None, default 2
+        Decimals the MILP's utilities ``G ** p`` are rounded to (Sia: 2); None for exact values.
+    utility_clip : float or None, default 3000
+        Cap on the utilities (Sia's ``sia_goodput_clip_val``); None for none.
 
     Attributes
     ----------
@@ -94,7 +104,8 @@ class SiaSimulatorPolicy:
                  lambda_a: float | None = 0.01, lambda_n: float | None = 1.1, project_throughputs: bool = False,
                  share_max_replicas: bool = False, sched_interval: float = 60, enable_bsz_tuning: bool = True, *,
                  backend: str = "highs", mip_gap: float = 1e-4, time_limit_s: float | None = None,
-                 read_throughputs_before_first_run: bool = False):
+                 read_throughputs_before_first_run: bool = False, utility_decimals: int | None = 2,
+                 utility_clip: float | None = 3000.0):
         if p_fairness == 0:
             raise InvalidOptionError("p_fairness must not be 0 (Sia's fairness exponent)")
         self.p_fairness = float(p_fairness)
@@ -106,6 +117,7 @@ class SiaSimulatorPolicy:
         self.sched_interval, self.enable_bsz_tuning = sched_interval, enable_bsz_tuning
         self.backend, self.mip_gap, self.time_limit_s = backend, float(mip_gap), time_limit_s
         self.read_throughputs_before_first_run = read_throughputs_before_first_run
+        self.utility_decimals, self.utility_clip = utility_decimals, utility_clip
         self.cluster: Cluster | None = None
         self.configurations: Configurations | None = None
         self.cluster_ordering: list[str] = []
@@ -152,6 +164,7 @@ class SiaSimulatorPolicy:
         problem = GoodputProblem(goodput, self.configurations, self.cluster, job_ids=names, previous=previous,
                                  restart_factor=np.maximum(factor, MIN_RESTART_FACTOR), pinned=pinned)
         allocation = solve(problem, "sia", p=self.p_fairness, lambda_n=self.lambda_n, lambda_a=0.0,
+                           utility_decimals=self.utility_decimals, utility_clip=self.utility_clip, prefer_later=True,
                            backend=self.backend, mip_gap=self.mip_gap, time_limit_s=self.time_limit_s)
         self.last_allocation = allocation
         self.last_status = self._status(allocation)

@@ -97,6 +97,22 @@ class Sia(Policy):
         rejected, as it leaves every job idle.
     lambda_a : float >= 0, default 0.0
         Cost of moving or stopping a job that has a previous configuration, in utility units.
+    utility_decimals : int, optional
+        Round each utility ``U = G ** p`` to this many decimals before it
+        enters the objective, as Sia's published code does (2). Off by default:
+        rounding creates ties between configurations (and between jobs) that
+        are then broken by the solver, so the answer is only optimal for the
+        rounded objective. Opt in to reproduce Sia's rounds.
+    utility_clip : float, optional
+        Cap each utility at this value (Sia's ``sia_goodput_clip_val``, 3000);
+        applied after ``utility_decimals``. Off by default.
+    prefer_later : bool, default False
+        Among configurations of equal utility, prefer the later one in the
+        problem's configuration order (more GPUs of a type, a later type), as
+        Sia's published code does in effect (its CBC solve returns the later of
+        tied columns). Done by a perturbation that totals at most a tenth of a
+        rounding step (``10 ** -utility_decimals``, else 1e-6), so it only
+        decides ties. Without it, ties go to fewer GPUs of a type.
     relaxation_first : bool, default True
         Price the GPU types first and solve the MILP only over the entries
         Lagrangian fixing leaves free (:func:`_solve_by_prices`), to zero gap
@@ -106,15 +122,19 @@ class Sia(Policy):
     """
 
     name = "sia"
-    options = {"p": -0.5, "lambda_n": 1.1, "lambda_a": 0.0, "relaxation_first": True}
+    options = {"p": -0.5, "lambda_n": 1.1, "lambda_a": 0.0, "utility_decimals": None, "utility_clip": None,
+               "prefer_later": False, "relaxation_first": True}
     problem_type = GoodputProblem
 
     def allocate(self, problem: GoodputProblem, solver: ModelSolver, *, p: float = -0.5, lambda_n: float = 1.1,
-                 lambda_a: float = 0.0, relaxation_first: bool = True) -> PolicyResult:
+                 lambda_a: float = 0.0, utility_decimals: int | None = None, utility_clip: float | None = None,
+                 prefer_later: bool = False, relaxation_first: bool = True) -> PolicyResult:
         p, lambda_n, lambda_a = _check_options(p, lambda_n, lambda_a)
+        utility_decimals, utility_clip = _check_rounding(utility_decimals, utility_clip)
         n, C = problem.num_jobs, problem.num_configurations
         rows, cols = valid_entries(problem)
-        coef, offset = utility_coefficients(problem, rows, cols, p, lambda_n, lambda_a)
+        coef, offset = utility_coefficients(problem, rows, cols, p, lambda_n, lambda_a, decimals=utility_decimals,
+                                            clip=utility_clip, prefer_later=bool(prefer_later))
         _check_not_all_idle(problem, rows, coef, p, lambda_n, lambda_a)
         keep = useful_entries(problem, rows, cols, coef if p < 0 else -coef)
         rows, cols, coef = rows[keep], cols[keep], coef[keep]
@@ -157,11 +177,17 @@ def valid_entries(problem: GoodputProblem) -> tuple[np.ndarray, np.ndarray]:
 
 
 def utility_coefficients(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray, p: float,
-                         lambda_n: float, lambda_a: float) -> tuple[np.ndarray, float]:
+                         lambda_n: float, lambda_a: float, *, decimals: int | None = None,
+                         clip: float | None = None, prefer_later: bool = False) -> tuple[np.ndarray, float]:
     """Objective coefficient of each entry ``(rows[e], cols[e])`` of :func:`valid_entries`
     and the objective's constant, in the sense of ``p``.
 
-    Returns ``U - lambda_n``, moved by ``-sigma * lambda_a`` at each job's
+    ``U = G ** p`` is rounded to ``decimals`` and capped at ``clip`` where they
+    are given (Sia's published code: 2 and 3000); ``prefer_later`` moves each entry
+    towards the improving side by ``eps * c`` (``c`` its configuration index),
+    ``eps = step / (10 * n_jobs * n_configurations)`` with ``step`` the rounding
+    step (1e-6 unrounded), so that ties go to later configurations and nothing else
+    changes. Returns ``U - lambda_n``, moved by ``-sigma * lambda_a`` at each job's
     previous configuration, and ``sigma * lambda_a * (jobs with a previous
     configuration)`` (see the module docstring).
     """
@@ -174,7 +200,15 @@ def utility_coefficients(problem: GoodputProblem, rows: np.ndarray, cols: np.nda
     at_previous = cols == previous
     G = np.where((previous >= 0) & ~at_previous, G * problem.restart_factor[rows], G)
     sigma = 1.0 if p < 0 else -1.0
-    coef = G ** p - lambda_n
+    U = G ** p
+    if decimals is not None:
+        U = np.round(U, decimals)
+    if clip is not None:
+        U = np.minimum(U, clip)
+    coef = U - lambda_n
+    if prefer_later:
+        step = 10.0 ** -decimals if decimals is not None else 1e-6
+        coef -= sigma * step / (10.0 * max(1, problem.num_jobs) * problem.num_configurations) * cols
     coef[at_previous] -= sigma * lambda_a
     return coef, sigma * lambda_a * float(np.count_nonzero(problem.previous >= 0))
 
@@ -416,6 +450,18 @@ def _check_options(p: float, lambda_n: float, lambda_a: float) -> tuple[float, f
             "their configuration, would run). lambda_n is the cost of an idle job: with p < 0 give lambda_n > 1 "
             "(published default 1.1) so that even a job's smallest configuration (G**p = 1) is worth allocating")
     return float(p), float(lambda_n), float(lambda_a)
+
+
+def _check_rounding(decimals: Any, clip: Any) -> tuple[int | None, float | None]:
+    if decimals is not None and (isinstance(decimals, bool) or not isinstance(decimals, (int, np.integer))
+                                 or not 0 <= decimals <= 15):
+        raise InvalidOptionError(f"sia: utility_decimals must be a whole number from 0 to 15 (Sia rounds to 2) "
+                                 f"or None for exact utilities, got {decimals!r}")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float, np.integer, np.floating))
+                             or not np.isfinite(clip) or clip <= 0):
+        raise InvalidOptionError(f"sia: utility_clip must be a finite number > 0 (Sia caps utilities at 3000) "
+                                 f"or None for no cap, got {clip!r}")
+    return (None if decimals is None else int(decimals)), (None if clip is None else float(clip))
 
 
 def _check_not_all_idle(problem: GoodputProblem, rows: np.ndarray, coef: np.ndarray, p: float,

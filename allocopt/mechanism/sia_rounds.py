@@ -57,7 +57,7 @@ from allocopt.mechanism.sia_workloads import SiaWorkloadJob
 from allocopt.mechanism.state import SimulationState
 from allocopt.mechanism.workload import Workload
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
-from allocopt.throughput.goodput import GoodputModel, PerfParams, goodput_matrix
+from allocopt.throughput.goodput import GoodputModel, PerfParams, fit_perf_params, goodput_matrix
 from allocopt.throughput.profiles import ApplicationProfile
 
 
@@ -66,6 +66,16 @@ from allocopt.throughput.profiles import ApplicationProfile
 RESTART_DELAY_S: Mapping[str, float] = {"deepspeech2": 25.0, "imagenet": 250.0, "cifar10": 30.0, "bert": 120.0,
                                         "yolov3": 45.0}
 DEFAULT_RESTART_DELAY_S = 30.0
+#: Checkpoint-restore seconds Sia's *simulator* charges a (re)started job (``rescale_time`` of its
+#: ``applications.py``); its policy prices restarts with :data:`RESTART_DELAY_S` instead.
+SIA_SIMULATOR_RESTORE_S: Mapping[str, float] = {"cifar10": 50.0, "deepspeech2": 25.0, "bert": 120.0,
+                                                "yolov3": 80.0, "imagenet": 250.0, "ncf": 15.0}
+#: Sia's simulator divides each job's true goodput by its application's slowdown, "fitted to
+#: real-world data" (``SLOWDOWNS`` of its ``simulator_config.py``; 1 for other applications).
+SIA_SIMULATOR_SLOWDOWNS: Mapping[str, float] = {"cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2,
+                                                "deepspeech2": 1.2, "ncf": 1.5, "gpt_pmp": 1.0}
+#: Sia's simulator's cap on the nodes one configuration spans (``cluster_max_physical_nnodes``).
+SIA_SIMULATOR_MAX_NODES: Mapping[str, int] = {"azure": 5, "aws": 16, "dgx": 2, "dgx-ext": 2, "quad": 1, "rtx": 3}
 #: Smallest restart factor passed to the MILP (a factor of 0 would make every move worthless).
 MIN_RESTART_FACTOR = 1e-3
 SIA_MAX_REPLICAS = 64  # Sia's simulator caps a job at 64 replicas
@@ -106,6 +116,9 @@ class SiaJobState:
         Requested global batch size (samples), None to let the goodput model tune it.
     grad_sqr, grad_var : float or None
         Latest gradient statistics (for the job's statistical efficiency).
+    restore_s : float or None
+        Seconds a (re)start actually costs, where it differs from the ``restart_delay_s``
+        the policy prices (Sia's simulator: :data:`SIA_SIMULATOR_RESTORE_S`); None: ``restart_delay_s``.
     """
 
     job_id: Hashable
@@ -123,6 +136,7 @@ class SiaJobState:
     batch_size: int | None = None
     grad_sqr: float | None = None
     grad_var: float | None = None
+    restore_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -398,7 +412,7 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
     """One Sia round: :func:`sia_round`, :func:`place_configurations`, then leases.
 
     A lease is ``extended`` exactly when the job holds the same GPU ids as last
-    round; every other placed job is charged its ``restart_delay_s``
+    round; every other placed job is charged its ``restore_s`` (else ``restart_delay_s``)
     (``plan.restore_delay_s``, applied by :func:`commit_plan`). Jobs that held
     GPUs last round and hold none now are in ``plan.stop``. Parameters are
     those of :func:`sia_round` and :func:`place_configurations`, plus the
@@ -425,7 +439,7 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
             continue
         extended = gpus == before
         if not extended:
-            delays[job.job_id] = job.restart_delay_s
+            delays[job.job_id] = job.restart_delay_s if job.restore_s is None else job.restore_s
         leases.append(Lease(job.job_id, names[c], gpus, float(round_seconds), extended=extended))
     return SiaRoundPlan(round_index, start_s, round_seconds, tuple(leases), tuple(stop), allocation=allocation,
                         configuration=configuration, restore_delay_s=delays, evicted=placement.evicted)
@@ -491,11 +505,30 @@ class SiaPlanner:
     max_nodes : int or mapping of str to int, optional
         Most nodes one configuration may span (Sia's ``cluster_max_physical_nnodes``,
         :func:`~allocopt.configurations.sia_configurations`); default uncapped.
-    explore_replicas : bool, default False
+    explore_replicas : bool, optional (False)
         Sia's simulator's replica cap: a job may take at most twice the GPUs it has
         held so far (1 before it first runs), at most 64 and at most its
         application's ``max_batch_size // min_local_bsz`` (Sia's ``max_replicas``,
         shared across GPU types). Without it every configuration is open.
+    slowdowns : mapping of application to float > 0, optional
+        Divide each job's true progress rate by its application's factor (Sia's simulator's
+        calibration, :data:`SIA_SIMULATOR_SLOWDOWNS`); default none.
+    restore_s : mapping of application to float > 0, optional
+        Seconds a (re)start actually costs per application, where it differs from the delay
+        the policy prices (:func:`restart_delay_s`); Sia's simulator: :data:`SIA_SIMULATOR_RESTORE_S`.
+    learn_throughputs : bool, optional (False)
+        Sia's simulator's throughput models: each job's model on a GPU type is fitted
+        (Pollux's RMSE fit) only to the step times it has measured there so far; on a type
+        it has not run on, its goodput is projected from the first type it has a model on
+        (same replicas, times the ratio of the two types' one-GPU throughputs in the
+        profiles); before its first run only one GPU of any type is offered (goodput 1), and
+        a job's first run on a type uses the initial batch size. Without it every job
+        plans with its application's model fitted to the whole profile.
+    faithful_to_sia : bool, default False
+        Sia's simulator as published: its node cap (:data:`SIA_SIMULATOR_MAX_NODES`) unless
+        ``max_nodes`` is given, ``explore_replicas`` and ``learn_throughputs`` unless given False,
+        its slowdowns and restore times unless given, and its MILP's rounding and tie-break
+        (``utility_decimals=2, utility_clip=3000, prefer_later=True`` unless given).
     **solve_options
         Passed to :func:`allocopt.solve`.
     """
@@ -503,10 +536,27 @@ class SiaPlanner:
     def __init__(self, state: SimulationState, profiles: Mapping[tuple[str, str], ApplicationProfile], *,
                  round_seconds: float = 60.0, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0,
                  backend: str = "highs", max_nodes: int | Mapping[str, int] | None = None,
-                 explore_replicas: bool = False, **solve_options: Any):
+                 explore_replicas: bool | None = None, slowdowns: Mapping[str, float] | None = None,
+                 restore_s: Mapping[str, float] | None = None, learn_throughputs: bool | None = None,
+                 faithful_to_sia: bool = False, **solve_options: Any):
         self.cluster: Cluster = state.cluster
+        if faithful_to_sia:
+            if max_nodes is None:
+                max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types
+                             if t in SIA_SIMULATOR_MAX_NODES}
+            explore_replicas = True if explore_replicas is None else explore_replicas
+            learn_throughputs = True if learn_throughputs is None else learn_throughputs
+            slowdowns = SIA_SIMULATOR_SLOWDOWNS if slowdowns is None else slowdowns
+            restore_s = SIA_SIMULATOR_RESTORE_S if restore_s is None else restore_s
+            solve_options = {"utility_decimals": 2, "utility_clip": 3000.0, "prefer_later": True, **solve_options}
+        self.slowdowns = _positive_map(slowdowns, "slowdowns")
+        self.restore_s = _positive_map(restore_s, "restore_s")
         self.configurations = sia_configurations(self.cluster, max_nodes=max_nodes)
         self.explore_replicas = bool(explore_replicas)
+        self.learn_throughputs = bool(learn_throughputs)
+        self._seen: dict[tuple[Hashable, int], dict[tuple[int, int, int], tuple[float, float]]] = {}
+        self._learned: dict[tuple[Hashable, int], PerfParams] = {}  # per (job, type) with measurements
+        self._batch: dict[Hashable, float] = {}  # per job: the global batch size it last ran with
         self._most_gpus: dict[Hashable, int] = {}  # per job: most GPUs held so far (explore_replicas)
         self.profiles = profiles
         self.round_seconds = float(round_seconds)
@@ -548,11 +598,15 @@ class SiaPlanner:
                 app = wl.models[row]
                 self._jobs[row] = SiaJobState(row, app, float(wl.arrival_s[row]), restart_delay_s(app),
                                               age_s=now_s - float(wl.arrival_s[row]),
-                                              total=float(wl.total_steps[row]))
+                                              total=float(wl.total_steps[row]), restore_s=self.restore_s.get(app))
         for row in [r for r in self._jobs if not state.active[r]]:
             del self._jobs[row]
             self._gpu_ids.pop(row, None)
             self._most_gpus.pop(row, None)
+            self._batch.pop(row, None)
+            for t in range(self.cluster.num_gpu_types):
+                self._seen.pop((row, t), None)
+                self._learned.pop((row, t), None)
         jobs = list(self._jobs.values())
         names = self.cluster.gpu_types
         models, epochs = [], {}
@@ -560,7 +614,10 @@ class SiaPlanner:
             job.progress = job.total - float(state.remaining_steps[job.job_id])
             epochs[job.job_id] = epoch = self._epoch(job)
             models.append([self._model(job.application, t, epoch) for t in names])
-        goodput = goodput_matrix(models, self.configurations) if jobs else np.zeros((0, len(self.configurations)))
+        if self.learn_throughputs:
+            goodput = self._learned_goodput(jobs, epochs)
+        else:
+            goodput = goodput_matrix(models, self.configurations) if jobs else np.zeros((0, len(self.configurations)))
         if self.explore_replicas and jobs:
             cap = np.array([self._replica_cap(job) for job in jobs])
             goodput = np.where(self.configurations.num_gpus[None, :] <= cap[:, None], goodput, 0.0)
@@ -576,7 +633,8 @@ class SiaPlanner:
         for lease in plan.leases:
             job, model = by_row[lease.job_id]
             t = names.index(lease.gpu_type)
-            rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids, epochs[lease.job_id])
+            rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids, epochs[lease.job_id],
+                                                  job_id=job.job_id)
             leases.append(replace(lease, max_steps=int(state.remaining_steps[lease.job_id])))
         self._gpu_ids = plan.gpu_ids
         for lease in plan.leases:
@@ -591,7 +649,7 @@ class SiaPlanner:
                    profile.max_batch_size // profile.min_local_bsz)
 
     def _true_rate(self, application: str, t: int, model: GoodputModel, gpu_ids: tuple[int, ...],
-                   epoch: int) -> float:
+                   epoch: int, job_id: Hashable = None) -> float:
         """Progress samples/s on ``gpu_ids``: the fitted model's batch choice, run at the profiled step
         time, times the efficiency of the gradient statistics profiled at that batch size and epoch.
 
@@ -602,21 +660,108 @@ class SiaPlanner:
         per_node = np.bincount(local // int(self.cluster.gpus_per_node[t]))
         placement = tuple(int(c) for c in per_node if c)
         nodes, replicas = len(placement), int(sum(placement))
-        _, micro, accum = (float(a) for a in model.optimize(nodes, replicas))
+        profile = self.profiles[application, self.cluster.gpu_types[t]]
+        learned = self._learned.get((job_id, t)) if self.learn_throughputs else None
+        if self.learn_throughputs and learned is None:
+            micro, accum = _initial_batch_split(profile, replicas)
+        else:
+            chooser = model if learned is None else self._learned_model(job_id, t, epoch)
+            _, micro, accum = (float(a) for a in chooser.optimize(nodes, replicas))
         if micro <= 0:
             return 0.0
         batch = replicas * micro * (accum + 1)
-        profile = self.profiles[application, self.cluster.gpu_types[t]]
+        self._batch[job_id] = batch
         step, sync = (float(a) for a in profile.true_times(placement, micro))
+        if self.learn_throughputs and np.isfinite(step) and np.isfinite(sync):
+            self._measure(job_id, t, (nodes, replicas, int(micro)), step, sync)
         if np.isfinite(step) and np.isfinite(sync):
             throughput = batch / (step + accum * (step - sync))
         else:
             throughput = float(model.throughput(nodes, replicas, micro, accum))
         true_model = replace(model, grad_params=profile.grad_params(batch, epoch))
-        return throughput * float(true_model.efficiency(batch))
+        return throughput * float(true_model.efficiency(batch)) / self.slowdowns.get(application, 1.0)
+
+    def _measure(self, job_id: Hashable, t: int, key: tuple[int, int, int], step: float, sync: float) -> None:
+        """Record a job's measured step time on type ``t``; refit its model there when the point is new."""
+        seen = self._seen.setdefault((job_id, t), {})
+        if key in seen:
+            return
+        seen[key] = (step, sync)
+        nodes, replicas, bsz = (np.array(v, dtype=np.float64) for v in zip(*seen))
+        times = np.array(list(seen.values()))
+        self._learned[job_id, t] = fit_perf_params(nodes, replicas, bsz, times[:, 0] - times[:, 1], times[:, 0],
+                                                   loss="rmse")
+
+    def _learned_model(self, job_id: Hashable, t: int, epoch: int) -> GoodputModel:
+        """The job's model on type ``t`` from its own measurements, with the gradient statistics
+        of its epoch at the batch size it last ran with (what Sia's job reports)."""
+        profile = self.profiles[self._jobs[job_id].application, self.cluster.gpu_types[t]]
+        return profile.goodput_model(self._learned[job_id, t],
+                                     grad_params=profile.grad_params(self._batch.get(job_id), epoch))
+
+    def _learned_goodput(self, jobs: Sequence[SiaJobState], epochs: Mapping[Hashable, int]) -> np.ndarray:
+        """Goodput matrix from each job's own measurements (``learn_throughputs``), as Sia's policy sees it."""
+        configs = self.configurations
+        out = np.zeros((len(jobs), len(configs)))
+        k = self.cluster.num_gpu_types
+        for i, job in enumerate(jobs):
+            known = [t for t in range(k) if (job.job_id, t) in self._learned]
+            if not known:
+                out[i, configs.num_gpus == 1] = 1.0  # no model yet: one GPU of any type, all alike
+                continue
+            source = known[0]
+            src_profile = self.profiles[job.application, self.cluster.gpu_types[source]]
+            src_model = self._learned_model(job.job_id, source, epochs[job.job_id])
+            for t in range(k):
+                cols = np.flatnonzero(configs.gpu_type == t)
+                profile = self.profiles.get((job.application, self.cluster.gpu_types[t]))
+                if profile is None or not cols.size:
+                    continue
+                gpus = configs.num_gpus[cols]
+                if t in known:
+                    model = self._learned_model(job.job_id, t, epochs[job.job_id])
+                    out[i, cols] = model.optimize(configs.num_nodes[cols], gpus)[0]
+                else:
+                    nodes = np.ceil(gpus / int(self.cluster.gpus_per_node[source]))
+                    ratio = _one_gpu_throughput(profile) / _one_gpu_throughput(src_profile)
+                    out[i, cols] = src_model.optimize(np.minimum(nodes, gpus), gpus)[0] * ratio
+        return np.where(np.isfinite(out) & (out > 0), out, 0.0)
 
     def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
         """Nothing to learn: the job states were updated when the round was planned."""
+
+
+def _initial_batch_split(profile: ApplicationProfile, replicas: int) -> tuple[float, float]:
+    """Sia's batch split before a job has a model on the type: the initial batch size (at least
+    ``min_local_bsz`` per GPU) in the fewest accumulation steps that fit (a single GPU above
+    ``M0`` accumulates once). Returns (micro-batch, accumulation steps)."""
+    batch = max(profile.init_batch_size, profile.min_local_bsz * replicas)
+    local = math.ceil(batch / replicas - 1e-8)
+    accum = math.ceil(local / profile.max_local_bsz - 1e-8) - 1
+    if replicas == 1 and batch > profile.init_batch_size:
+        accum = max(1, accum)
+    micro = min(math.ceil(local / (accum + 1) - 1e-8), int(profile.max_batch_size / (replicas * (accum + 1))))
+    return float(micro), float(accum)
+
+
+def _one_gpu_throughput(profile: ApplicationProfile) -> float:
+    """Samples/s of one GPU at its largest measured micro-batch over its slowest step (Sia's ratio)."""
+    obs = profile.observations
+    rows = (obs.num_replicas == 1) & (obs.placement != "")
+    rows = rows if rows.any() else obs.num_replicas == 1
+    return float(obs.local_bsz[rows].max() / obs.iter_time_s[rows].max())
+
+
+def _positive_map(values: Mapping[str, float] | None, name: str) -> dict[str, float]:
+    """``values`` (application -> number) as a dict of floats, each finite and > 0."""
+    try:
+        out = {str(k): float(v) for k, v in dict(values or {}).items()}
+    except (TypeError, ValueError):
+        raise InvalidOptionError(f"{name} must map application names to numbers, got {values!r}") from None
+    bad = [k for k, v in out.items() if not (math.isfinite(v) and v > 0)]
+    if bad:
+        raise InvalidOptionError(f"{name}[{bad[0]!r}] is {out[bad[0]]}; each value must be a finite number > 0")
+    return out
 
 
 class SiaExecutor(Executor):
@@ -735,7 +880,8 @@ def _mean_gain(profile: ApplicationProfile, batch: int) -> float:
     return float(work.sum() / (work / gain).sum())
 
 
-__all__ = ["DEFAULT_RESTART_DELAY_S", "MAX_EPOCHS", "MIN_RESTART_FACTOR", "RESTART_DELAY_S", "SiaExecutor",
+__all__ = ["DEFAULT_RESTART_DELAY_S", "MAX_EPOCHS", "MIN_RESTART_FACTOR", "RESTART_DELAY_S", "SIA_SIMULATOR_MAX_NODES",
+           "SIA_SIMULATOR_RESTORE_S", "SIA_SIMULATOR_SLOWDOWNS", "SiaExecutor",
            "SiaJobState", "SiaPlacement", "SiaPlanner", "SiaRoundPlan", "advance", "commit_plan",
            "place_configurations", "plan_round", "restart_delay_s", "rigid_throughputs", "sia_round", "sia_workload",
            "total_progress"]
