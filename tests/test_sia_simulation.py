@@ -15,10 +15,11 @@ import pytest
 
 from allocopt import Cluster
 from allocopt.errors import InvalidOptionError
-from allocopt.mechanism.sia_rounds import (SIA_SIMULATOR_RESTORE_S, SIA_SIMULATOR_SLOWDOWNS, SiaExecutor, SiaRoundPlan,
-                                          restart_delay_s, rigid_throughputs, sia_workload, total_progress)
+from allocopt.mechanism.sia_rounds import (SIA_SIMULATOR_RESTORE_S, SIA_SIMULATOR_SLOWDOWNS, SiaExecutor, SiaPlanner,
+                                          SiaRoundPlan, restart_delay_s, rigid_throughputs, sia_workload, total_progress)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload, shipped_workloads_dir
 from allocopt.mechanism.simulator import simulate
+from allocopt.mechanism.state import SimulationState
 from allocopt.runtime.executor import JobRoundResult, RoundPlan
 from allocopt.throughput.profiles import load_profiles, shipped_profiles_dir
 
@@ -146,7 +147,7 @@ def test_faithful_to_sia_charges_sias_restore_times_and_slowdowns(profiles):
     jobs = small_workload(4)
     plain, faithful = RecordingExecutor(), RecordingExecutor()
     base = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=plain,
-                    policy_options={"explore_replicas": True})
+                    policy_options={"explore_replicas": True, "round_grid": True})  # same round starts
     sia = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=faithful,
                    policy_options={"faithful_to_sia": True})
     first = faithful.plans[0]
@@ -198,3 +199,19 @@ def test_learned_throughputs_start_jobs_on_one_gpu_and_learn_from_their_runs(pro
     simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=whole,
              policy_options={"faithful_to_sia": True, "learn_throughputs": False, "explore_replicas": False})
     assert whole.plans[0].leases[0].gpu_ids and max(len(lease.gpu_ids) for lease in whole.plans[0].leases) > 1
+
+
+def test_round_grid_starts_every_round_on_a_multiple_of_the_round(profiles):
+    """Sia's simulator schedules at 0, 60, 120, ... s: a job arriving at an idle cluster waits for the next
+    multiple (faithful_to_sia turns the grid on); without it a round starts at such an arrival."""
+    jobs = [replace(j, time_s=t) for j, t in zip(small_workload(3), (7.0, 5000.0, 9000.0))]  # idle in between
+    grid = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, ftf=False,
+                    policy_options={"round_grid": True})
+    free = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, ftf=False)
+    starts = grid.rounds["start_s"]
+    np.testing.assert_allclose(starts % 60.0, 0.0, atol=1e-6)
+    assert starts[0] == 60.0 and free.rounds["start_s"][0] == 7.0
+    assert np.any(free.rounds["start_s"] % 60.0 > 1e-6)
+    state = SimulationState(sia_workload(jobs, profiles), CLUSTER, np.ones((3, CLUSTER.num_gpu_types)))
+    with_faithful = SiaPlanner(state, profiles, faithful_to_sia=True)
+    assert with_faithful.round_grid_s == 60.0

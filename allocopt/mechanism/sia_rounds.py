@@ -524,9 +524,13 @@ class SiaPlanner:
         profiles); before its first run only one GPU of any type is offered (goodput 1), and
         a job's first run on a type uses the initial batch size. Without it every job
         plans with its application's model fitted to the whole profile.
+    round_grid : bool, optional (False)
+        Rounds start only at multiples of ``round_seconds`` from time 0, as in Sia's simulator
+        (a job that arrives at an idle cluster waits for the next one); without it a round
+        starts at such an arrival.
     faithful_to_sia : bool, default False
         Sia's simulator as published: its node cap (:data:`SIA_SIMULATOR_MAX_NODES`) unless
-        ``max_nodes`` is given, ``explore_replicas`` and ``learn_throughputs`` unless given False,
+        ``max_nodes`` is given, ``explore_replicas``, ``learn_throughputs`` and ``round_grid`` unless given False,
         its slowdowns and restore times unless given, and its MILP's rounding and tie-break
         (``utility_decimals=2, utility_clip=3000, prefer_later=True`` unless given).
     **solve_options
@@ -538,9 +542,10 @@ class SiaPlanner:
                  backend: str = "highs", max_nodes: int | Mapping[str, int] | None = None,
                  explore_replicas: bool | None = None, slowdowns: Mapping[str, float] | None = None,
                  restore_s: Mapping[str, float] | None = None, learn_throughputs: bool | None = None,
-                 faithful_to_sia: bool = False, **solve_options: Any):
+                 round_grid: bool | None = None, faithful_to_sia: bool = False, **solve_options: Any):
         self.cluster: Cluster = state.cluster
         if faithful_to_sia:
+            round_grid = True if round_grid is None else round_grid
             if max_nodes is None:
                 max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types
                              if t in SIA_SIMULATOR_MAX_NODES}
@@ -560,6 +565,7 @@ class SiaPlanner:
         self._most_gpus: dict[Hashable, int] = {}  # per job: most GPUs held so far (explore_replicas)
         self.profiles = profiles
         self.round_seconds = float(round_seconds)
+        self.round_grid_s = self.round_seconds if round_grid else None  # read by the simulator loop
         self.options = dict(p=p, lambda_n=lambda_n, lambda_a=lambda_a, backend=backend, **solve_options)
         self.solve_seconds: list[float] = []
         self._jobs: dict[int, SiaJobState] = {}

@@ -15,6 +15,7 @@ allocation directly, without rounds, to measure the mechanism's overhead.
 from __future__ import annotations
 
 import csv
+import math
 import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,7 +86,10 @@ class RoundPlanner(Protocol):
     ``plan`` sees the state (active jobs, remaining steps) and returns the
     leases of the round starting at ``now_s``; ``observe`` receives what the
     executor did. ``solve_seconds`` lists the wall-clock seconds of every
-    allocation computed so far (for the metrics).
+    allocation computed so far (for the metrics). A planner with a
+    ``round_grid_s`` attribute (seconds, not None) has its rounds start only at
+    multiples of it (Sia's simulator); otherwise a round starts when a job
+    arrives at an idle cluster.
     """
 
     solve_seconds: list[float]
@@ -623,11 +627,16 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
     rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": []}
     busy_gpu_s, now, next_job, done, index = 0.0, 0.0, 0, 0, 0
     idle = False
+    grid = getattr(planner, "round_grid_s", None)
+
+    def start(t: float) -> float:  # the first round start at or after t
+        return math.ceil(t / grid - 1e-9) * grid if grid else t
+
     arrays = (isinstance(planner, PriorityPlanner) and isinstance(executor, SimulatedExecutor)
               and executor.matrix is not None)
     while done < n:
         if not state.active.any():
-            now = max(now, float(wl.arrival_s[next_job]))
+            now = max(now, start(float(wl.arrival_s[next_job])))
         next_job = _admit(state, next_job, now)
         ran = _array_round(state, planner, executor, now) if arrays else _lease_round(state, planner, executor,
                                                                                     now, index)
@@ -638,7 +647,7 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
                     raise SimulationError(f"no job can be scheduled and none will arrive; stuck jobs {stuck}")
                 idle = True
                 continue
-            now = float(wl.arrival_s[next_job])
+            now = start(float(wl.arrival_s[next_job]))
             continue
         idle = False
         jobs, steps, seconds, restarted, completed, entries, widths = ran
@@ -656,7 +665,7 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
             if bar is not None:
                 bar.update(int(completed.sum()))
         rounds["start_s"].append(now)
-        now = executor.now()
+        now = start(executor.now())
         rounds["end_s"].append(now)
         rounds["busy_gpus"].append(int(widths[held >= 0].sum()))
         index += 1
