@@ -14,7 +14,8 @@
 * **POP** (stanford-futuredata/POP, SOSP 2021), cluster_scheduling/figure2.py:
   ``create_problem_instance(2048, {v100, p100, k80: n/4}, "max_min_fairness_packed",
   seed)`` and its ``harness`` with ``num_sub_clusters`` = 1 (exact) or k (POP-k), with
-  MOSEK replaced by ``--their-solver`` (no MOSEK here). ``harness`` reports setup plus
+  MOSEK replaced by ``--pop-solver`` (no MOSEK here). POP's code needs numpy < 2 (it
+  converts 1-element arrays with ``float``): give it a Python with ``--pop-python``. ``harness`` reports setup plus
   the slowest sub-problem (sub-problems run in parallel in the paper); ``wall_s`` is
   this machine's sequential time.
 
@@ -281,7 +282,7 @@ def run_pop(args: argparse.Namespace) -> list[dict[str, Any]]:
             diffs = same_instance(problem, instances.pop_figure2_problem(n, seed))
             base = {"anchor": "pop_figure2", "n_jobs": n, "seed": seed, "generator_identical": not diffs,
                     "generator_diffs": ",".join(diffs), "their_generate_s": gen_s, "status": "ok"}
-            ours, ours_s = _timed(allocopt.solve, problem, "max_min_fairness")
+            ours, ours_s = _timed(allocopt.solve, problem, "max_min_fairness", space_sharing=True)
             share = problem.scale_factors / (problem.priority_weights * problem.proportional_throughputs)
             exact = float((ours.effective_throughput * share).min())
             rows.append({**base, "method": "allocopt max_min_fairness (default)", "time_s": ours_s,
@@ -289,14 +290,15 @@ def run_pop(args: argparse.Namespace) -> list[dict[str, Any]]:
                          "note": ours.extras.get("technique", "")})
             for k in args.pop_partitions:
                 if k > 1:
-                    part, part_s = _timed(allocopt.solve, problem, "max_min_fairness", partitions=k)
+                    part, part_s = _timed(allocopt.solve, problem, "max_min_fairness", space_sharing=True,
+                                            partitions=k)
                     rows.append({**base, "method": f"allocopt partitions={k}", "time_s": part_s,
                                  "objective": part.objective, "objective_vs_allocopt": part.objective / ours.objective})
                 if k == 1 and n > args.pop_exact_max_jobs:
                     rows.append({**base, "method": "POP-1 (exact, their code)", "status":
                                  f"skipped: {n} jobs > --pop-exact-max-jobs {args.pop_exact_max_jobs}"})
                     continue
-                policy = gavel_utils.get_policy("max_min_fairness_packed", solver=args.their_solver)
+                policy = gavel_utils.get_policy("max_min_fairness_packed", solver=args.pop_solver)
                 try:
                     (allocation, their_s), wall = _timed(figure2.harness, policy, tputs, scales, prios, spec,
                                                          num_sub_clusters=k)
@@ -306,9 +308,8 @@ def run_pop(args: argparse.Namespace) -> list[dict[str, Any]]:
                     continue
                 effective = _pop_effective(allocation, tputs, problem)
                 value = float((effective * share).min())
-                rows.append({**base, "method": f"POP-{k} (their code, {args.their_solver})", "time_s": their_s,
-                             "wall_s": wall, "objective": value, "objective_vs_allocopt": value / ours.objective,
-                             "fairness": fairness(effective, ours.effective_throughput)})
+                rows.append({**base, "method": f"POP-{k} (their code, {args.pop_solver})", "time_s": their_s,
+                             "wall_s": wall, "objective": value, "objective_vs_allocopt": value / ours.objective})
     return rows
 
 
@@ -347,7 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pop-exact-max-jobs", type=int, default=512,
                         help="run POP's exact (k=1) only up to this many jobs (default 512)")
     parser.add_argument("--their-solver", default="HIGHS",
-                        help="cvxpy solver for the anchors' models in place of Gurobi/MOSEK (default HIGHS)")
+                        help="cvxpy solver for Soroush's models too large for the Gurobi license (default HIGHS)")
+    parser.add_argument("--pop-solver", default="SCIPY",
+                        help="cvxpy solver for POP's models in place of MOSEK (default SCIPY: HiGHS through scipy)")
+    parser.add_argument("--pop-python", default=sys.executable,
+                        help="Python for POP's code (it needs numpy < 2 and cvxpy < 1.6; default this one)")
     parser.add_argument("--dump-dir", help="write the anchors' instances here as JSON")
     parser.add_argument("--dump-max-jobs", type=int, default=512, help="dump POP instances up to this size")
     parser.add_argument("--out", help="write the rows here as JSON")
@@ -362,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     for anchor, given in (("soroush", args.soroush_dir), ("pop", args.pop_dir)):
         if not given:
             continue
-        done = subprocess.run([sys.executable, __file__, *own, "--only", anchor], capture_output=True, text=True)
+        python = args.pop_python if anchor == "pop" else sys.executable
+        done = subprocess.run([python, __file__, *own, "--only", anchor], capture_output=True, text=True)
         if done.returncode:
             print(done.stderr[-3000:], file=sys.stderr)
             return done.returncode

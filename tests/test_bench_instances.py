@@ -3,6 +3,10 @@ benchmark and POP's figure 2 call) reproduced draw for draw, and the instances b
 
 from __future__ import annotations
 
+import importlib.util
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -78,3 +82,30 @@ def test_pop_figure2_instance():
     for g, gpu in enumerate(GAVEL_GPU_TYPES):
         expected = table.pair_throughput(jobs[a][0], jobs[b][0], 1, gpu)
         np.testing.assert_array_equal(problem.pair_throughput_array[row, g], expected)
+
+
+def _anchors_script():
+    spec = importlib.util.spec_from_file_location("anchors", Path(__file__).parents[1] / "benchmarks" / "anchors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_anchor_records_read_back_and_differences_are_named():
+    """benchmarks/anchors.py's reader of the anchors' dumped instances, on records written here."""
+    anchors = _anchors_script()
+    ours = pop_figure2_problem(12, 0)
+    record = {"cluster": dict(zip(ours.gpu_types, ours.capacity.tolist())), "job_ids": list(ours.job_ids),
+              "throughputs": ours.throughputs.tolist(), "scale_factors": ours.scale_factors.tolist(),
+              "priority_weights": ours.priority_weights.tolist(), "pairs": ours.pairs.tolist(),
+              "pair_throughputs": ours.pair_throughput_array.tolist()}
+    record = json.loads(json.dumps(record))
+    assert anchors.same_instance(anchors.problem_from_record(record), ours) == []
+    record["throughputs"][3][1] += 1e-9
+    record["pair_throughputs"][0][2][0] += 1.0
+    record["priority_weights"][0] = 2.0
+    assert anchors.same_instance(anchors.problem_from_record(record), ours) == ["throughputs", "priority_weights",
+                                                                                 "pair_throughputs"]
+    exact = np.array([1.0, 2.0, 0.05])
+    assert anchors.fairness(exact, exact) == 1.0
+    assert anchors.fairness(np.array([2.0, 2.0, 0.0]), exact) == pytest.approx(0.5 ** (1 / 3))
