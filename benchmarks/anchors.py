@@ -37,6 +37,7 @@ The anchors' code is never imported by allocopt; bring it with ``git clone``.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import io
 import json
@@ -109,6 +110,14 @@ def fairness(effective: np.ndarray, exact: np.ndarray) -> float:
     """Soroush's fairness of an allocation against the exact max-min fair one (1 = identical)."""
     r = np.maximum(0.1, effective) / np.maximum(0.1, exact)
     return float(10 ** np.mean(np.log10(np.minimum(r, 1 / r))))
+
+
+class _Rows(list):
+    """Rows, each also written to the real stdout as one ``ROW <json>`` line as soon as it is measured."""
+
+    def append(self, row: dict[str, Any]) -> None:
+        super().append(row)
+        print("ROW " + json.dumps(row), file=sys.__stdout__, flush=True)
 
 
 def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
@@ -201,7 +210,10 @@ def run_soroush(args: argparse.Namespace) -> list[dict[str, Any]]:
             min_beta=1e-4, num_bins=5, throughput_aware=False),
         "geometric binner (GB)": lambda p: geometric_binner.get_rates(2, 0.1, p, 1e-8),
     }
-    rows = []
+    unknown = set(args.soroush_methods) - set(methods)
+    if unknown:
+        raise SystemExit(f"unknown --soroush-methods {sorted(unknown)}; choose from {sorted(methods)}")
+    rows = _Rows()
     for n in args.sizes:
         spec = {g: max(n // 4, 1) for g in GPU_TYPES}
         for seed in args.seeds:
@@ -264,7 +276,7 @@ def run_pop(args: argparse.Namespace) -> list[dict[str, Any]]:
         import utils as gavel_utils
     finally:
         os.chdir(cwd)
-    rows = []
+    rows = _Rows()
     for n in args.pop_sizes:
         spec = {g: max(n // 4, 1) for g in GPU_TYPES}
         for seed in args.seeds:
@@ -359,8 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("soroush", "pop"), help=argparse.SUPPRESS)  # the child processes
     args = parser.parse_args(argv)
     if args.only:
-        rows = run_soroush(args) if args.only == "soroush" else run_pop(args)
-        print(json.dumps(rows))
+        run_soroush(args) if args.only == "soroush" else run_pop(args)
         return 0
     rows: list[dict[str, Any]] = []
     own = sys.argv[1:] if argv is None else argv
@@ -368,11 +379,18 @@ def main(argv: list[str] | None = None) -> int:
         if not given:
             continue
         python = args.pop_python if anchor == "pop" else sys.executable
-        done = subprocess.run([python, __file__, *own, "--only", anchor], capture_output=True, text=True)
-        if done.returncode:
-            print(done.stderr[-3000:], file=sys.stderr)
-            return done.returncode
-        rows += json.loads(done.stdout.strip().splitlines()[-1])
+        other: collections.deque[str] = collections.deque(maxlen=40)
+        with subprocess.Popen([python, __file__, *own, "--only", anchor], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) as child:
+            for line in child.stdout:  # rows as they are measured; a child that fails keeps the rows it gave
+                if line.startswith("ROW "):
+                    rows.append(json.loads(line[4:]))
+                    print(f"{rows[-1]['anchor']} n={rows[-1]['n_jobs']} {rows[-1]['method']}: "
+                          f"{rows[-1].get('time_s', rows[-1]['status'])}", file=sys.stderr, flush=True)
+                else:
+                    other.append(line)
+        if child.returncode:
+            print(f"{anchor}: exit status {child.returncode}\n{''.join(other)}", file=sys.stderr)
     print(format_machine(machine_info()))
     _print_table(rows)
     if args.out:
