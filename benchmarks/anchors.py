@@ -300,6 +300,8 @@ def run_pop(args: argparse.Namespace) -> list[dict[str, Any]]:
             rows.append({**base, "method": "allocopt max_min_fairness (default)", "time_s": ours_s,
                          "objective": ours.objective, "objective_vs_allocopt": exact / ours.objective,
                          "note": ours.extras.get("technique", "")})
+            for row in _pop_logged_rows(code, problem, share, ours, base):
+                rows.append(row)
             for k in args.pop_partitions:
                 if k > 1:
                     part, part_s = _timed(allocopt.solve, problem, "max_min_fairness", space_sharing=True,
@@ -322,6 +324,30 @@ def run_pop(args: argparse.Namespace) -> list[dict[str, Any]]:
                 value = float((effective * share).min())
                 rows.append({**base, "method": f"POP-{k} (their code, {args.pop_solver})", "time_s": their_s,
                              "wall_s": wall, "objective": value, "objective_vs_allocopt": value / ours.objective})
+    return rows
+
+
+#: POP's logged figure-2 run (cluster_scheduling/logs/non_trace_num_jobs=2048.out: the runtimes, then each
+#: configuration's effective throughputs per job), in figure2.py's ``__main__`` order.
+POP_LOGGED_CONFIGS = ("POP-1 (MOSEK, POP's log)", "POP-2 (MOSEK, POP's log)", "POP-4 (MOSEK, POP's log)",
+                      "POP-8 (MOSEK, POP's log)", "Gandiva (POP's log)")
+
+
+def _pop_logged_rows(code: Path, problem: allocopt.Problem, share: np.ndarray, ours: Any,
+                     base: dict[str, Any]) -> list[dict[str, Any]]:
+    """POP's own logged run of figure 2 (2,048 jobs, seed 0, on POP's machine) evaluated on ``problem``."""
+    import ast
+    log = code / "logs" / "non_trace_num_jobs=2048.out"
+    if problem.num_jobs != 2048 or base["seed"] != 0 or not log.is_file():
+        return []
+    lines = log.read_text().splitlines()
+    runtimes, throughputs = ast.literal_eval(lines[0]), ast.literal_eval(lines[1])
+    rows = []
+    for name, runtime, logged in zip(POP_LOGGED_CONFIGS, runtimes, throughputs):
+        effective = np.array([logged[job] for job in problem.job_ids])
+        value = float((effective * share).min())
+        rows.append({**base, "method": name, "time_s": runtime, "objective": value,
+                     "objective_vs_allocopt": value / ours.objective, "note": "POP's machine, not this one"})
     return rows
 
 
