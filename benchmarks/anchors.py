@@ -411,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
             for line in child.stdout:  # rows as they are measured; a child that fails keeps the rows it gave
                 if line.startswith("ROW "):
                     rows.append(json.loads(line[4:]))
+                    if args.out:  # rewritten after every row: an interrupted run keeps what it measured
+                        Path(args.out).write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
                     print(f"{rows[-1]['anchor']} n={rows[-1]['n_jobs']} {rows[-1]['method']}: "
                           f"{rows[-1].get('time_s', rows[-1]['status'])}", file=sys.stderr, flush=True)
                 else:
