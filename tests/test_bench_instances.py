@@ -109,3 +109,9 @@ def test_anchor_records_read_back_and_differences_are_named():
     exact = np.array([1.0, 2.0, 0.05])
     assert anchors.fairness(exact, exact) == 1.0
     assert anchors.fairness(np.array([2.0, 2.0, 0.0]), exact) == pytest.approx(0.5 ** (1 / 3))
+
+
+def test_small_soroush_instances_fit_every_job():
+    for n in (1, 5, 31):
+        problem = soroush_problem(n, 0)
+        assert problem.capacity.tolist() == [8] * 3 and problem.num_jobs == n

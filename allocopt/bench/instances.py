@@ -232,13 +232,15 @@ def soroush_problem(n_jobs: int = 8192, seed: int = 0, *, gpus_per_type: int | N
     ``i``): the jobs are :func:`gavel_generated_jobs` ``(n_jobs, seed,
     multi_gpu=True)``, the job list Soroush's script builds for this seed, with
     each job's isolated throughput at its scale factor; priority weight
-    ``(1, 2, 4, 8)[i % 4]`` for job ``i``; ``max(n / 4, 1)`` GPUs of each of v100,
+    ``(1, 2, 4, 8)[i % 4]`` for job ``i``; ``n / 4`` GPUs of each of v100,
     p100, k80 (``gpus_per_type`` overrides: 2,048 at 8,192 jobs). Job ids are
-    0 .. n - 1. Not reproduced: its Gurobi solves.
+    0 .. n - 1. Differs from Soroush's ``max(n / 4, 1)`` GPUs below 32 jobs
+    only: at least 8 per type, so that an 8-GPU job fits. Not reproduced: its
+    Gurobi solves.
     """
     _check_size(n_jobs, 3)
     table = ThroughputTable.gavel()
-    per_type = gpus_per_type or max(n_jobs // 4, 1)
+    per_type = gpus_per_type or max(n_jobs // 4, 8)
     cluster = Cluster({gpu: per_type for gpu in GAVEL_GPU_TYPES})
     weights = np.resize(np.asarray(SOROUSH_PRIORITIES), n_jobs)
     return table.problem(gavel_generated_jobs(n_jobs, seed, multi_gpu=True, table=table), cluster,
