@@ -9,6 +9,7 @@ gives the same instance.
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 from importlib import resources
 from pathlib import Path
@@ -154,25 +155,96 @@ def uniform_problem(n_jobs: int, n_gpu_types: int = 8, seed: int = 0, *, capacit
                    time_since_start=rng.uniform(0.0, 3600.0, n))
 
 
-def pop_figure2_problem(n_jobs: int = 2048, seed: int = 0, *, gpus_per_type: int = 512) -> Problem:
-    """POP's figure-2 instance (Narayanan et al., SOSP 2021): max-min fairness with
-    space sharing, ``n_jobs`` single-GPU jobs from Gavel's table with every pair's
-    measured co-located throughput, on ``gpus_per_type`` each of V100, P100, K80."""
+#: Gavel's ``JobTable`` (scheduler/job_table.py), in its order: Gavel's generator draws a job's model
+#: as ``rng.choice(JobTable)``, so the order decides which model a seed gives.
+GAVEL_JOB_TABLE: tuple[str, ...] = (
+    *(f"ResNet-18 (batch size {b})" for b in (16, 32, 64, 128, 256)),
+    *(f"ResNet-50 (batch size {b})" for b in (16, 32, 64, 128)),
+    *(f"Transformer (batch size {b})" for b in (16, 32, 64, 128, 256)),
+    *(f"LM (batch size {b})" for b in (5, 10, 20, 40, 80)),
+    *(f"Recommendation (batch size {b})" for b in (512, 1024, 2048, 4096, 8192)),
+    "A3C", "CycleGAN")
+
+
+def gavel_generated_jobs(n_jobs: int, seed: int, *, multi_gpu: bool,
+                         table: ThroughputTable | None = None) -> list[tuple[str, int]]:
+    """``(model, scale_factor)`` of the first ``n_jobs`` jobs Gavel's generator draws from ``random.Random(seed)``.
+
+    The same jobs, in the same order, as ``utils.generate_job(throughputs, rng=rng,
+    generate_multi_gpu_jobs=multi_gpu)`` called ``n_jobs`` times on one
+    ``rng = random.Random(seed)`` (Gavel's scheduler/utils.py, copied unchanged
+    into POP's cluster_scheduling/scheduler/utils.py; Soroush imports Gavel's),
+    which every job consumes as: a scale factor from ``r = uniform(0, 1)`` (1
+    below 0.7, 2 up to 0.8, 4 up to 0.95, else 8; forced to 1 unless
+    ``multi_gpu``), a duration (``random()`` then one ``uniform``; drawn to keep
+    the stream, not used), then ``choice`` over :data:`GAVEL_JOB_TABLE` until the
+    model is distributed (measured at scale factors above 1) or the scale factor
+    is 1. Python's ``random`` is specified to repeat these draws on every platform.
+    """
+    table = table or ThroughputTable.gavel()
+    distributed = {m for m in GAVEL_JOB_TABLE if len(table.scale_factors(m)) > 1}
+    rng = random.Random(seed)
+    jobs = []
+    for _ in range(n_jobs):  # one sequential random stream: the order of the draws is the instance
+        r = rng.uniform(0, 1)
+        scale = 1 if r < 0.7 else 2 if r <= 0.8 else 4 if r <= 0.95 else 8
+        rng.uniform(3, 4) if rng.random() >= 0.8 else rng.uniform(1.5, 3)
+        scale = scale if multi_gpu else 1
+        model = rng.choice(GAVEL_JOB_TABLE)
+        while scale > 1 and model not in distributed:
+            model = rng.choice(GAVEL_JOB_TABLE)
+        jobs.append((model, scale))
+    return jobs
+
+
+def pop_figure2_problem(n_jobs: int = 2048, seed: int = 0, *, gpus_per_type: int | None = None) -> Problem:
+    """POP's figure-2 instance (Narayanan et al., SOSP 2021): max-min fairness with space sharing.
+
+    Follows POP's cluster_scheduling/figure2.py (``create_problem_instance``
+    with its ``__main__`` arguments; ``seed`` is its trial seed ``i``): the jobs
+    are :func:`gavel_generated_jobs` ``(n_jobs, seed, multi_gpu=False)``, so every
+    job is single-GPU and the job list is the one POP's script builds for this
+    seed; priority weight 1 (``introduce_skew=False``); ``max(n / 4, 1)`` GPUs of
+    each of v100, p100, k80 (``gpus_per_type`` overrides: 512 at 2,048 jobs);
+    every pair ``i < j`` with its measured co-located throughputs (Gavel's
+    ``simulation_throughputs.json``, shipped as the Gavel table). Job ids are
+    0 .. n - 1 (POP's ``JobIdPair(i, None)``). Not reproduced: POP's
+    sub-problem split (``partitions`` does that) and MOSEK.
+    """
     _check_size(n_jobs, 3)
-    cluster = Cluster({gpu: gpus_per_type for gpu in GAVEL_GPU_TYPES})
-    return ThroughputTable.gavel().sample_problem(cluster, n_jobs, seed=seed, scale_factor_probs={1: 1.0},
-                                                  space_sharing=True)
+    table = ThroughputTable.gavel()
+    per_type = gpus_per_type or max(n_jobs // 4, 1)
+    cluster = Cluster({gpu: per_type for gpu in GAVEL_GPU_TYPES})
+    return table.problem(gavel_generated_jobs(n_jobs, seed, multi_gpu=False, table=table), cluster,
+                         space_sharing=True)
+
+
+#: Soroush's priority weights, job ``i`` gets ``SOROUSH_PRIORITIES[i % 4]`` (``introduce_skew=True``).
+SOROUSH_PRIORITIES = (1.0, 2.0, 4.0, 8.0)
 
 
 def soroush_problem(n_jobs: int = 8192, seed: int = 0, *, gpus_per_type: int | None = None) -> Problem:
-    """Soroush's cluster-scheduling instance (Namyar et al., NSDI 2024): jobs drawn
-    with Gavel's generator (the 26-model table, Gavel's scale-factor distribution,
-    priority weight 1) on three types (K80, P100, V100) of ``gpus_per_type`` GPUs
-    each (default ``n / 4``: 2,048 at 8,192 jobs)."""
+    """Soroush's cluster-scheduling instance (Namyar et al., NSDI 2024).
+
+    Follows Soroush's cluster_scheduling/scripts/benchmark.py
+    (``create_problem_instance`` with its ``__main__`` arguments: 8,192 jobs,
+    ``ss_share=False``, ``introduce_skew=True``; ``seed`` is its trial seed
+    ``i``): the jobs are :func:`gavel_generated_jobs` ``(n_jobs, seed,
+    multi_gpu=True)``, the job list Soroush's script builds for this seed, with
+    each job's isolated throughput at its scale factor; priority weight
+    ``(1, 2, 4, 8)[i % 4]`` for job ``i``; ``n / 4`` GPUs of each of v100,
+    p100, k80 (``gpus_per_type`` overrides: 2,048 at 8,192 jobs). Job ids are
+    0 .. n - 1. Differs from Soroush's ``max(n / 4, 1)`` GPUs below 32 jobs
+    only: at least 8 per type, so that an 8-GPU job fits. Not reproduced: its
+    Gurobi solves.
+    """
     _check_size(n_jobs, 3)
-    per_type = gpus_per_type or max(8, n_jobs // 4)
+    table = ThroughputTable.gavel()
+    per_type = gpus_per_type or max(n_jobs // 4, 8)
     cluster = Cluster({gpu: per_type for gpu in GAVEL_GPU_TYPES})
-    return ThroughputTable.gavel().sample_problem(cluster, n_jobs, seed=seed)
+    weights = np.resize(np.asarray(SOROUSH_PRIORITIES), n_jobs)
+    return table.problem(gavel_generated_jobs(n_jobs, seed, multi_gpu=True, table=table), cluster,
+                         priority_weights=weights)
 
 
 #: Instance families of the bench (``allocopt bench --families``): name -> (description, generator of
@@ -189,7 +261,7 @@ FAMILIES: dict[str, tuple[str, Any]] = {
                 lambda n, seed: uniform_problem(n, 3, seed, capacity=[2, 64, 512])),
     "random": ("the bench's random generator (log-uniform speeds, 10% unrunnable), 8 types",
                lambda n, seed: random_problem(n, 8, seed)),
-    "soroush": ("Soroush's cluster-scheduling generator: Gavel's table, n/4 GPUs of each of 3 types",
+    "soroush": ("Soroush's cluster-scheduling generator: Gavel's generator, weights 1/2/4/8, n/4 GPUs per type",
                 lambda n, seed: soroush_problem(n, seed)),
 }
 
