@@ -371,3 +371,49 @@ def test_fifo_head_that_fits_nowhere_blocks_the_queue_and_packed_without_pairs()
     assert sum(second[2].values()) == 0 and sum(second[3].values()) == 0  # job 3 would fit but may not jump ahead
     alone = gavel.get_policy("max_min_fairness_packed").get_allocation({0: row}, {0: 1}, {0: 1}, spec)
     assert sum(alone[0].values()) == pytest.approx(1.0)
+
+
+# Four jobs whose V100 and P100 throughputs differ by the same 2 steps/s: every split of the four
+# jobs over the two V100s and two P100s maximizes the total throughput (a degenerate LP).
+_DEGENERATE_TYPES = ["k80", "p100", "v100"]
+_DEGENERATE_SPEC = {"k80": 2, "p100": 2, "v100": 2}
+_DEGENERATE_JOBS = [f"j{i}" for i in range(4)]
+
+
+def _degenerate_throughputs(mult: float = 1.0) -> np.ndarray:
+    return np.array([[1.0 + i, 2.0 + i, 4.0 + i] for i in range(4)]) * mult
+
+
+def _max_sum_throughput(solver: str, T: np.ndarray) -> np.ndarray:
+    tput = {j: dict(zip(_DEGENERATE_TYPES, row)) for j, row in zip(_DEGENERATE_JOBS, T)}
+    alloc = gavel.get_policy("max_sum_throughput_perf", solver=solver).get_allocation(
+        tput, {j: 1 for j in _DEGENERATE_JOBS}, _DEGENERATE_SPEC)
+    return np.array([[alloc[j][t] for t in _DEGENERATE_TYPES] for j in _DEGENERATE_JOBS])
+
+
+def test_highs_ipm_returns_a_point_inside_the_optimal_face():
+    """highs: an optimal vertex (each job on one type); highs-ipm (interior point, no crossover):
+    every job shares the V100s and P100s, as an interior-point solver (Gavel's ECOS) answers."""
+    T = _degenerate_throughputs()
+    vertex, inside = _max_sum_throughput("highs", T), _max_sum_throughput("highs-ipm", T)
+    assert (T * vertex).sum() == pytest.approx((T * inside).sum(), rel=1e-6)
+    assert np.isin(np.round(vertex, 6), (0.0, 1.0)).all()
+    assert (inside[:, 1:] > 0.3).all() and (inside[:, 1:] < 0.7).all()
+    assert inside[:, 0] == pytest.approx(0.0, abs=1e-6)
+    assert gavel.get_policy("max_min_fairness", solver="HIGHS_IPM").get_allocation(
+        THROUGHPUTS, ONES, ONES, SPEC) is not None
+
+
+@pytest.mark.parametrize("mult", [1.0, 100.0])
+def test_interior_point_solver_returns_gavels_point_of_a_degenerate_optimum(mult):
+    """With an interior-point solver the adapter returns the point Gavel's own cvxpy model
+    returns (objective not rescaled while its coefficients are within 1e-3..1e3), so Gavel's
+    simulator driven by the adapter with ECOS reproduces Gavel's run exactly."""
+    cp = pytest.importorskip("cvxpy")
+    T = _degenerate_throughputs(mult)
+    ours = _max_sum_throughput("CLARABEL", T)
+    c = np.array([_DEGENERATE_SPEC[t] for t in _DEGENERATE_TYPES], dtype=float)
+    x = cp.Variable(T.shape)  # Gavel's ThroughputNormalizedByCostSum_PerfSLOs without costs or SLOs
+    cp.Problem(cp.Maximize(cp.sum(cp.sum(cp.multiply(T, x), axis=1))),
+               [x >= 0, cp.sum(x, axis=0) <= c, cp.sum(x, axis=1) <= 1]).solve(solver="CLARABEL")
+    assert np.abs(ours - x.value).max() < 1e-6

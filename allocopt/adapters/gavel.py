@@ -32,7 +32,12 @@ through the ``cvxpy`` backend with that solver; ``"GUROBI"`` uses the native
 Gurobi backend. None means HiGHS (Gavel's default is ECOS). With a cvxpy
 solver, finish-time fairness is one conic program (``method="conic"``), as
 Gavel solves it, so ECOS returns Gavel's point of a degenerate optimum; with
-an LP backend it is a bisection over LPs (an optimal vertex).
+an LP backend it is a bisection over LPs. ``"highs-ipm"`` is HiGHS's interior
+point without crossover (``solver_options={"solver": "ipm", "run_crossover":
+"off"}``): where an LP has many optima it returns a point inside the optimal
+face, as ECOS does, where the default dual simplex returns a vertex; Gavel's
+mechanism turns different optima into different JCTs (measured in
+``benchmarks/README.md``).
 
 State kept between calls, as Gavel's policies keep it
 ------------------------------------------------------
@@ -175,7 +180,7 @@ class GavelPolicy:
     policy_name : str
         Gavel's policy name (a key of :data:`POLICY_NAMES`).
     solver : str, optional
-        allocopt backend or cvxpy solver name (module docstring); None: HiGHS.
+        allocopt backend, cvxpy solver name or ``"highs-ipm"`` (module docstring); None: HiGHS.
     seed : int, optional
         Seed of ``fifo``'s and ``gandiva``'s random choices (None: 0).
     priority_reweighting_policies : mapping, optional
@@ -591,9 +596,15 @@ def _deadline_steps(slos: Mapping | None, steps: dict | None, jobs: Mapping) -> 
     return {job: steps.get(job, 0.0) for job in jobs}
 
 
+# HiGHS's interior point without crossover: a point inside the optimal face, as ECOS returns
+HIGHS_IPM = {"solver": "ipm", "run_crossover": "off"}
+
+
 def _backend_for(solver: str | None) -> tuple[str, dict[str, Any]]:
     if solver is None:
         return "highs", {}
+    if solver.lower() in ("highs-ipm", "highs_ipm"):
+        return "highs", dict(HIGHS_IPM)
     if solver in BACKENDS or solver == "auto":
         return solver, {}
     if solver.upper() == "GUROBI":
