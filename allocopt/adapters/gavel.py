@@ -138,7 +138,7 @@ POLICY_NAMES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "fifo": ("fifo", "unweighted", {}),
     "fifo_perf": ("fifo", "unweighted", {"heterogeneity_aware": True}),
     "fifo_packed": ("fifo", "unweighted", {"heterogeneity_aware": True, **_PACKED}),
-    "gandiva": ("gandiva", "unweighted", {}),
+    "gandiva": ("gandiva", "unweighted", _PACKED),
     "allox": ("allox", "allox", {"alpha": 1.0}),
     "max_min_fairness_water_filling": ("water_filling", "water_filling", {"heterogeneity_aware": False}),
     "max_min_fairness_water_filling_perf": ("water_filling", "water_filling", {}),
