@@ -49,7 +49,8 @@ from allocopt.adapters.gavel import GAVEL_CLASSES  # noqa: E402
 
 DEFAULT_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
                     "finish_time_fairness", "finish_time_fairness_perf", "min_total_duration_perf",
-                    "max_sum_throughput_perf", "fifo", "fifo/gavel", "fifo_perf", "gandiva", "allox", "isolated")
+                    "min_total_duration_perf/gavel", "max_sum_throughput_perf", "fifo", "fifo/gavel", "fifo_perf",
+                    "gandiva", "allox", "isolated")
 DEFAULT_TRACES = ("artifact_evaluation",)
 
 SIMULATE = """
@@ -91,15 +92,24 @@ print('CONFORMANCE ' + json.dumps(results))
 """
 
 
-FAITHFUL_FIFO = """
+# POLICY/gavel: the adapter's flag for Gavel's own behaviour where allocopt differs on purpose
+FAITHFUL = {"fifo": """
 import os
-if os.environ.get("FIFO_TYPE_CHOICE") == "gavel":
+if os.environ.get("GAVEL_FAITHFUL"):
     _FIFOPolicy = FIFOPolicy
 
     class FIFOPolicy(_FIFOPolicy):
         def __init__(self, mode="base", seed=None, packing_threshold=1.5):
             super().__init__(mode, seed, packing_threshold, faithful_type_choice=True)
-"""
+""", "min_total_duration": """
+import os
+if os.environ.get("GAVEL_FAITHFUL"):
+    _MinTotalDurationPolicyWithPerf = MinTotalDurationPolicyWithPerf
+
+    class MinTotalDurationPolicyWithPerf(_MinTotalDurationPolicyWithPerf):
+        def __init__(self, solver=None):
+            super().__init__(solver, faithful_bisection=True)
+"""}
 
 
 def write_shim(directory: Path) -> Path:
@@ -113,8 +123,9 @@ def write_shim(directory: Path) -> Path:
     for module, classes in modules.items():
         (package / f"{module}.py").write_text(
             f"from allocopt.adapters.gavel import {', '.join(sorted(classes))}  # noqa: F401\n")
-    with open(package / "fifo.py", "a") as f:  # FIFO_TYPE_CHOICE=gavel: Gavel's base-mode type choice
-        f.write(FAITHFUL_FIFO)
+    for module, code in FAITHFUL.items():  # GAVEL_FAITHFUL=1: Gavel's behaviour where allocopt differs
+        with open(package / f"{module}.py", "a") as f:
+            f.write(code)
     return directory
 
 
@@ -144,11 +155,12 @@ def run_policy_tests(scheduler_dir: Path, shim: Path | None, timeout_s: float) -
 
 def run_simulation(scheduler_dir: Path, trace: str, policy: str, cluster: str, solver: str,
                    shim: Path | None, timeout_s: float, digits: int | None = None) -> dict:
-    """One simulation; ``fifo/gavel`` is Gavel's ``fifo`` with the adapter's ``faithful_type_choice``;
+    """One simulation; ``POLICY/gavel`` is ``POLICY`` with the adapter's flag for Gavel's behaviour
+    (``fifo/gavel``: ``faithful_type_choice``; ``min_total_duration_perf/gavel``: ``faithful_bisection``);
     ``digits``: the policy's allocations rounded to that many decimals before Gavel's mechanism reads them."""
     env = environment(shim)
-    if policy == "fifo/gavel":
-        policy, env["FIFO_TYPE_CHOICE"] = "fifo", "gavel"
+    if policy.endswith("/gavel"):
+        policy, env["GAVEL_FAITHFUL"] = policy.removesuffix("/gavel"), "1"
     code = SIMULATE.format(drivers=str(scheduler_dir / "scripts" / "drivers"),
                            trace=str(scheduler_dir / "traces" / "physical_cluster" / f"{trace}.trace"),
                            throughputs=str(scheduler_dir / "simulation_throughputs.json"),

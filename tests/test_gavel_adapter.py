@@ -417,3 +417,20 @@ def test_interior_point_solver_returns_gavels_point_of_a_degenerate_optimum(mult
     cp.Problem(cp.Maximize(cp.sum(cp.sum(cp.multiply(T, x), axis=1))),
                [x >= 0, cp.sum(x, axis=0) <= c, cp.sum(x, axis=1) <= 1]).solve(solver="CLARABEL")
     assert np.abs(ours - x.value).max() < 1e-6
+
+
+def test_min_total_duration_faithful_bisection():
+    """faithful_bisection=True: Gavel's search (no better than the exact LP, within 5% of it); the
+    class takes it next to Gavel's ``solver`` argument; other policies reject it."""
+    steps = {"a": 40_000.0, ("b", 1): 12_000.0, 7: 900_000.0}
+    exact = gavel.MinTotalDurationPolicyWithPerf("highs").get_allocation(THROUGHPUTS, ONES, steps, SPEC)
+    searched = gavel.MinTotalDurationPolicyWithPerf("highs", faithful_bisection=True).get_allocation(
+        THROUGHPUTS, ONES, steps, SPEC)
+
+    def makespan(alloc):
+        return max(steps[j] / sum(THROUGHPUTS[j][t] * alloc[j][t] for t in SPEC) for j in steps)
+
+    assert makespan(exact) <= makespan(searched) * (1 + 1e-7)
+    assert makespan(searched) <= 1.05 * makespan(exact)
+    with pytest.raises(TypeError, match="faithful_bisection only applies"):
+        gavel.GavelPolicy("max_min_fairness_perf", faithful_bisection=True)

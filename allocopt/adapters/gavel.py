@@ -68,7 +68,8 @@ Differences from Gavel, by design (allocopt's documented semantics)
 * ``*_SLOs``: when SLOs cannot all be met the policy minimizes the total
   deadline shortfall (with a warning) instead of silently dropping every SLO.
 * ``min_total_duration*`` is one exact LP instead of a bisection that stops
-  within 5%; water-filling detects bottlenecks exactly instead of with a MILP
+  within 5% (``faithful_bisection=True``, or ``MinTotalDurationPolicyWithPerf(solver,
+  faithful_bisection=True)``, runs Gavel's bisection); water-filling detects bottlenecks exactly instead of with a MILP
   and a 1.0001 slack.
 * ``seed=None`` means seed 0 for ``gandiva`` and ``fifo`` (Gavel draws an
   unseeded generator): the adapter is deterministic.
@@ -191,12 +192,15 @@ class GavelPolicy:
         ``fifo_packed``'s normalized-throughput threshold (Gavel's default 1.5).
     faithful_type_choice : bool, default False
         ``fifo`` only: reproduce Gavel's worker-type choice (module docstring).
+    faithful_bisection : bool, default False
+        ``min_total_duration*`` only: Gavel's bisection over feasibility LPs, which
+        stops within 5% (``min_makespan``'s ``method="bisection"``), instead of the exact LP.
     """
 
     def __init__(self, policy_name: str, solver: str | None = None, seed: int | None = None,
                  priority_reweighting_policies: Mapping[Hashable, str] | None = None, *,
                  alpha: float | None = None, packing_threshold: float | None = None,
-                 faithful_type_choice: bool = False):
+                 faithful_type_choice: bool = False, faithful_bisection: bool = False):
         if policy_name not in POLICY_NAMES:
             raise UnknownPolicyError(f"unknown Gavel policy {policy_name!r}; allocopt implements "
                                      f"{', '.join(sorted(POLICY_NAMES))}")
@@ -220,6 +224,10 @@ class GavelPolicy:
         if faithful_type_choice and policy_name != "fifo":
             raise TypeError(f"faithful_type_choice only applies to fifo, not {policy_name!r}")
         self._faithful_type_choice = faithful_type_choice
+        if faithful_bisection:
+            if self._policy != "min_makespan":
+                raise TypeError(f"faithful_bisection only applies to min_total_duration*, not {policy_name!r}")
+            self._options["method"] = "bisection"
         self._backend, self._solver_options = _backend_for(solver)
         if self._backend == "cvxpy" and self._policy == "finish_time_fairness":
             self._options.setdefault("method", "conic")  # one conic program, as Gavel solves it
@@ -640,6 +648,8 @@ def _gavel_class(class_name: str, policy_name: str, params: str) -> type:
             GavelPolicy.__init__(self, {"base": "fifo", "perf": "fifo_perf", "packing": "fifo_packed"}[mode],
                                  seed=seed, faithful_type_choice=faithful_type_choice,
                                  packing_threshold=packing_threshold if mode == "packing" else None)),
+        "duration": lambda self, solver=None, faithful_bisection=False: GavelPolicy.__init__(
+            self, policy_name, solver, faithful_bisection=faithful_bisection),
         "fifo_perf": lambda self, packing=False: GavelPolicy.__init__(self, policy_name),
         "fifo_packing": lambda self, packing_threshold=1.5: GavelPolicy.__init__(
             self, policy_name, packing_threshold=packing_threshold),
@@ -678,8 +688,8 @@ GAVEL_CLASSES: dict[str, tuple[str, str, str]] = {  # class -> (Gavel module, po
                                                   "max_sum_throughput_normalized_by_cost_perf_SLOs", "solver"),
     "ThroughputNormalizedByCostSumWithPackingSLOs": ("max_sum_throughput",
                                                      "max_sum_throughput_normalized_by_cost_packed_SLOs", "solver"),
-    "MinTotalDurationPolicy": ("min_total_duration", "min_total_duration", "solver"),
-    "MinTotalDurationPolicyWithPerf": ("min_total_duration", "min_total_duration_perf", "solver"),
-    "MinTotalDurationPolicyWithPacking": ("min_total_duration", "min_total_duration_packed", "solver"),
+    "MinTotalDurationPolicy": ("min_total_duration", "min_total_duration", "duration"),
+    "MinTotalDurationPolicyWithPerf": ("min_total_duration", "min_total_duration_perf", "duration"),
+    "MinTotalDurationPolicyWithPacking": ("min_total_duration", "min_total_duration_packed", "duration"),
 }
 globals().update({name: _gavel_class(name, policy, params) for name, (_, policy, params) in GAVEL_CLASSES.items()})
