@@ -93,8 +93,19 @@ GAVEL = {
 
 # Gavel's 'min_total_duration' is its heterogeneity-aware MinTotalDuration_Perf
 ALLOCOPT_NAME = {"min_total_duration": "min_total_duration_perf"}
+
+
+def interior_point_solver() -> str:
+    """ECOS (Gavel's) when cvxpy has it, else CLARABEL (another interior-point solver)."""
+    try:
+        import cvxpy
+    except ImportError:
+        return "CLARABEL"
+    return "ECOS" if "ECOS" in cvxpy.installed_solvers() else "CLARABEL"
+
+
 # allocopt settings mirroring each Gavel solver
-SOLVERS = {"ECOS": {"backend": "cvxpy", "policy_options": {"solver_options": {"solver": "CLARABEL"}}},
+SOLVERS = {"ECOS": {"backend": "cvxpy", "policy_options": {"solver_options": {"solver": interior_point_solver()}}},
            "HIGHS": {"backend": "highs"}}
 
 
@@ -132,7 +143,7 @@ def main() -> int:
         ok = abs(d_jct) <= args.threshold and abs(d_makespan) <= args.threshold
         within += ok
         total += 1
-        label = f"{solver}/{'CLARABEL' if solver == 'ECOS' else 'HiGHS'}"
+        label = f"{solver}/{interior_point_solver() if solver == 'ECOS' else 'HiGHS'}"
         print(f"{trace:20s} {policy:26s} {spec:7s} {label:11s} {g_jct:10.0f} {jct:10.0f} {d_jct:+7.1%} "
               f"{g_makespan:11.0f} {makespan:10.0f} {d_makespan:+7.1%}  {'OK  ' if ok else 'DIFF'}     {wall:.1f}s")
         sys.stdout.flush()

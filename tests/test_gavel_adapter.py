@@ -434,3 +434,16 @@ def test_min_total_duration_faithful_bisection():
     assert makespan(searched) <= 1.05 * makespan(exact)
     with pytest.raises(TypeError, match="faithful_bisection only applies"):
         gavel.GavelPolicy("max_min_fairness_perf", faithful_bisection=True)
+
+
+def test_fifo_never_over_commits_unless_faithful():
+    """Gavel's base FIFO gives a completed job's GPUs to the queue's head before subtracting the GPUs of
+    running jobs with higher ids (job 2 then gets all 4 P100s while job 1 keeps 2); the adapter waits."""
+    spec, scale = {"p100": 4}, {0: 2, 1: 2, 2: 4}
+    tput = {job: {"p100": 1.0} for job in scale}
+    for faithful, expected in ((False, {1: 1.0, 2: 0.0}), (True, {1: 1.0, 2: 1.0})):
+        policy = gavel.FIFOPolicy(faithful_type_choice=faithful)
+        first = policy.get_allocation(tput, scale, spec)
+        assert [first[job]["p100"] for job in (0, 1, 2)] == [1.0, 1.0, 0.0]
+        second = policy.get_allocation({job: tput[job] for job in (1, 2)}, scale, spec)
+        assert {job: second[job]["p100"] for job in (1, 2)} == expected

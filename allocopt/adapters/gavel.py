@@ -64,7 +64,10 @@ Differences from Gavel, by design (allocopt's documented semantics)
   last available type in name order (a bug: the variable it draws is never
   read); the adapter assigns a type drawn at random among those with room,
   seeded from ``seed``. Pass ``FIFOPolicy(faithful_type_choice=True)`` for
-  Gavel's behaviour.
+  Gavel's behaviour. Gavel also hands a completed job's GPUs to the queue's head
+  before subtracting the GPUs of running jobs with higher ids, so it can assign
+  more GPUs of a type than exist (an over-commit); the adapter subtracts every
+  running job first, except with ``faithful_type_choice=True``.
 * ``*_SLOs``: when SLOs cannot all be met the policy minimizes the total
   deadline shortfall (with a warning) instead of silently dropping every SLO.
 * ``min_total_duration*`` is one exact LP instead of a bisection that stops
@@ -428,11 +431,19 @@ class GavelPolicy:
         spec, scale = values["cluster_spec"], values["scale_factors"]
         free = {t: int(spec[t]) for t in spec}
         queue = [job for job in throughputs if job not in self._assignments]
-        for job in _sorted(self._assignments):
-            worker_type = self._assignments.pop(job)
+        previous = _sorted(self._assignments)
+        if not self._faithful_type_choice:  # the GPUs of every running job first: none is handed out twice
+            for job in previous:
+                if job in throughputs:
+                    free[previous[job]] -= scale[job]
+        # Gavel's order: running jobs' GPUs subtracted as they come in id order, so a completed job's GPUs
+        # may go to the queue's head while a later running job still holds them (Gavel over-commits)
+        for job, worker_type in previous.items():
+            del self._assignments[job]
             if job in throughputs:
                 self._assignments[job] = worker_type
-                free[worker_type] -= scale[job]
+                if self._faithful_type_choice:
+                    free[worker_type] -= scale[job]
             elif queue and scale[queue[0]] <= free[worker_type] and throughputs[queue[0]][worker_type] > 0:
                 head = queue.pop(0)  # the completed job's GPUs go to the head of the queue
                 self._assignments[head] = worker_type
