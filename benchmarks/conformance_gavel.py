@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                         results[f"adapter {solver}"] = run_simulation(scheduler_dir, trace, policy, cluster, solver,
                                                                       shim, args.timeout, args.round_allocations)
                     base = results["Gavel"]
-                    cells = " ".join(f"{_cell(results[f'adapter {solver}'], 'average_jct_s', max(15, len(solver) + 8))} "
-                                     f"{_ratio(results[f'adapter {solver}'], base)}" for solver in args.adapter_solvers)
+                    cells = " ".join(f"{_cell(results[f'adapter {s}'], 'average_jct_s', max(15, len(s) + 8))} "
+                                     f"{_ratio(results[f'adapter {s}'], base)}" for s in args.adapter_solvers)
                     print(f"{trace:<20} {policy:<26} {cluster:<7} {_cell(base, 'average_jct_s', 16)} "
                           f"{_cell(base, 'makespan_s', 11)} {cells}   ({time.perf_counter() - t0:.0f} s)", flush=True)
                     for label, result in results.items():
