@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from allocopt.cluster import Cluster
+from allocopt.formulations.makespan import isolated_throughputs, policy_throughputs
 from allocopt.mechanism.workload import Workload
 from allocopt.problem import PairThroughputs, Problem
 from allocopt.throughput.table import ThroughputTable
@@ -78,8 +79,6 @@ class SimulationState:
         return self.isolated_time[rows]
 
     def _remember_isolated_rates(self, problem: Problem, rows: np.ndarray, options: Mapping[str, Any]) -> None:
-        from allocopt.formulations.makespan import isolated_throughputs, policy_throughputs
-
         planned = policy_throughputs(problem, problem.num_steps_remaining > 0,
                                      heterogeneity_aware=options.get("heterogeneity_aware", True),
                                      reference_gpu_type=options.get("reference_gpu_type"),
