@@ -47,10 +47,10 @@ sys.path.insert(0, str(ROOT))
 
 from allocopt.adapters.gavel import GAVEL_CLASSES  # noqa: E402
 
-DEFAULT_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
-                    "finish_time_fairness", "finish_time_fairness_perf", "min_total_duration_perf",
-                    "min_total_duration_perf/gavel", "max_sum_throughput_perf", "fifo", "fifo/gavel", "fifo_perf",
-                    "gandiva", "allox", "isolated")
+DEFAULT_POLICIES = ("max_min_fairness", "max_min_fairness/gavel", "max_min_fairness_perf", "max_min_fairness_packed",
+                    "finish_time_fairness", "finish_time_fairness/gavel", "finish_time_fairness_perf",
+                    "min_total_duration_perf", "min_total_duration_perf/gavel", "max_sum_throughput_perf", "fifo",
+                    "fifo/gavel", "fifo_perf", "gandiva", "allox", "isolated")
 DEFAULT_TRACES = ("artifact_evaluation",)
 
 SIMULATE = """
@@ -109,6 +109,22 @@ if os.environ.get("GAVEL_FAITHFUL"):
     class MinTotalDurationPolicyWithPerf(_MinTotalDurationPolicyWithPerf):
         def __init__(self, solver=None):
             super().__init__(solver, faithful_bisection=True)
+""", "finish_time_fairness": """
+import os
+if os.environ.get("GAVEL_FAITHFUL"):
+    _FinishTimeFairnessPolicy = FinishTimeFairnessPolicy
+
+    class FinishTimeFairnessPolicy(_FinishTimeFairnessPolicy):
+        def __init__(self, solver=None):
+            super().__init__(solver, faithful_agnostic=True)
+""", "max_min_fairness": """
+import os
+if os.environ.get("GAVEL_FAITHFUL"):
+    _MaxMinFairnessPolicy = MaxMinFairnessPolicy
+
+    class MaxMinFairnessPolicy(_MaxMinFairnessPolicy):
+        def __init__(self, solver=None):
+            super().__init__(solver, faithful_agnostic=True)
 """}
 
 
@@ -156,7 +172,8 @@ def run_policy_tests(scheduler_dir: Path, shim: Path | None, timeout_s: float) -
 def run_simulation(scheduler_dir: Path, trace: str, policy: str, cluster: str, solver: str,
                    shim: Path | None, timeout_s: float, digits: int | None = None) -> dict:
     """One simulation; ``POLICY/gavel`` is ``POLICY`` with the adapter's flag for Gavel's behaviour
-    (``fifo/gavel``: ``faithful_type_choice``; ``min_total_duration_perf/gavel``: ``faithful_bisection``);
+    (``fifo/gavel``: ``faithful_type_choice``; ``min_total_duration_perf/gavel``: ``faithful_bisection``;
+    ``max_min_fairness/gavel``, ``finish_time_fairness/gavel``: ``faithful_agnostic``);
     ``digits``: the policy's allocations rounded to that many decimals before Gavel's mechanism reads them."""
     env = environment(shim)
     if policy.endswith("/gavel"):

@@ -447,3 +447,22 @@ def test_fifo_never_over_commits_unless_faithful():
         assert [first[job]["p100"] for job in (0, 1, 2)] == [1.0, 1.0, 0.0]
         second = policy.get_allocation({job: tput[job] for job in (1, 2)}, scale, spec)
         assert {job: second[job]["p100"] for job in (1, 2)} == expected
+
+
+def test_agnostic_policies_plan_zero_throughput_types_only_when_faithful():
+    """Gavel's agnostic policies plan every type at the V100 speed, also where the job cannot run
+    (throughput 0); allocopt's never give time there; faithful_agnostic=True does as Gavel."""
+    # jobs 0 and 2 cannot run on the K80: allocopt shares the V100 between them (level 1/2); Gavel's
+    # agnostic LP sees two GPUs for three jobs (level 2/3) and gives jobs 0 and 2 K80 time
+    tput = {0: {"v100": 10.0, "k80": 0.0}, 1: {"v100": 10.0, "k80": 5.0}, 2: {"v100": 8.0, "k80": 0.0}}
+    ones, spec = {0: 1, 1: 1, 2: 1}, {"v100": 1, "k80": 1}
+    steps, started = {0: 1000.0, 1: 1000.0, 2: 1000.0}, {0: 0.0, 1: 0.0, 2: 0.0}
+    for name, args in (("MaxMinFairnessPolicy", (tput, ones, ones, spec)),
+                       ("FinishTimeFairnessPolicy", (tput, ones, ones, started, steps, spec))):
+        ours = getattr(gavel, name)("highs").get_allocation(*args)
+        assert ours[0]["k80"] == pytest.approx(0.0, abs=1e-7) and ours[2]["k80"] == pytest.approx(0.0, abs=1e-7)
+        faithful = getattr(gavel, name)("highs", faithful_agnostic=True).get_allocation(*args)
+        assert faithful[0]["k80"] + faithful[2]["k80"] > 0.3
+        assert sum(faithful[j]["v100"] + faithful[j]["k80"] for j in tput) == pytest.approx(2.0, abs=1e-6)
+    with pytest.raises(TypeError, match="faithful_agnostic only applies"):
+        gavel.GavelPolicy("max_min_fairness_perf", faithful_agnostic=True)

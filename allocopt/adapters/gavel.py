@@ -59,7 +59,10 @@ State kept between calls, as Gavel's policies keep it
 Differences from Gavel, by design (allocopt's documented semantics)
 -------------------------------------------------------------------
 * Jobs never get time on a GPU type where their throughput is 0 (Gavel's
-  isolated and Gandiva shares and its agnostic policies may give it).
+  isolated and Gandiva shares and its agnostic policies may give it; its
+  mechanism then never runs the job there). ``faithful_agnostic=True`` plans
+  the agnostic policies (``max_min_fairness``, ``finish_time_fairness``,
+  ``min_total_duration``) as Gavel's do, on every type at the V100 speed.
 * ``fifo``: Gavel's base mode draws a random worker type but then uses the
   last available type in name order (a bug: the variable it draws is never
   read); the adapter assigns a type drawn at random among those with room,
@@ -195,6 +198,10 @@ class GavelPolicy:
         ``fifo_packed``'s normalized-throughput threshold (Gavel's default 1.5).
     faithful_type_choice : bool, default False
         ``fifo`` only: reproduce Gavel's worker-type choice (module docstring).
+    faithful_agnostic : bool, default False
+        Heterogeneity-agnostic policies only: like Gavel's, plan on every GPU type of the
+        cluster, including types where the job's throughput is 0 (planned at its V100
+        speed; Gavel's mechanism then never runs it there, so that time is lost).
     faithful_bisection : bool, default False
         ``min_total_duration*`` only: Gavel's bisection over feasibility LPs, which
         stops within 5% (``min_makespan``'s ``method="bisection"``), instead of the exact LP.
@@ -203,7 +210,8 @@ class GavelPolicy:
     def __init__(self, policy_name: str, solver: str | None = None, seed: int | None = None,
                  priority_reweighting_policies: Mapping[Hashable, str] | None = None, *,
                  alpha: float | None = None, packing_threshold: float | None = None,
-                 faithful_type_choice: bool = False, faithful_bisection: bool = False):
+                 faithful_type_choice: bool = False, faithful_bisection: bool = False,
+                 faithful_agnostic: bool = False):
         if policy_name not in POLICY_NAMES:
             raise UnknownPolicyError(f"unknown Gavel policy {policy_name!r}; allocopt implements "
                                      f"{', '.join(sorted(POLICY_NAMES))}")
@@ -227,6 +235,10 @@ class GavelPolicy:
         if faithful_type_choice and policy_name != "fifo":
             raise TypeError(f"faithful_type_choice only applies to fifo, not {policy_name!r}")
         self._faithful_type_choice = faithful_type_choice
+        if faithful_agnostic and self._options.get("heterogeneity_aware", True):
+            raise TypeError(f"faithful_agnostic only applies to the heterogeneity-agnostic policies, not "
+                            f"{policy_name!r}")
+        self._faithful_agnostic = faithful_agnostic
         if faithful_bisection:
             if self._policy != "min_makespan":
                 raise TypeError(f"faithful_bisection only applies to min_total_duration*, not {policy_name!r}")
@@ -272,6 +284,9 @@ class GavelPolicy:
         if self._policy == "gandiva":
             return self._gandiva(_sorted(throughputs), pairs, pair_keys, values)
         throughputs = _sorted(throughputs)  # Gavel orders jobs by id (fifo inside entities takes the lowest first)
+        if self._faithful_agnostic:  # Gavel plans every type at the V100 speed, 0 steps/s included
+            throughputs = {job: {t: v if v > 0 else (row.get("v100", 0.0) or 1.0) for t, v in row.items()}
+                           for job, row in throughputs.items()}
         cluster = _cluster(values["cluster_spec"])
         slos = values.get("SLOs") or None
         steps = _current(values.get("num_steps_remaining"), throughputs)
@@ -661,6 +676,8 @@ def _gavel_class(class_name: str, policy_name: str, params: str) -> type:
                                  packing_threshold=packing_threshold if mode == "packing" else None)),
         "duration": lambda self, solver=None, faithful_bisection=False: GavelPolicy.__init__(
             self, policy_name, solver, faithful_bisection=faithful_bisection),
+        "agnostic": lambda self, solver=None, faithful_agnostic=False: GavelPolicy.__init__(
+            self, policy_name, solver, faithful_agnostic=faithful_agnostic),
         "fifo_perf": lambda self, packing=False: GavelPolicy.__init__(self, policy_name),
         "fifo_packing": lambda self, packing_threshold=1.5: GavelPolicy.__init__(
             self, policy_name, packing_threshold=packing_threshold),
@@ -678,12 +695,12 @@ GAVEL_CLASSES: dict[str, tuple[str, str, str]] = {  # class -> (Gavel module, po
     "FIFOPolicy": ("fifo", "fifo", "fifo"),
     "FIFOPolicyWithPerf": ("fifo", "fifo_perf", "fifo_perf"),
     "FIFOPolicyWithPacking": ("fifo", "fifo_packed", "fifo_packing"),
-    "FinishTimeFairnessPolicy": ("finish_time_fairness", "finish_time_fairness", "solver"),
+    "FinishTimeFairnessPolicy": ("finish_time_fairness", "finish_time_fairness", "agnostic"),
     "FinishTimeFairnessPolicyWithPerf": ("finish_time_fairness", "finish_time_fairness_perf", "solver"),
     "FinishTimeFairnessPolicyWithPacking": ("finish_time_fairness", "finish_time_fairness_packed", "solver"),
     "GandivaPolicy": ("gandiva", "gandiva", "seed"),
     "IsolatedPolicy": ("isolated", "isolated", "none"),
-    "MaxMinFairnessPolicy": ("max_min_fairness", "max_min_fairness", "solver"),
+    "MaxMinFairnessPolicy": ("max_min_fairness", "max_min_fairness", "agnostic"),
     "MaxMinFairnessPolicyWithPerf": ("max_min_fairness", "max_min_fairness_perf", "solver"),
     "MaxMinFairnessPolicyWithPacking": ("max_min_fairness", "max_min_fairness_packed", "solver"),
     "MaxMinFairnessWaterFillingPolicy": ("max_min_fairness_water_filling", "max_min_fairness_water_filling",
