@@ -18,9 +18,14 @@ tests import allocopt where they imported Gavel's policies.
    the adapter (pass/total).
 2. Gavel's simulator (``scripts/drivers/simulate_scheduler_with_trace.py``'s
    ``main``) on physical-cluster traces: each policy with Gavel's own code
-   (ECOS), the adapter with ECOS (through allocopt's cvxpy backend) and the
-   adapter with HiGHS (allocopt's default). Prints average JCT and makespan
-   and their ratio to Gavel's.
+   (ECOS), the adapter with ECOS (through allocopt's cvxpy backend), with
+   HiGHS (allocopt's default, dual simplex: an optimal vertex) and with
+   ``highs-ipm`` (HiGHS's interior point without crossover: a point inside the
+   optimal face, as ECOS returns). Prints average JCT and makespan and their
+   ratio to Gavel's. ``--round-allocations 6`` rounds every policy's answer
+   (Gavel's too) before Gavel's mechanism reads it: where a policy gives jobs
+   equal shares, the mechanism orders them by the solver's last digits, and the
+   rounded runs show which differences are that noise.
 
 Each run is a subprocess with a time limit; the table says which ran out.
 """
@@ -42,9 +47,10 @@ sys.path.insert(0, str(ROOT))
 
 from allocopt.adapters.gavel import GAVEL_CLASSES  # noqa: E402
 
-DEFAULT_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "max_min_fairness_packed",
-                    "finish_time_fairness", "finish_time_fairness_perf", "min_total_duration_perf",
-                    "max_sum_throughput_perf", "fifo", "fifo/gavel", "fifo_perf", "gandiva", "allox", "isolated")
+DEFAULT_POLICIES = ("max_min_fairness", "max_min_fairness/gavel", "max_min_fairness_perf", "max_min_fairness_packed",
+                    "finish_time_fairness", "finish_time_fairness/gavel", "finish_time_fairness_perf",
+                    "min_total_duration_perf", "min_total_duration_perf/gavel", "max_sum_throughput_perf", "fifo",
+                    "fifo/gavel", "fifo_perf", "gandiva", "allox", "isolated")
 DEFAULT_TRACES = ("artifact_evaluation",)
 
 SIMULATE = """
@@ -62,6 +68,19 @@ def get_average_jct(self, *args, **kwargs):
     results['makespan_s'] = self.get_current_timestamp()
     return value
 scheduler.Scheduler.get_average_jct = get_average_jct
+if {digits!r} is not None:  # every policy's allocation rounded to `digits` decimals (Gavel's and the adapter's)
+    _get_policy = utils.get_policy
+    def get_policy(*a, **k):
+        policy = _get_policy(*a, **k)
+        allocate = policy.get_allocation
+        def get_allocation(*args, **kwargs):
+            allocation = allocate(*args, **kwargs)
+            if allocation is None:
+                return None
+            return {{job: {{t: round(v, {digits!r}) for t, v in row.items()}} for job, row in allocation.items()}}
+        policy.get_allocation = get_allocation
+        return policy
+    utils.get_policy = get_policy
 args = types.SimpleNamespace(trace_file={trace!r}, policy={policy!r}, throughputs_file={throughputs!r},
                              cluster_spec={cluster!r}, num_gpus_per_server='1:1:1', seed=0, solver={solver!r},
                              debug=False, checkpoint_threshold=None, checkpoint_file=None,
@@ -73,15 +92,40 @@ print('CONFORMANCE ' + json.dumps(results))
 """
 
 
-FAITHFUL_FIFO = """
+# POLICY/gavel: the adapter's flag for Gavel's own behaviour where allocopt differs on purpose
+FAITHFUL = {"fifo": """
 import os
-if os.environ.get("FIFO_TYPE_CHOICE") == "gavel":
+if os.environ.get("GAVEL_FAITHFUL"):
     _FIFOPolicy = FIFOPolicy
 
     class FIFOPolicy(_FIFOPolicy):
         def __init__(self, mode="base", seed=None, packing_threshold=1.5):
             super().__init__(mode, seed, packing_threshold, faithful_type_choice=True)
-"""
+""", "min_total_duration": """
+import os
+if os.environ.get("GAVEL_FAITHFUL"):
+    _MinTotalDurationPolicyWithPerf = MinTotalDurationPolicyWithPerf
+
+    class MinTotalDurationPolicyWithPerf(_MinTotalDurationPolicyWithPerf):
+        def __init__(self, solver=None):
+            super().__init__(solver, faithful_bisection=True)
+""", "finish_time_fairness": """
+import os
+if os.environ.get("GAVEL_FAITHFUL"):
+    _FinishTimeFairnessPolicy = FinishTimeFairnessPolicy
+
+    class FinishTimeFairnessPolicy(_FinishTimeFairnessPolicy):
+        def __init__(self, solver=None):
+            super().__init__(solver, faithful_agnostic=True)
+""", "max_min_fairness": """
+import os
+if os.environ.get("GAVEL_FAITHFUL"):
+    _MaxMinFairnessPolicy = MaxMinFairnessPolicy
+
+    class MaxMinFairnessPolicy(_MaxMinFairnessPolicy):
+        def __init__(self, solver=None):
+            super().__init__(solver, faithful_agnostic=True)
+"""}
 
 
 def write_shim(directory: Path) -> Path:
@@ -95,8 +139,9 @@ def write_shim(directory: Path) -> Path:
     for module, classes in modules.items():
         (package / f"{module}.py").write_text(
             f"from allocopt.adapters.gavel import {', '.join(sorted(classes))}  # noqa: F401\n")
-    with open(package / "fifo.py", "a") as f:  # FIFO_TYPE_CHOICE=gavel: Gavel's base-mode type choice
-        f.write(FAITHFUL_FIFO)
+    for module, code in FAITHFUL.items():  # GAVEL_FAITHFUL=1: Gavel's behaviour where allocopt differs
+        with open(package / f"{module}.py", "a") as f:
+            f.write(code)
     return directory
 
 
@@ -125,15 +170,19 @@ def run_policy_tests(scheduler_dir: Path, shim: Path | None, timeout_s: float) -
 
 
 def run_simulation(scheduler_dir: Path, trace: str, policy: str, cluster: str, solver: str,
-                   shim: Path | None, timeout_s: float) -> dict:
-    """One simulation; ``fifo/gavel`` is Gavel's ``fifo`` with the adapter's ``faithful_type_choice``."""
+                   shim: Path | None, timeout_s: float, digits: int | None = None) -> dict:
+    """One simulation; ``POLICY/gavel`` is ``POLICY`` with the adapter's flag for Gavel's behaviour
+    (``fifo/gavel``: ``faithful_type_choice``; ``min_total_duration_perf/gavel``: ``faithful_bisection``;
+    ``max_min_fairness/gavel``, ``finish_time_fairness/gavel``: ``faithful_agnostic``);
+    ``digits``: the policy's allocations rounded to that many decimals before Gavel's mechanism reads them."""
     env = environment(shim)
-    if policy == "fifo/gavel":
-        policy, env["FIFO_TYPE_CHOICE"] = "fifo", "gavel"
+    if policy.endswith("/gavel"):
+        policy, env["GAVEL_FAITHFUL"] = policy.removesuffix("/gavel"), "1"
     code = SIMULATE.format(drivers=str(scheduler_dir / "scripts" / "drivers"),
                            trace=str(scheduler_dir / "traces" / "physical_cluster" / f"{trace}.trace"),
                            throughputs=str(scheduler_dir / "simulation_throughputs.json"),
-                           policy=policy, cluster=cluster, solver=solver, shim=str(shim) if shim else "")
+                           policy=policy, cluster=cluster, solver=solver, shim=str(shim) if shim else "",
+                           digits=digits)
     try:
         proc = subprocess.run([sys.executable, "-c", code], cwd=scheduler_dir, env=env,
                               capture_output=True, text=True, timeout=timeout_s)
@@ -156,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="physical-cluster traces (names without .trace)")
     parser.add_argument("--policies", nargs="*", default=list(DEFAULT_POLICIES))
     parser.add_argument("--clusters", nargs="*", default=["2:2:2"], help="v100:p100:k80 GPU counts")
+    parser.add_argument("--adapter-solvers", nargs="*", default=["ECOS", "highs", "highs-ipm"],
+                        help="the adapter's solver per column (Gavel's solver argument: a cvxpy solver name, "
+                             "an allocopt backend, or highs-ipm)")
+    parser.add_argument("--round-allocations", type=int, default=None, metavar="DIGITS",
+                        help="round every allocation (Gavel's and the adapter's) to DIGITS decimals before "
+                             "Gavel's mechanism reads it: shows which differences are solver noise")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument("--skip-simulations", action="store_true")
@@ -172,23 +227,28 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {label:<18} {passed}/{total} passed" + (f"  (failing: {failed})" if failed else ""))
         if args.skip_simulations:
             return 0
-        print("\nGavel's simulator (seed 0, 360 s rounds, 1 GPU per server); ratio = adapter / Gavel")
+        rounding = f", allocations rounded to {args.round_allocations} decimals" if args.round_allocations else ""
+        print(f"\nGavel's simulator (seed 0, 360 s rounds, 1 GPU per server{rounding}); ratio = adapter / Gavel")
         header = (f"{'trace':<20} {'policy':<26} {'cluster':<7} {'Gavel ECOS JCT s':>16} {'makespan s':>11} "
-                  f"{'adapter ECOS':>13} {'ratio':>7} {'adapter HiGHS':>14} {'ratio':>7}")
+                  + " ".join(f"{'adapter ' + solver:>{max(15, len(solver) + 8)}} {'ratio':>7}"
+                             for solver in args.adapter_solvers))
         print(header)
         print("-" * len(header))
         for trace in args.traces:
             for cluster in args.clusters:
                 for policy in args.policies:
                     t0 = time.perf_counter()
-                    base = run_simulation(scheduler_dir, trace, policy, cluster, "ECOS", None, args.timeout)
-                    ecos = run_simulation(scheduler_dir, trace, policy, cluster, "ECOS", shim, args.timeout)
-                    highs = run_simulation(scheduler_dir, trace, policy, cluster, "highs", shim, args.timeout)
+                    results = {"Gavel": run_simulation(scheduler_dir, trace, policy, cluster, "ECOS", None,
+                                                       args.timeout, args.round_allocations)}
+                    for solver in args.adapter_solvers:
+                        results[f"adapter {solver}"] = run_simulation(scheduler_dir, trace, policy, cluster, solver,
+                                                                      shim, args.timeout, args.round_allocations)
+                    base = results["Gavel"]
+                    cells = " ".join(f"{_cell(results[f'adapter {s}'], 'average_jct_s', max(15, len(s) + 8))} "
+                                     f"{_ratio(results[f'adapter {s}'], base)}" for s in args.adapter_solvers)
                     print(f"{trace:<20} {policy:<26} {cluster:<7} {_cell(base, 'average_jct_s', 16)} "
-                          f"{_cell(base, 'makespan_s', 11)} {_cell(ecos, 'average_jct_s', 13)} "
-                          f"{_ratio(ecos, base)} {_cell(highs, 'average_jct_s', 14)} {_ratio(highs, base)}"
-                          f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
-                    for label, result in (("Gavel", base), ("adapter ECOS", ecos), ("adapter HiGHS", highs)):
+                          f"{_cell(base, 'makespan_s', 11)} {cells}   ({time.perf_counter() - t0:.0f} s)", flush=True)
+                    for label, result in results.items():
                         if "error" in result:
                             print(f"    {label}: {result['error']}")
     return 0

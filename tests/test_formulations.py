@@ -188,3 +188,17 @@ def test_a_failed_solve_raises_solver_error_with_its_status():
     with pytest.raises(SolverError, match="the model: HiGHS failed Try another backend") as info:
         ModelSolver("highs", SolveOptions()).check(failed)
     assert info.value.status is Status.ERROR and info.value.solution is failed
+
+
+def test_objective_unit_rescales_only_data_far_from_one():
+    """Coefficients within 1e-3..1e3 reach the solver as written (an interior-point solver then
+    returns the point of the same model written directly); far from 1 they are rescaled, so a
+    throughput of 1e-8 steps/s still decides the optimum (HiGHS's tolerances are near 1e-7)."""
+    from allocopt.formulations.base import objective_unit
+
+    assert objective_unit(700.0) == 1.0 and objective_unit(2e-3) == 1.0
+    assert objective_unit(1e-8) == 1e-8 and objective_unit(5e4) == 5e4
+    assert objective_unit(0.0) == 1.0 and objective_unit(float("nan")) == 1.0
+    tiny = Problem(np.array([[1e-8, 2e-8], [3e-8, 1e-8]]), Cluster({"a": 1, "b": 1}))
+    assert allocopt.solve(tiny, "max_throughput").matrix == pytest.approx(np.array([[0.0, 1.0], [1.0, 0.0]]),
+                                                                          abs=1e-6)

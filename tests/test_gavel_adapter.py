@@ -371,3 +371,98 @@ def test_fifo_head_that_fits_nowhere_blocks_the_queue_and_packed_without_pairs()
     assert sum(second[2].values()) == 0 and sum(second[3].values()) == 0  # job 3 would fit but may not jump ahead
     alone = gavel.get_policy("max_min_fairness_packed").get_allocation({0: row}, {0: 1}, {0: 1}, spec)
     assert sum(alone[0].values()) == pytest.approx(1.0)
+
+
+# Four jobs whose V100 and P100 throughputs differ by the same 2 steps/s: every split of the four
+# jobs over the two V100s and two P100s maximizes the total throughput (a degenerate LP).
+_DEGENERATE_TYPES = ["k80", "p100", "v100"]
+_DEGENERATE_SPEC = {"k80": 2, "p100": 2, "v100": 2}
+_DEGENERATE_JOBS = [f"j{i}" for i in range(4)]
+
+
+def _degenerate_throughputs(mult: float = 1.0) -> np.ndarray:
+    return np.array([[1.0 + i, 2.0 + i, 4.0 + i] for i in range(4)]) * mult
+
+
+def _max_sum_throughput(solver: str, T: np.ndarray) -> np.ndarray:
+    tput = {j: dict(zip(_DEGENERATE_TYPES, row)) for j, row in zip(_DEGENERATE_JOBS, T)}
+    alloc = gavel.get_policy("max_sum_throughput_perf", solver=solver).get_allocation(
+        tput, {j: 1 for j in _DEGENERATE_JOBS}, _DEGENERATE_SPEC)
+    return np.array([[alloc[j][t] for t in _DEGENERATE_TYPES] for j in _DEGENERATE_JOBS])
+
+
+def test_highs_ipm_returns_a_point_inside_the_optimal_face():
+    """highs: an optimal vertex (each job on one type); highs-ipm (interior point, no crossover):
+    every job shares the V100s and P100s, as an interior-point solver (Gavel's ECOS) answers."""
+    T = _degenerate_throughputs()
+    vertex, inside = _max_sum_throughput("highs", T), _max_sum_throughput("highs-ipm", T)
+    assert (T * vertex).sum() == pytest.approx((T * inside).sum(), rel=1e-6)
+    assert np.isin(np.round(vertex, 6), (0.0, 1.0)).all()
+    assert (inside[:, 1:] > 0.3).all() and (inside[:, 1:] < 0.7).all()
+    assert inside[:, 0] == pytest.approx(0.0, abs=1e-6)
+    assert gavel.get_policy("max_min_fairness", solver="HIGHS_IPM").get_allocation(
+        THROUGHPUTS, ONES, ONES, SPEC) is not None
+
+
+@pytest.mark.parametrize("mult", [1.0, 100.0])
+def test_interior_point_solver_returns_gavels_point_of_a_degenerate_optimum(mult):
+    """With an interior-point solver the adapter returns the point Gavel's own cvxpy model
+    returns (objective not rescaled while its coefficients are within 1e-3..1e3), so Gavel's
+    simulator driven by the adapter with ECOS reproduces Gavel's run exactly."""
+    cp = pytest.importorskip("cvxpy")
+    T = _degenerate_throughputs(mult)
+    ours = _max_sum_throughput("CLARABEL", T)
+    c = np.array([_DEGENERATE_SPEC[t] for t in _DEGENERATE_TYPES], dtype=float)
+    x = cp.Variable(T.shape)  # Gavel's ThroughputNormalizedByCostSum_PerfSLOs without costs or SLOs
+    cp.Problem(cp.Maximize(cp.sum(cp.sum(cp.multiply(T, x), axis=1))),
+               [x >= 0, cp.sum(x, axis=0) <= c, cp.sum(x, axis=1) <= 1]).solve(solver="CLARABEL")
+    assert np.abs(ours - x.value).max() < 1e-6
+
+
+def test_min_total_duration_faithful_bisection():
+    """faithful_bisection=True: Gavel's search (no better than the exact LP, within 5% of it); the
+    class takes it next to Gavel's ``solver`` argument; other policies reject it."""
+    steps = {"a": 40_000.0, ("b", 1): 12_000.0, 7: 900_000.0}
+    exact = gavel.MinTotalDurationPolicyWithPerf("highs").get_allocation(THROUGHPUTS, ONES, steps, SPEC)
+    searched = gavel.MinTotalDurationPolicyWithPerf("highs", faithful_bisection=True).get_allocation(
+        THROUGHPUTS, ONES, steps, SPEC)
+
+    def makespan(alloc):
+        return max(steps[j] / sum(THROUGHPUTS[j][t] * alloc[j][t] for t in SPEC) for j in steps)
+
+    assert makespan(exact) <= makespan(searched) * (1 + 1e-7)
+    assert makespan(searched) <= 1.05 * makespan(exact)
+    with pytest.raises(TypeError, match="faithful_bisection only applies"):
+        gavel.GavelPolicy("max_min_fairness_perf", faithful_bisection=True)
+
+
+def test_fifo_never_over_commits_unless_faithful():
+    """Gavel's base FIFO gives a completed job's GPUs to the queue's head before subtracting the GPUs of
+    running jobs with higher ids (job 2 then gets all 4 P100s while job 1 keeps 2); the adapter waits."""
+    spec, scale = {"p100": 4}, {0: 2, 1: 2, 2: 4}
+    tput = {job: {"p100": 1.0} for job in scale}
+    for faithful, expected in ((False, {1: 1.0, 2: 0.0}), (True, {1: 1.0, 2: 1.0})):
+        policy = gavel.FIFOPolicy(faithful_type_choice=faithful)
+        first = policy.get_allocation(tput, scale, spec)
+        assert [first[job]["p100"] for job in (0, 1, 2)] == [1.0, 1.0, 0.0]
+        second = policy.get_allocation({job: tput[job] for job in (1, 2)}, scale, spec)
+        assert {job: second[job]["p100"] for job in (1, 2)} == expected
+
+
+def test_agnostic_policies_plan_zero_throughput_types_only_when_faithful():
+    """Gavel's agnostic policies plan every type at the V100 speed, also where the job cannot run
+    (throughput 0); allocopt's never give time there; faithful_agnostic=True does as Gavel."""
+    # jobs 0 and 2 cannot run on the K80: allocopt shares the V100 between them (level 1/2); Gavel's
+    # agnostic LP sees two GPUs for three jobs (level 2/3) and gives jobs 0 and 2 K80 time
+    tput = {0: {"v100": 10.0, "k80": 0.0}, 1: {"v100": 10.0, "k80": 5.0}, 2: {"v100": 8.0, "k80": 0.0}}
+    ones, spec = {0: 1, 1: 1, 2: 1}, {"v100": 1, "k80": 1}
+    steps, started = {0: 1000.0, 1: 1000.0, 2: 1000.0}, {0: 0.0, 1: 0.0, 2: 0.0}
+    for name, args in (("MaxMinFairnessPolicy", (tput, ones, ones, spec)),
+                       ("FinishTimeFairnessPolicy", (tput, ones, ones, started, steps, spec))):
+        ours = getattr(gavel, name)("highs").get_allocation(*args)
+        assert ours[0]["k80"] == pytest.approx(0.0, abs=1e-7) and ours[2]["k80"] == pytest.approx(0.0, abs=1e-7)
+        faithful = getattr(gavel, name)("highs", faithful_agnostic=True).get_allocation(*args)
+        assert faithful[0]["k80"] + faithful[2]["k80"] > 0.3
+        assert sum(faithful[j]["v100"] + faithful[j]["k80"] for j in tput) == pytest.approx(2.0, abs=1e-6)
+    with pytest.raises(TypeError, match="faithful_agnostic only applies"):
+        gavel.GavelPolicy("max_min_fairness_perf", faithful_agnostic=True)

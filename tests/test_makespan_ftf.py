@@ -285,3 +285,36 @@ def test_ftf_finished_jobs_and_method_errors():
     with pytest.raises(InvalidOptionError, match=r"method must be one of bisection, conic, got 'newton'"):
         allocopt.solve(problem, "finish_time_fairness", method="newton")
     assert done.status is Status.OPTIMAL
+
+
+def gavel_search(exact: float) -> float:
+    """The last feasible makespan of Gavel's bisection (100 s .. 1e6 s, widened tenfold, stop at 5%) when
+    exactly the makespans >= ``exact`` are feasible."""
+    high, low, last_high, found = 1e6, 100.0, 1e6, None
+    while found is None:
+        while 1.05 * low < high:
+            mid = (low + high) / 2
+            found, high, low = (mid, mid, low) if mid >= exact else (found, high, mid)
+        high, low, last_high = last_high * 10, last_high, last_high * 10
+    return found
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("scale", [1.0, 1e4])
+def test_makespan_gavel_bisection(seed, scale):
+    """method="bisection": the point of Gavel's last feasible LP, within 5% of the exact makespan;
+    scale 1e4 makes the first bracket (100 s .. 1e6 s) infeasible, so Gavel's widening runs."""
+    problem = random_problem(seed, 6, 3, started=False, finished=False)
+    problem = Problem(problem.throughputs, problem.cluster, scale_factors=problem.scale_factors,
+                      num_steps_remaining=problem.num_steps_remaining * scale)
+    exact = allocopt.solve(problem, "min_makespan").objective
+    found = gavel_search(exact)
+    for backend in ("highs", "scipy"):
+        alloc = allocopt.solve(problem, "min_makespan", method="bisection", backend=backend)
+        assert_feasible(alloc)
+        assert exact * (1 - 1e-7) <= alloc.objective <= found * (1 + 1e-7)
+        assert found <= 1.05 * exact * (1 + 1e-9) or found < 200.0
+        assert alloc.extras["makespan_s"] == alloc.objective
+        assert alloc.timings.num_solves > 5
+    with pytest.raises(InvalidOptionError, match="method must be 'lp'"):
+        allocopt.solve(problem, "min_makespan", method="newton")

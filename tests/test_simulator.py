@@ -119,6 +119,9 @@ def test_policy_names():
     assert resolve_policy("isolated")[0] == "isolated"
     assert resolve_policy("finish_time_fairness_perf")[0] == "finish_time_fairness"
     assert resolve_policy("max_min_fairness_packed") == ("max_min_fairness", {"space_sharing": True}, False)
+    # Gavel shuffles the worker types unless its class name says Perf or Packing (Gandiva_Packing, AlloX_Perf)
+    assert resolve_policy("gavel:gandiva") == ("gandiva", {"space_sharing": True}, False)
+    assert resolve_policy("allox")[2] is False and resolve_policy("gavel:fifo")[2] is True
     with pytest.raises(InvalidOptionError, match="unknown policy"):
         resolve_policy("nope")
 

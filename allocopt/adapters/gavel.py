@@ -32,7 +32,12 @@ through the ``cvxpy`` backend with that solver; ``"GUROBI"`` uses the native
 Gurobi backend. None means HiGHS (Gavel's default is ECOS). With a cvxpy
 solver, finish-time fairness is one conic program (``method="conic"``), as
 Gavel solves it, so ECOS returns Gavel's point of a degenerate optimum; with
-an LP backend it is a bisection over LPs (an optimal vertex).
+an LP backend it is a bisection over LPs. ``"highs-ipm"`` is HiGHS's interior
+point without crossover (``solver_options={"solver": "ipm", "run_crossover":
+"off"}``): where an LP has many optima it returns a point inside the optimal
+face, as ECOS does, where the default dual simplex returns a vertex; Gavel's
+mechanism turns different optima into different JCTs (measured in
+``benchmarks/README.md``).
 
 State kept between calls, as Gavel's policies keep it
 ------------------------------------------------------
@@ -54,16 +59,23 @@ State kept between calls, as Gavel's policies keep it
 Differences from Gavel, by design (allocopt's documented semantics)
 -------------------------------------------------------------------
 * Jobs never get time on a GPU type where their throughput is 0 (Gavel's
-  isolated and Gandiva shares and its agnostic policies may give it).
+  isolated and Gandiva shares and its agnostic policies may give it; its
+  mechanism then never runs the job there). ``faithful_agnostic=True`` plans
+  the agnostic policies (``max_min_fairness``, ``finish_time_fairness``,
+  ``min_total_duration``) as Gavel's do, on every type at the V100 speed.
 * ``fifo``: Gavel's base mode draws a random worker type but then uses the
   last available type in name order (a bug: the variable it draws is never
   read); the adapter assigns a type drawn at random among those with room,
   seeded from ``seed``. Pass ``FIFOPolicy(faithful_type_choice=True)`` for
-  Gavel's behaviour.
+  Gavel's behaviour. Gavel also hands a completed job's GPUs to the queue's head
+  before subtracting the GPUs of running jobs with higher ids, so it can assign
+  more GPUs of a type than exist (an over-commit); the adapter subtracts every
+  running job first, except with ``faithful_type_choice=True``.
 * ``*_SLOs``: when SLOs cannot all be met the policy minimizes the total
   deadline shortfall (with a warning) instead of silently dropping every SLO.
 * ``min_total_duration*`` is one exact LP instead of a bisection that stops
-  within 5%; water-filling detects bottlenecks exactly instead of with a MILP
+  within 5% (``faithful_bisection=True``, or ``MinTotalDurationPolicyWithPerf(solver,
+  faithful_bisection=True)``, runs Gavel's bisection); water-filling detects bottlenecks exactly instead of with a MILP
   and a 1.0001 slack.
 * ``seed=None`` means seed 0 for ``gandiva`` and ``fifo`` (Gavel draws an
   unseeded generator): the adapter is deterministic.
@@ -133,7 +145,7 @@ POLICY_NAMES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "fifo": ("fifo", "unweighted", {}),
     "fifo_perf": ("fifo", "unweighted", {"heterogeneity_aware": True}),
     "fifo_packed": ("fifo", "unweighted", {"heterogeneity_aware": True, **_PACKED}),
-    "gandiva": ("gandiva", "unweighted", {}),
+    "gandiva": ("gandiva", "unweighted", _PACKED),
     "allox": ("allox", "allox", {"alpha": 1.0}),
     "max_min_fairness_water_filling": ("water_filling", "water_filling", {"heterogeneity_aware": False}),
     "max_min_fairness_water_filling_perf": ("water_filling", "water_filling", {}),
@@ -175,7 +187,7 @@ class GavelPolicy:
     policy_name : str
         Gavel's policy name (a key of :data:`POLICY_NAMES`).
     solver : str, optional
-        allocopt backend or cvxpy solver name (module docstring); None: HiGHS.
+        allocopt backend, cvxpy solver name or ``"highs-ipm"`` (module docstring); None: HiGHS.
     seed : int, optional
         Seed of ``fifo``'s and ``gandiva``'s random choices (None: 0).
     priority_reweighting_policies : mapping, optional
@@ -186,12 +198,20 @@ class GavelPolicy:
         ``fifo_packed``'s normalized-throughput threshold (Gavel's default 1.5).
     faithful_type_choice : bool, default False
         ``fifo`` only: reproduce Gavel's worker-type choice (module docstring).
+    faithful_agnostic : bool, default False
+        Heterogeneity-agnostic policies only: like Gavel's, plan on every GPU type of the
+        cluster, including types where the job's throughput is 0 (planned at its V100
+        speed; Gavel's mechanism then never runs it there, so that time is lost).
+    faithful_bisection : bool, default False
+        ``min_total_duration*`` only: Gavel's bisection over feasibility LPs, which
+        stops within 5% (``min_makespan``'s ``method="bisection"``), instead of the exact LP.
     """
 
     def __init__(self, policy_name: str, solver: str | None = None, seed: int | None = None,
                  priority_reweighting_policies: Mapping[Hashable, str] | None = None, *,
                  alpha: float | None = None, packing_threshold: float | None = None,
-                 faithful_type_choice: bool = False):
+                 faithful_type_choice: bool = False, faithful_bisection: bool = False,
+                 faithful_agnostic: bool = False):
         if policy_name not in POLICY_NAMES:
             raise UnknownPolicyError(f"unknown Gavel policy {policy_name!r}; allocopt implements "
                                      f"{', '.join(sorted(POLICY_NAMES))}")
@@ -215,6 +235,14 @@ class GavelPolicy:
         if faithful_type_choice and policy_name != "fifo":
             raise TypeError(f"faithful_type_choice only applies to fifo, not {policy_name!r}")
         self._faithful_type_choice = faithful_type_choice
+        if faithful_agnostic and self._options.get("heterogeneity_aware", True):
+            raise TypeError(f"faithful_agnostic only applies to the heterogeneity-agnostic policies, not "
+                            f"{policy_name!r}")
+        self._faithful_agnostic = faithful_agnostic
+        if faithful_bisection:
+            if self._policy != "min_makespan":
+                raise TypeError(f"faithful_bisection only applies to min_total_duration*, not {policy_name!r}")
+            self._options["method"] = "bisection"
         self._backend, self._solver_options = _backend_for(solver)
         if self._backend == "cvxpy" and self._policy == "finish_time_fairness":
             self._options.setdefault("method", "conic")  # one conic program, as Gavel solves it
@@ -256,6 +284,9 @@ class GavelPolicy:
         if self._policy == "gandiva":
             return self._gandiva(_sorted(throughputs), pairs, pair_keys, values)
         throughputs = _sorted(throughputs)  # Gavel orders jobs by id (fifo inside entities takes the lowest first)
+        if self._faithful_agnostic:  # Gavel plans every type at the V100 speed, 0 steps/s included
+            throughputs = {job: {t: v if v > 0 else (row.get("v100", 0.0) or 1.0) for t, v in row.items()}
+                           for job, row in throughputs.items()}
         cluster = _cluster(values["cluster_spec"])
         slos = values.get("SLOs") or None
         steps = _current(values.get("num_steps_remaining"), throughputs)
@@ -415,11 +446,19 @@ class GavelPolicy:
         spec, scale = values["cluster_spec"], values["scale_factors"]
         free = {t: int(spec[t]) for t in spec}
         queue = [job for job in throughputs if job not in self._assignments]
-        for job in _sorted(self._assignments):
-            worker_type = self._assignments.pop(job)
+        previous = _sorted(self._assignments)
+        if not self._faithful_type_choice:  # the GPUs of every running job first: none is handed out twice
+            for job in previous:
+                if job in throughputs:
+                    free[previous[job]] -= scale[job]
+        # Gavel's order: running jobs' GPUs subtracted as they come in id order, so a completed job's GPUs
+        # may go to the queue's head while a later running job still holds them (Gavel over-commits)
+        for job, worker_type in previous.items():
+            del self._assignments[job]
             if job in throughputs:
                 self._assignments[job] = worker_type
-                free[worker_type] -= scale[job]
+                if self._faithful_type_choice:
+                    free[worker_type] -= scale[job]
             elif queue and scale[queue[0]] <= free[worker_type] and throughputs[queue[0]][worker_type] > 0:
                 head = queue.pop(0)  # the completed job's GPUs go to the head of the queue
                 self._assignments[head] = worker_type
@@ -591,9 +630,15 @@ def _deadline_steps(slos: Mapping | None, steps: dict | None, jobs: Mapping) -> 
     return {job: steps.get(job, 0.0) for job in jobs}
 
 
+# HiGHS's interior point without crossover: a point inside the optimal face, as ECOS returns
+HIGHS_IPM = {"solver": "ipm", "run_crossover": "off"}
+
+
 def _backend_for(solver: str | None) -> tuple[str, dict[str, Any]]:
     if solver is None:
         return "highs", {}
+    if solver.lower() in ("highs-ipm", "highs_ipm"):
+        return "highs", dict(HIGHS_IPM)
     if solver in BACKENDS or solver == "auto":
         return solver, {}
     if solver.upper() == "GUROBI":
@@ -629,6 +674,10 @@ def _gavel_class(class_name: str, policy_name: str, params: str) -> type:
             GavelPolicy.__init__(self, {"base": "fifo", "perf": "fifo_perf", "packing": "fifo_packed"}[mode],
                                  seed=seed, faithful_type_choice=faithful_type_choice,
                                  packing_threshold=packing_threshold if mode == "packing" else None)),
+        "duration": lambda self, solver=None, faithful_bisection=False: GavelPolicy.__init__(
+            self, policy_name, solver, faithful_bisection=faithful_bisection),
+        "agnostic": lambda self, solver=None, faithful_agnostic=False: GavelPolicy.__init__(
+            self, policy_name, solver, faithful_agnostic=faithful_agnostic),
         "fifo_perf": lambda self, packing=False: GavelPolicy.__init__(self, policy_name),
         "fifo_packing": lambda self, packing_threshold=1.5: GavelPolicy.__init__(
             self, policy_name, packing_threshold=packing_threshold),
@@ -646,12 +695,12 @@ GAVEL_CLASSES: dict[str, tuple[str, str, str]] = {  # class -> (Gavel module, po
     "FIFOPolicy": ("fifo", "fifo", "fifo"),
     "FIFOPolicyWithPerf": ("fifo", "fifo_perf", "fifo_perf"),
     "FIFOPolicyWithPacking": ("fifo", "fifo_packed", "fifo_packing"),
-    "FinishTimeFairnessPolicy": ("finish_time_fairness", "finish_time_fairness", "solver"),
+    "FinishTimeFairnessPolicy": ("finish_time_fairness", "finish_time_fairness", "agnostic"),
     "FinishTimeFairnessPolicyWithPerf": ("finish_time_fairness", "finish_time_fairness_perf", "solver"),
     "FinishTimeFairnessPolicyWithPacking": ("finish_time_fairness", "finish_time_fairness_packed", "solver"),
     "GandivaPolicy": ("gandiva", "gandiva", "seed"),
     "IsolatedPolicy": ("isolated", "isolated", "none"),
-    "MaxMinFairnessPolicy": ("max_min_fairness", "max_min_fairness", "solver"),
+    "MaxMinFairnessPolicy": ("max_min_fairness", "max_min_fairness", "agnostic"),
     "MaxMinFairnessPolicyWithPerf": ("max_min_fairness", "max_min_fairness_perf", "solver"),
     "MaxMinFairnessPolicyWithPacking": ("max_min_fairness", "max_min_fairness_packed", "solver"),
     "MaxMinFairnessWaterFillingPolicy": ("max_min_fairness_water_filling", "max_min_fairness_water_filling",
@@ -667,8 +716,8 @@ GAVEL_CLASSES: dict[str, tuple[str, str, str]] = {  # class -> (Gavel module, po
                                                   "max_sum_throughput_normalized_by_cost_perf_SLOs", "solver"),
     "ThroughputNormalizedByCostSumWithPackingSLOs": ("max_sum_throughput",
                                                      "max_sum_throughput_normalized_by_cost_packed_SLOs", "solver"),
-    "MinTotalDurationPolicy": ("min_total_duration", "min_total_duration", "solver"),
-    "MinTotalDurationPolicyWithPerf": ("min_total_duration", "min_total_duration_perf", "solver"),
-    "MinTotalDurationPolicyWithPacking": ("min_total_duration", "min_total_duration_packed", "solver"),
+    "MinTotalDurationPolicy": ("min_total_duration", "min_total_duration", "duration"),
+    "MinTotalDurationPolicyWithPerf": ("min_total_duration", "min_total_duration_perf", "duration"),
+    "MinTotalDurationPolicyWithPacking": ("min_total_duration", "min_total_duration_packed", "duration"),
 }
 globals().update({name: _gavel_class(name, policy, params) for name, (_, policy, params) in GAVEL_CLASSES.items()})

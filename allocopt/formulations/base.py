@@ -222,6 +222,15 @@ def base_model(problem: Problem, *, name: str, space_sharing: bool = False) -> A
     return AllocationModel(model, X, P, throughput, time)
 
 
+def objective_unit(scale: float, low: float = 1e-3, high: float = 1e3) -> float:
+    """The unit to express an objective in, given the size ``scale`` of its coefficients:
+    ``scale`` when it is outside ``[low, high]`` (solver tolerances are set for data near 1),
+    else 1, so data already near 1 reaches the solver as written. An interior-point solver's
+    point on a degenerate optimal face depends on that scaling: unscaled, ECOS returns the point
+    it returns for the same model written directly in cvxpy (Gavel's policies)."""
+    return scale if np.isfinite(scale) and scale > 0 and not low <= scale <= high else 1.0
+
+
 def clean_matrix(values: np.ndarray) -> np.ndarray:
     """Clip solver round-off so fractions lie in [0, 1]."""
     return np.clip(values, 0.0, 1.0) + 0.0  # + 0.0 turns -0.0 into 0.0

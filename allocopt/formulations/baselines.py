@@ -116,12 +116,16 @@ class Fifo(Policy):
 
 
 class Gandiva(Policy):
-    """Gandiva's even time split with random packing."""
+    """Gandiva's even time split with random packing: with ``space_sharing=True`` (the default)
+    jobs are paired at random among the problem's pairs whose members both gain; False never packs.
+    (``space_sharing`` also tells the simulator to build the pairs, as Gavel's scheduler does for
+    Gandiva.)"""
     name = "gandiva"
-    options = {"seed": 0}
+    options = {"seed": 0, "space_sharing": True}
 
-    def allocate(self, problem: Problem, solver: ModelSolver, *, seed: int = 0) -> PolicyResult:
-        if problem.scale_factors.sum() <= problem.capacity.sum() or problem.pairs is None:
+    def allocate(self, problem: Problem, solver: ModelSolver, *, seed: int = 0,
+                 space_sharing: bool = True) -> PolicyResult:
+        if problem.scale_factors.sum() <= problem.capacity.sum() or problem.pairs is None or not space_sharing:
             return PolicyResult(isolated_matrix(problem), None, message="Even time split (no packing needed).")
         rng = np.random.default_rng(seed)
         useful = (_pair_gain(problem) >= 1.0).all(axis=1)

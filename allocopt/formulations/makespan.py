@@ -16,7 +16,11 @@ this is one exact LP,
 solved here scaled by the makespan ``M_0`` of the isolated share (which is
 feasible): ``theta' = M_0 theta`` is the speedup over the isolated share and
 every row ``e_i >= (r_i / M_0) theta'`` is in steps/s. Gavel instead bisects
-over feasibility LPs in ``M`` and stops within 5%. Finished jobs
+over feasibility LPs in ``M`` and stops within 5%: ``method="bisection"``
+runs Gavel's search (``M`` from 100 s to 10^6 s, widened tenfold until
+feasible, halving while ``1.05 M_low < M_high``; each step a feasibility LP
+``e_i >= r_i / M`` with no objective) and returns the last feasible point, so
+an interior-point solver returns Gavel's allocation. Finished jobs
 (``r_i = 0``) impose nothing and get no time; when every job has finished the
 makespan is 0 and no solver is called.
 
@@ -38,12 +42,12 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from allocopt.errors import InvalidOptionError, InvalidProblemError
+from allocopt.errors import InfeasibleError, InvalidOptionError, InvalidProblemError
 from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
 from allocopt.formulations.shares import isolated_matrix
 from allocopt.model import LinExpr
 from allocopt.problem import Problem
-from allocopt.solution import Solution
+from allocopt.solution import Solution, Status
 from allocopt.warm_start import WarmStart
 
 
@@ -145,6 +149,34 @@ def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name
     return X, P, evaluate(e, base, X, P), solution
 
 
+def gavel_bisection(problem: Problem, solver: ModelSolver, steps: np.ndarray, *, name: str,
+                    throughputs: np.ndarray | None, space_sharing: bool
+                    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, Solution]:
+    """Gavel's ``MinTotalDuration`` search: the last feasible point of the feasibility LPs
+    ``e_i >= r_i / M`` over a bisection in ``M`` (seconds) that stops within 5% (module docstring).
+    Returns ``X``, ``P``, the effective throughputs ``e`` (steps/s) and the last feasible solve."""
+    high, low, last_high = 1e6, 100.0, 1e6
+    feasible: tuple[AllocationModel, LinExpr, Solution] | None = None
+    while feasible is None:
+        while 1.05 * low < high:
+            makespan = (low + high) / 2.0
+            base = base_model(problem, name=name, space_sharing=space_sharing)
+            e = base.throughput if throughputs is None else (base.X * throughputs).sum(axis=1)
+            base.model.add_constraint("finish", e >= steps / makespan)
+            solution = solver.solve_raw(base.model)
+            if solution.status is Status.OPTIMAL:
+                feasible, high = (base, e, solution), makespan
+            else:
+                low = makespan
+        high, low, last_high = last_high * 10.0, last_high, last_high * 10.0
+        if low > 1e15:
+            raise InfeasibleError(f"{name}: no makespan up to 1e15 s is feasible with method='bisection'",
+                                  status=Status.INFEASIBLE)
+    base, e, solution = feasible
+    X, P = base.matrices(solution)
+    return X, P, evaluate(e, base, X, P), solution
+
+
 def isolated_throughputs(problem: Problem, throughputs: np.ndarray | None) -> np.ndarray:
     """Steps/s of each job under the isolated share, shape (n_jobs,)."""
     T = problem.throughputs if throughputs is None else throughputs
@@ -154,10 +186,14 @@ def isolated_throughputs(problem: Problem, throughputs: np.ndarray | None) -> np
 class MinMakespan(Policy):
     """Gavel's ``min_total_duration_perf``: minimize the time the last job finishes (module docstring)."""
     name = "min_makespan"
-    options = {"heterogeneity_aware": True, "reference_gpu_type": None, "space_sharing": False}
+    options = {"heterogeneity_aware": True, "reference_gpu_type": None, "space_sharing": False, "method": "lp"}
 
     def allocate(self, problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
-                 reference_gpu_type: str | None = None, space_sharing: bool = False) -> PolicyResult:
+                 reference_gpu_type: str | None = None, space_sharing: bool = False,
+                 method: str = "lp") -> PolicyResult:
+        if method not in ("lp", "bisection"):
+            raise InvalidOptionError(f"min_makespan method must be 'lp' (one exact LP) or 'bisection' "
+                                     f"(Gavel's search, within 5%), got {method!r}")
         steps = steps_remaining(problem, self.name)
         active = steps > 0
         throughputs = policy_throughputs(problem, active, heterogeneity_aware=heterogeneity_aware,
@@ -166,10 +202,14 @@ class MinMakespan(Policy):
             return PolicyResult(np.zeros(problem.throughputs.shape), 0.0,
                                 message="Every job has finished (num_steps_remaining = 0): makespan 0 s.",
                                 extras={"makespan_s": 0.0})
-        isolated = isolated_throughputs(problem, throughputs)
-        isolated_makespan = float(np.max(steps[active] / isolated[active]))
-        X, P, e, solution = max_speedup(problem, solver, steps / isolated_makespan, name=self.name,
-                                        throughputs=throughputs, space_sharing=space_sharing)
+        if method == "bisection":
+            X, P, e, solution = gavel_bisection(problem, solver, steps, name=self.name, throughputs=throughputs,
+                                                space_sharing=space_sharing)
+        else:
+            isolated = isolated_throughputs(problem, throughputs)
+            isolated_makespan = float(np.max(steps[active] / isolated[active]))
+            X, P, e, solution = max_speedup(problem, solver, steps / isolated_makespan, name=self.name,
+                                            throughputs=throughputs, space_sharing=space_sharing)
         with np.errstate(divide="ignore"):
             makespan = float(np.max(steps[active] / e[active]))
         return PolicyResult(X, makespan, solution.status, P, solution.message, {"makespan_s": makespan})

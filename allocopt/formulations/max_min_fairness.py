@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from allocopt.errors import InvalidOptionError
-from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model
+from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model, objective_unit
 from allocopt.formulations.closed_forms import max_min_fairness_closed_form
 from allocopt.formulations.column_generation import (COLUMN_GENERATION_SETTINGS,
                                                      max_min_fairness_column_generation)
@@ -110,8 +110,9 @@ class MaxMinFairness(Policy):
             normalized = base.throughput * scale
         else:
             normalized = base.time * (problem.scale_factors / problem.priority_weights)
-        # in units of the level an equal split reaches: the optimum is near 1 whatever the data
-        unit = equal_split_level(problem, heterogeneity_aware)
+        # in units of the level an equal split reaches when that is far from 1 (objective_unit): the
+        # optimum is near 1 whatever the data
+        unit = objective_unit(equal_split_level(problem, heterogeneity_aware))
         base.model.maximize_minimum(normalized / unit, name="normalized_throughput")
         solution = solver.solve(base.model, "max_min_fairness")
         X, P = base.matrices(solution)

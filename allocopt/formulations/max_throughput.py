@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from allocopt.errors import InfeasibleError, InvalidOptionError
-from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
+from allocopt.formulations.base import (AllocationModel, ModelSolver, Policy, PolicyResult, base_model,
+                                       objective_unit)
 from allocopt.formulations.job_types import max_throughput_by_job_type
 from allocopt.problem import Problem
 from allocopt.solution import Status
@@ -64,9 +65,10 @@ class MaxThroughput(Policy):
             required[has_deadline] = (problem.num_steps_remaining[has_deadline]
                                       / problem.slos[has_deadline])
 
-        # the objective in units of its largest coefficient: solver tolerances relative to it
+        # the objective in units of its largest coefficient when that is far from 1: solver tolerances
+        # relative to it (objective_unit)
         rates = problem.throughputs / problem.costs if normalize_by_cost else problem.throughputs
-        unit = float(rates.max())
+        unit = objective_unit(float(rates.max()))
 
         def throughput_model(shortfall: np.ndarray | None) -> AllocationModel:
             base = base_model(problem, name=self.name, space_sharing=space_sharing)

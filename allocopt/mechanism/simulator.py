@@ -53,13 +53,14 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
     """An allocopt or Gavel policy name -> (allocopt policy, options, heterogeneity-agnostic).
 
     Gavel names map through :data:`allocopt.adapters.gavel.POLICY_NAMES`; like
-    Gavel, their types are visited in random order unless the name contains
-    ``perf`` or ``packed``. A name of both (``max_min_fairness``, ``isolated``,
+    Gavel, their types are visited in random order unless Gavel's class name
+    contains ``Perf`` or ``Packing`` (``gandiva``'s is ``Gandiva_Packing``,
+    ``allox``'s ``AlloX_Perf``). A name of both (``max_min_fairness``, ``isolated``,
     ``fifo``, ...) is allocopt's; prefix ``gavel:`` for Gavel's meaning
     (``gavel:max_min_fairness`` is heterogeneity-agnostic). An allocopt policy
     is agnostic when its ``heterogeneity_aware`` option is False.
     """
-    from allocopt.adapters.gavel import POLICY_NAMES
+    from allocopt.adapters.gavel import GAVEL_CLASS_NAMES, POLICY_NAMES
 
     extra = dict(options or {})
     gavel_name = name.removeprefix("gavel:")
@@ -70,7 +71,7 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
         policy, _, gavel_options = POLICY_NAMES[gavel_name]
         merged = {**POLICIES[policy].options, **gavel_options, **extra}
         extra = {**gavel_options, **extra}
-        agnostic = "perf" not in gavel_name and "packed" not in gavel_name
+        agnostic = not any(tag in GAVEL_CLASS_NAMES[gavel_name] for tag in ("Perf", "Packing"))
     else:
         raise InvalidOptionError(f"unknown policy {name!r}; allocopt policies: {', '.join(sorted(POLICIES))}; "
                                  f"Gavel names: {', '.join(sorted(POLICY_NAMES))}")
@@ -266,8 +267,8 @@ class PriorityPlanner:
     def _recompute(self, state: SimulationState, rows: np.ndarray, now_s: float) -> None:
         started = time.perf_counter()
         pairs = state.pairs(rows) if self.space_sharing else None
-        allocation = solve(state.problem(rows, now_s, self.policy, pairs), self.policy, backend=self.backend,
-                           warm_start=self._allocation, **self.policy_options)
+        allocation = solve(state.problem(rows, now_s, self.policy, pairs, self.policy_options), self.policy,
+                           backend=self.backend, warm_start=self._allocation, **self.policy_options)
         self._allocation = allocation
         self.solve_seconds.append(time.perf_counter() - started)
         if pairs is None:
@@ -743,8 +744,8 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
             jobs = state.jobs()
             X = isolated_shares(jobs.capacity, jobs.scale_factors[rows], jobs.runnable[rows])
         else:
-            allocation = solve(state.problem(rows, now, policy), policy, backend=backend, warm_start=allocation,
-                               **options)
+            allocation = solve(state.problem(rows, now, policy, options=options), policy, backend=backend,
+                               warm_start=allocation, **options)
             X = allocation.matrix
         solve_s.append(time.perf_counter() - started)
         rate = (X * state.throughputs[rows]).sum(axis=1)

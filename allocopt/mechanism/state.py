@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from allocopt.cluster import Cluster
+from allocopt.formulations.makespan import isolated_throughputs, policy_throughputs
 from allocopt.mechanism.workload import Workload
 from allocopt.problem import PairThroughputs, Problem
 from allocopt.throughput.table import ThroughputTable
@@ -38,6 +42,11 @@ class SimulationState:
         self.active = np.zeros(workload.num_jobs, dtype=bool)
         self.changed = False
         self._jobs: Problem | None = None  # every job, checked once; each problem() takes rows of it
+        # finish-time fairness (Gavel's, after Themis): each job's isolated time accumulates, at every
+        # allocation, the steps it made since the previous one over its isolated steps/s at that one
+        self.isolated_time = np.zeros(workload.num_jobs)
+        self._steps_at_call = np.full(workload.num_jobs, np.nan)
+        self._isolated_rate = np.full(workload.num_jobs, np.nan)
 
     def active_rows(self) -> np.ndarray:
         """Rows of the jobs that have arrived and are not finished."""
@@ -51,20 +60,46 @@ class SimulationState:
         return self._jobs
 
     def problem(self, rows: np.ndarray, now_s: float, policy: str,
-                pairs: tuple[np.ndarray, np.ndarray] | None = None) -> Problem:
+                pairs: tuple[np.ndarray, np.ndarray] | None = None,
+                options: Mapping[str, Any] | None = None) -> Problem:
         """The allocation problem of ``rows`` at ``now_s`` (steps remaining, time since arrival);
-        ``pairs`` (rows (p, 2), steps/s (p, n_gpu_types, 2), see :meth:`pairs`) for space sharing."""
+        ``pairs`` (rows (p, 2), steps/s (p, n_gpu_types, 2), see :meth:`pairs`) for space sharing.
+
+        For ``finish_time_fairness`` (``options``: its policy options) each call also advances
+        :attr:`isolated_time` as Gavel's policy does between its calls, and the problem's
+        ``time_isolated`` is that cumulative time (seconds)."""
         since = now_s - self.workload.arrival_s[rows]
-        isolated = since if policy == "finish_time_fairness" else None
+        ftf = policy == "finish_time_fairness"
+        isolated = self._advance_isolated_time(rows) if ftf else None
         if pairs is None:
-            return self.jobs().with_progress(rows, num_steps_remaining=self.remaining_steps[rows],
-                                             time_since_start=since, time_isolated=isolated)
-        shared = PairThroughputs([tuple(p) for p in pairs[0].tolist()], pairs[1])
-        return Problem(self.throughputs[rows], self.cluster, job_ids=rows.tolist(),
-                       scale_factors=self.workload.scale_factors[rows],
-                       priority_weights=self.workload.priority_weights[rows],
-                       num_steps_remaining=self.remaining_steps[rows], time_since_start=since,
-                       time_isolated=isolated, pair_throughputs=shared)
+            problem = self.jobs().with_progress(rows, num_steps_remaining=self.remaining_steps[rows],
+                                                time_since_start=since, time_isolated=isolated)
+        else:
+            shared = PairThroughputs([tuple(p) for p in pairs[0].tolist()], pairs[1])
+            problem = Problem(self.throughputs[rows], self.cluster, job_ids=rows.tolist(),
+                              scale_factors=self.workload.scale_factors[rows],
+                              priority_weights=self.workload.priority_weights[rows],
+                              num_steps_remaining=self.remaining_steps[rows], time_since_start=since,
+                              time_isolated=isolated, pair_throughputs=shared)
+        if ftf:
+            self._remember_isolated_rates(problem, rows, options or {})
+        return problem
+
+    def _advance_isolated_time(self, rows: np.ndarray) -> np.ndarray:
+        steps, rate = self._steps_at_call[rows], self._isolated_rate[rows]
+        made = np.where(np.isfinite(steps), steps - self.remaining_steps[rows], 0.0)
+        self.isolated_time[rows] += np.divide(made, rate, out=np.zeros(rows.size), where=made > 0)
+        return self.isolated_time[rows]
+
+    def _remember_isolated_rates(self, problem: Problem, rows: np.ndarray, options: Mapping[str, Any]) -> None:
+        planned = policy_throughputs(problem, problem.num_steps_remaining > 0,
+                                     heterogeneity_aware=options.get("heterogeneity_aware", True),
+                                     reference_gpu_type=options.get("reference_gpu_type"),
+                                     space_sharing=bool(options.get("space_sharing", False)))
+        self._steps_at_call[:] = np.nan  # like Gavel, only the jobs of this call carry over
+        self._isolated_rate[:] = np.nan
+        self._steps_at_call[rows] = self.remaining_steps[rows]
+        self._isolated_rate[rows] = isolated_throughputs(problem, planned)
 
     def pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pairs of ``rows`` that may share GPUs: equal scale factors and a measured co-located pair
