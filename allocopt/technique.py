@@ -14,7 +14,8 @@ choice and its reason in ``Allocation.extras["technique"]`` and
     fits on its best type. When the certificate fails, the LP is solved.
 ``aggregate_job_types``
     one LP row per job type (:mod:`allocopt.formulations.job_types`), when
-    jobs repeat (jobs drawn from a throughput table).
+    jobs repeat (jobs drawn from a throughput table); for water-filling, its
+    LPs over job classes (:func:`~allocopt.formulations.water_filling.water_filling_by_job_class`).
 ``price_decomposition``
     prices on the GPU types, then a small LP over the jobs they leave
     undecided (:mod:`allocopt.formulations.price_decomposition`), for many
