@@ -113,7 +113,8 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
         size, contention, a closed form certified by its dual bound);
         ``plain``, ``closed_form``, ``aggregate_job_types``,
         ``price_decomposition``, ``column_generation`` (max-min fairness,
-        max throughput), ``relaxation_first``, ``whole_milp`` (sia) force
+        max throughput; ``plain`` and ``aggregate_job_types`` also
+        water-filling), ``relaxation_first``, ``whole_milp`` (sia) force
         one. ``Allocation.extras["technique"]`` and ``["technique_reason"]``
         say which was used and why.
     **policy_options

@@ -14,7 +14,8 @@ choice and its reason in ``Allocation.extras["technique"]`` and
     fits on its best type. When the certificate fails, the LP is solved.
 ``aggregate_job_types``
     one LP row per job type (:mod:`allocopt.formulations.job_types`), when
-    jobs repeat (jobs drawn from a throughput table).
+    jobs repeat (jobs drawn from a throughput table); for water-filling, its
+    LPs over job classes (:func:`~allocopt.formulations.water_filling.water_filling_by_job_class`).
 ``price_decomposition``
     prices on the GPU types, then a small LP over the jobs they leave
     undecided (:mod:`allocopt.formulations.price_decomposition`), for many
@@ -26,7 +27,8 @@ choice and its reason in ``Allocation.extras["technique"]`` and
     Sia's MILP by GPU prices and fixing, or whole.
 
 ``auto`` rules, in order: technique options the caller set explicitly are
-kept; a certified closed form; ``aggregate_job_types`` when there are at most
+kept; for ``water_filling``, ``aggregate_job_types`` (by job class) when there
+are at most half as many classes as jobs and no space sharing, else ``plain``; a certified closed form; ``aggregate_job_types`` when there are at most
 half as many job types as jobs; ``price_decomposition`` for at least
 :data:`PRICE_DECOMPOSITION_MIN_JOBS` distinct jobs on at most
 :data:`PRICE_DECOMPOSITION_MAX_TYPES` types, unless a warm start from a plain
@@ -48,14 +50,15 @@ from allocopt.formulations.base import PolicyResult
 from allocopt.formulations.closed_forms import max_min_fairness_closed_form, max_throughput_closed_form
 from allocopt.formulations.job_types import job_type_groups
 from allocopt.formulations.max_min_fairness import normalized_coefficients
+from allocopt.formulations.water_filling import job_classes
 from allocopt.problem import Problem
 
 #: Technique names :func:`allocopt.solve` accepts, and the policies each applies to.
 TECHNIQUES: Mapping[str, tuple[str, ...]] = {
     "auto": (),
-    "plain": ("max_min_fairness", "max_throughput"),
+    "plain": ("max_min_fairness", "max_throughput", "water_filling"),
     "closed_form": ("max_min_fairness", "max_throughput"),
-    "aggregate_job_types": ("max_min_fairness", "max_throughput"),
+    "aggregate_job_types": ("max_min_fairness", "max_throughput", "water_filling"),
     "price_decomposition": ("max_min_fairness",),
     "column_generation": ("max_min_fairness",),
     "relaxation_first": ("sia",),
@@ -119,6 +122,8 @@ def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explici
         return Choice("explicit", {}, f"technique option(s) {', '.join(given)} given")
     if policy == "sia":
         return Choice("relaxation_first", {}, "Sia's MILP: GPU prices, then a MILP over the undecided entries")
+    if policy == "water_filling" and isinstance(problem, Problem):
+        return _water_filling(problem, policy_options)
     if policy not in ("max_min_fairness", "max_throughput") or not isinstance(problem, Problem):
         return Choice("plain", {}, f"{policy} has one technique")
     closed = _closed_form(problem, policy, policy_options)
@@ -144,6 +149,21 @@ def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explici
         return Choice("column_generation", _options_for("column_generation", policy_options),
                       f"{problem.pairs.shape[0]} pairs of distinct jobs")
     return Choice("plain", _options_for("plain", policy_options), f"{n} distinct jobs, {k} GPU types")
+
+
+def _water_filling(problem: Problem, options: Mapping[str, Any]) -> Choice:
+    """Water-filling by job class where at most half as many classes as jobs, else per job."""
+    n = problem.num_jobs
+    if options.get("space_sharing"):
+        return Choice("plain", _options_for("plain", options), "water-filling with space sharing: per job")
+    if not isinstance(options.get("entity_policies") or {}, Mapping):  # the policy reports it
+        return Choice("plain", _options_for("plain", options), "water-filling per job")
+    classes = int(job_classes(problem, options.get("entity_policies"))[1].size) if n else 0
+    if classes <= n / 2:
+        return Choice("aggregate_job_types", _options_for("aggregate_job_types", options),
+                      f"{n} jobs fall into {classes} classes (same throughputs, scale factor, weight, entity): "
+                      "water-filling over classes")
+    return Choice("plain", _options_for("plain", options), f"{n} jobs in {classes} classes: water-filling per job")
 
 
 def _closed_form(problem: Any, policy: str, options: Mapping[str, Any]) -> Choice | None:

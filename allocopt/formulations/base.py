@@ -180,9 +180,11 @@ class AllocationModel:
         return clean_matrix(solution.values["X"]), pairs
 
 
-def base_model(problem: Problem, *, name: str, space_sharing: bool = False) -> AllocationModel:
+def base_model(problem: Problem, *, name: str, space_sharing: bool = False,
+               multiplicity: np.ndarray | None = None) -> AllocationModel:
     """The model with ``X`` (and pair variables ``P`` under space sharing) and
-    the base constraints.
+    the base constraints; with ``multiplicity`` (n_jobs,), row ``i`` stands for
+    that many identical jobs of the same allocation (its GPUs count that often).
 
     Under space sharing every pair ``(a, b)`` of ``problem.pairs`` gets a
     variable per GPU type; a job's time over all combinations containing it is
@@ -197,7 +199,7 @@ def base_model(problem: Problem, *, name: str, space_sharing: bool = False) -> A
     X = model.add_variable("X", (n, k), lb=0.0, ub=np.where(problem.runnable, np.inf, 0.0))
     scale = problem.scale_factors.astype(np.float64)
     time = X.sum(axis=1)
-    gpus = (X * scale[:, None]).sum(axis=0)
+    gpus = (X * (scale if multiplicity is None else scale * multiplicity)[:, None]).sum(axis=0)
     throughput = (X * problem.throughputs).sum(axis=1)
     P = None
     if space_sharing:

@@ -89,6 +89,14 @@ def _relabel(rows: np.ndarray) -> np.ndarray:
     return rank[inverse.reshape(-1)]
 
 
+def group_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Groups of equal rows of ``columns`` (shape (n, m)): the group of each row (numbered by first
+    appearance) and the first row of each group (increasing)."""
+    labels = _relabel(columns)
+    running = np.maximum.accumulate(labels)
+    return labels, np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
+
+
 #: The last problem grouped (a weak reference), its space_sharing flag and its groups.
 _LAST_GROUPS: list = []
 

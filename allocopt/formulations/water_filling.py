@@ -116,6 +116,7 @@ import scipy.sparse as sp
 from allocopt.backends import RawResult, solve_model
 from allocopt.errors import InvalidOptionError, SolverError
 from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model, clean_matrix
+from allocopt.formulations.job_types import group_rows
 from allocopt.model import CompiledModel, LinExpr
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
@@ -153,6 +154,7 @@ class _Hierarchy:
     job_weights: np.ndarray  # (n_jobs,) w_i
     fifo: np.ndarray  # (n_jobs,) bool: the job's entity uses "fifo"
     age_rank: np.ndarray  # (n_jobs,) int: 0 for the oldest job
+    count: np.ndarray | None = None  # (n_jobs,): identical jobs each row stands for (job classes), None: 1
 
     @property
     def num_entities(self) -> int:
@@ -161,7 +163,8 @@ class _Hierarchy:
     def shares(self, active: np.ndarray) -> np.ndarray:
         """``sigma_i`` of every job (0 for frozen jobs), shape (n_jobs,)."""
         e = self.entity
-        active_weight = np.bincount(e[active], self.job_weights[active], minlength=self.num_entities)
+        weights = self.job_weights if self.count is None else self.job_weights * self.count
+        active_weight = np.bincount(e[active], weights[active], minlength=self.num_entities)
         fair = np.where(active, self.job_weights / np.where(active_weight > 0, active_weight, 1.0)[e], 0.0)
         oldest = np.full(self.num_entities, e.size)
         np.minimum.at(oldest, e[active], self.age_rank[active])
@@ -173,7 +176,8 @@ class _Hierarchy:
         return (np.bincount(self.entity[jobs], minlength=self.num_entities) > 0)[self.entity]
 
 
-def _hierarchy(problem: Problem, entity_policies: Mapping[Any, str] | None) -> _Hierarchy:
+def _hierarchy(problem: Problem, entity_policies: Mapping[Any, str] | None,
+               count: np.ndarray | None = None) -> _Hierarchy:
     n = problem.num_jobs
     if problem.time_since_start is None:
         order = np.arange(n)
@@ -186,6 +190,7 @@ def _hierarchy(problem: Problem, entity_policies: Mapping[Any, str] | None) -> _
         if policies:
             raise InvalidOptionError(f"entity_policies names entit(ies) {list(policies)[:5]} but the problem has "
                                      "no entities; pass Problem(entities=..., entity_weights=...)")
+        # each job its own entity: a row of ``count`` jobs stands for as many entities, each as the row
         return _Hierarchy(np.arange(n), problem.priority_weights, np.ones(n), np.zeros(n, dtype=bool), age_rank)
     ids = {entity: k for k, entity in enumerate(problem.entity_ids)}
     fifo_entities = np.zeros(len(ids), dtype=bool)
@@ -198,7 +203,7 @@ def _hierarchy(problem: Problem, entity_policies: Mapping[Any, str] | None) -> _
                                      f"{', '.join(map(repr, ENTITY_POLICIES))}")
         fifo_entities[ids[entity]] = policy == "fifo"
     return _Hierarchy(problem.entities, problem.entity_weights, problem.priority_weights,
-                      fifo_entities[problem.entities], age_rank)
+                      fifo_entities[problem.entities], age_rank, count)
 
 
 def first_level(problem: Problem, normalized: np.ndarray, entity_policies: Mapping[Any, str] | None = None
@@ -236,12 +241,13 @@ def _failed(message: str, backend: str) -> Solution:
                     raw_status=message, build_seconds=0.0, solve_seconds=0.0)
 
 
-def _feasible_point(problem: Problem, base: AllocationModel, solution: Solution) -> tuple[np.ndarray, np.ndarray]:
+def _feasible_point(problem: Problem, base: AllocationModel, solution: Solution, use: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """The solution's columns with ``X`` (and ``P``) clipped to their bounds and
     scaled down just enough to meet the time and capacity rows exactly, and the
     GPUs of each type it leaves idle."""
     x = solution.x.copy()
-    blocks = [(base.X, problem.runnable.astype(np.float64), problem.scale_factors)]
+    blocks = [(base.X, problem.runnable.astype(np.float64), use)]  # use: GPUs per unit of each row's time
     if base.P is not None:
         blocks.append((base.P, 1.0, problem.scale_factors[problem.pairs[:, 0]]))
     gpus = np.zeros(problem.cluster.num_gpu_types)
@@ -260,22 +266,64 @@ def _feasible_point(problem: Problem, base: AllocationModel, solution: Solution)
 class WaterFilling(Policy):
     """Hierarchical water-filling max-min fairness (see the module docstring)."""
     name = "water_filling"
-    options = {"heterogeneity_aware": True, "space_sharing": False, "entity_policies": None}
+    options = {"heterogeneity_aware": True, "space_sharing": False, "entity_policies": None,
+               "aggregate_job_types": False}
     # The LPs start from the bases of this solve's own previous LPs; a basis from an earlier
     # allocation's last LPs (most jobs frozen) is a poor start for the first ones.
     warm_starts = False
 
     def allocate(self, problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
-                 space_sharing: bool = False, entity_policies: Mapping[Any, str] | None = None) -> PolicyResult:
-        """Water-fill; ``entity_policies`` maps entity ids to ``"fairness"`` (default) or ``"fifo"``."""
+                 space_sharing: bool = False, entity_policies: Mapping[Any, str] | None = None,
+                 aggregate_job_types: bool = False) -> PolicyResult:
+        """Water-fill; ``entity_policies`` maps entity ids to ``"fairness"`` (default) or ``"fifo"``;
+        ``aggregate_job_types`` solves by job class (:func:`water_filling_by_job_class`)."""
         if entity_policies is not None and not isinstance(entity_policies, Mapping):
             raise InvalidOptionError("entity_policies must be a dict {entity: 'fairness' | 'fifo'}, got "
                                      f"{type(entity_policies).__name__}")
         if space_sharing and problem.pairs is None:
             raise InvalidOptionError("space_sharing=True needs Problem(pair_throughputs=...): the throughput "
                                      "of each pair of jobs that may share GPUs")
+        if aggregate_job_types:
+            if space_sharing:
+                raise InvalidOptionError("water_filling: aggregate_job_types does not support space_sharing; "
+                                         "solve per job (aggregate_job_types=False)")
+            return water_filling_by_job_class(problem, solver, heterogeneity_aware, entity_policies)
         return _WaterFill(problem, solver, _hierarchy(problem, entity_policies), heterogeneity_aware,
                           space_sharing).run()
+
+
+def job_classes(problem: Problem, entity_policies: Mapping[Any, str] | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Interchangeable jobs for water-filling without space sharing: the same throughput row, scale
+    factor, priority weight and entity (a ``fifo`` entity's jobs, ranked by age, are each their own
+    class). Returns the class of each job (n_jobs,) and the first job of each class (increasing)."""
+    tree = _hierarchy(problem, entity_policies)
+    entity = tree.entity if problem.entities is not None else np.zeros(problem.num_jobs)
+    age = np.where(tree.fifo, tree.age_rank, -1)
+    return group_rows(np.column_stack([problem.throughputs, problem.scale_factors, problem.priority_weights,
+                                       entity, age]))
+
+
+def water_filling_by_job_class(problem: Problem, solver: ModelSolver, heterogeneity_aware: bool = True,
+                               entity_policies: Mapping[Any, str] | None = None) -> PolicyResult:
+    """Water-filling over job classes (:func:`job_classes`), each class's row copied to its jobs.
+
+    Permuting interchangeable jobs maps the problem onto itself, and its level vector is unique,
+    so it is symmetric: averaging an optimal allocation over each class gives every job of the
+    class the same row and the same levels. The class model is the per-job one on one job per class
+    (its normalization ``p_i`` and levels per job, as they depend on the job's row and the capacity
+    only) with each class's GPUs and entity shares counted once per member. ``extras`` adds
+    ``type_of_job`` (n_jobs,) and ``num_job_types``.
+    """
+    of_job, rows = job_classes(problem, entity_policies)
+    count = np.bincount(of_job, minlength=rows.size).astype(np.float64)
+    classes = problem.subset(rows)
+    result = _WaterFill(classes, solver, _hierarchy(classes, entity_policies, count), heterogeneity_aware,
+                        False, count).run()
+    extras = {**result.extras, "levels": result.extras["levels"][of_job], "type_of_job": of_job,
+              "num_job_types": int(rows.size)}
+    return PolicyResult(result.matrix[of_job], result.objective, result.status, None,
+                        f"{result.message} ({rows.size} job classes)", extras)
 
 
 @dataclass
@@ -298,9 +346,9 @@ class _Lps:
     other backends solve each LP from scratch."""
 
     def __init__(self, problem: Problem, solver: ModelSolver, n_of: Callable[[AllocationModel], LinExpr],
-                 space_sharing: bool):
+                 space_sharing: bool, count: np.ndarray | None = None):
         self.solver = solver
-        base = base_model(problem, name="water_filling", space_sharing=space_sharing)
+        base = base_model(problem, name="water_filling", space_sharing=space_sharing, multiplicity=count)
         n = n_of(base)
         tau = base.model.add_variable("water_level", lb=-np.inf)
         d = base.model.add_variable("improvement", n.size, lb=0.0, ub=0.0)
@@ -442,7 +490,7 @@ class _WaterFill:
     """The state of one water-filling run: frozen jobs, their levels, and the last exactly feasible point."""
 
     def __init__(self, problem: Problem, solver: ModelSolver, tree: _Hierarchy, heterogeneity_aware: bool,
-                 space_sharing: bool):
+                 space_sharing: bool, count: np.ndarray | None = None):
         self.problem, self.solver, self.tree = problem, solver, tree
         self.heterogeneity_aware = heterogeneity_aware
         n_jobs, s = problem.num_jobs, problem.scale_factors.astype(np.float64)
@@ -454,9 +502,10 @@ class _WaterFill:
         self.iterations = 0
         self.solves_before = solver.num_solves
         # an exactly feasible start: every job gets the same fraction of every type
-        fraction = problem.capacity / max(float(problem.capacity.sum()), float(s.sum()))
+        self.use = s if count is None else s * count  # GPUs per unit of a row's time (its jobs together)
+        fraction = problem.capacity / max(float(problem.capacity.sum()), float(self.use.sum()))
         self.achieved = (self.alone * problem.runnable) @ fraction
-        self.lps = _Lps(problem, solver, self._n_of, space_sharing)
+        self.lps = _Lps(problem, solver, self._n_of, space_sharing, count)
         self.rows: np.ndarray | None = None  # r_i
         self.plain_rows = False  # r_i = u_i (after numerical trouble)
         self.relaxed = False  # the frozen levels gave way by GIVE_WAY (after more trouble)
@@ -469,7 +518,7 @@ class _WaterFill:
     def _point(self, solution: Solution) -> np.ndarray:
         """The solution's exactly feasible point; records it, what it achieves and what it leaves idle."""
         base = self.lps.base
-        x, self.idle_gpus = _feasible_point(self.problem, base, solution)
+        x, self.idle_gpus = _feasible_point(self.problem, base, solution, self.use)
         self.achieved = _value(self.lps.n, x)
         self.idle_time = np.maximum(1.0 - _value(base.time, x), 0.0)
         self.last = solution, x
@@ -479,7 +528,7 @@ class _WaterFill:
         """Jobs the current point proves able to rise by more than ``RISE_TOL`` of their row scale
         with nothing else changed: idle time of theirs on a type with idle GPUs."""
         problem = self.problem
-        room = np.minimum(self.idle_gpus[None, :] / problem.scale_factors[:, None], self.idle_time[:, None])
+        room = np.minimum(self.idle_gpus[None, :] / self.use[:, None], self.idle_time[:, None])
         gain = (self.alone * np.where(problem.runnable, room, 0.0)).max(axis=1)
         return gain > RISE_TOL * self.rows
 
@@ -554,7 +603,8 @@ class _WaterFill:
             active = ~self.frozen
             share = tree.shares(active)
             positive = active & (share > 0)
-            held = np.bincount(tree.entity[self.frozen], self.level[self.frozen], minlength=tree.num_entities)
+            frozen_levels = self.level if tree.count is None else self.level * tree.count
+            held = np.bincount(tree.entity[self.frozen], frozen_levels[self.frozen], minlength=tree.num_entities)
             slope, offset = share * tree.entity_weights[tree.entity], share * held[tree.entity]
             level = self.level_lp(slope, offset, positive)
             if level is None:
