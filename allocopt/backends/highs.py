@@ -158,11 +158,12 @@ def _final_basis(h: Any, model: CompiledModel, x: np.ndarray, sol: Any, info: An
     # highspy 1.16): there HiGHS's basis is handed back first, which it factorizes (5 ms at 2,049 x 8,
     # against 100s of ms for the solve). After a presolved simplex solve (small LPs) the statuses are
     # read from a copy of the basis when a warm start asks for them: no solver is kept alive.
-    if (info.ipm_iteration_count == 0 and info.pdlp_iteration_count == 0
-            and h.getModelPresolveStatus() == highspy.HighsPresolveStatus.kNotPresolved):
+    fast = hasattr(h, "getBasicVariables")  # (not in highspy 1.8: the statuses come from the copy there)
+    if fast and (info.ipm_iteration_count == 0 and info.pdlp_iteration_count == 0
+                 and h.getModelPresolveStatus() == highspy.HighsPresolveStatus.kNotPresolved):
         basic = basic_variables()
         return lambda: basis_from(basic)
-    if info.ipm_iteration_count > 0 and h.setBasis(h.getBasis()) == highspy.HighsStatus.kOk:
+    if fast and info.ipm_iteration_count > 0 and h.setBasis(h.getBasis()) == highspy.HighsStatus.kOk:
         basic = basic_variables()
         return lambda: basis_from(basic)
     copy = h.getBasis()
