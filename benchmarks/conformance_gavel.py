@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from conformance_table import cell, ratio  # benchmarks/, next to this script
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -244,24 +246,14 @@ def main(argv: list[str] | None = None) -> int:
                         results[f"adapter {solver}"] = run_simulation(scheduler_dir, trace, policy, cluster, solver,
                                                                       shim, args.timeout, args.round_allocations)
                     base = results["Gavel"]
-                    cells = " ".join(f"{_cell(results[f'adapter {s}'], 'average_jct_s', max(15, len(s) + 8))} "
-                                     f"{_ratio(results[f'adapter {s}'], base)}" for s in args.adapter_solvers)
-                    print(f"{trace:<20} {policy:<26} {cluster:<7} {_cell(base, 'average_jct_s', 16)} "
-                          f"{_cell(base, 'makespan_s', 11)} {cells}   ({time.perf_counter() - t0:.0f} s)", flush=True)
+                    cells = " ".join(f"{cell(results[f'adapter {s}'], 'average_jct_s', max(15, len(s) + 8), 3, 'error')} "
+                                     f"{ratio(results[f'adapter {s}'], base)}" for s in args.adapter_solvers)
+                    print(f"{trace:<20} {policy:<26} {cluster:<7} {cell(base, 'average_jct_s', 16, 3, 'error')} "
+                          f"{cell(base, 'makespan_s', 11, 3, 'error')} {cells}   ({time.perf_counter() - t0:.0f} s)", flush=True)
                     for label, result in results.items():
                         if "error" in result:
                             print(f"    {label}: {result['error']}")
     return 0
-
-
-def _cell(result: dict, key: str, width: int) -> str:
-    return f"{result[key]:>{width}.3f}" if key in result else f"{'error':>{width}}"
-
-
-def _ratio(result: dict, base: dict) -> str:
-    if "average_jct_s" not in result or "average_jct_s" not in base:
-        return f"{'-':>7}"
-    return f"{result['average_jct_s'] / base['average_jct_s']:>7.4f}"
 
 
 if __name__ == "__main__":

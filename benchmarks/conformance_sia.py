@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from conformance_table import cell, ratio  # benchmarks/, next to this script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SHIM = '''"""allocopt's stand-in bound as Sia's ``sia.SiaPolicy``."""
@@ -175,25 +177,15 @@ def main(argv: list[str] | None = None) -> int:
                                 traces=str(simulator / "traces")))
             makespan = (f"{own['makespan_s'] / base['makespan_s']:>8.4f}" if "makespan_s" in own and
                         "makespan_s" in base else f"{'-':>8}")
-            print(f"{name:<12} {base.get('jobs', ours.get('jobs', 0)):>4} {_cell(base, 'average_jct_s', 10)} "
-                  f"{_cell(base, 'makespan_s', 11)} {_cell(ours, 'average_jct_s', 10)} {_ratio(ours, base)} "
-                  f"{_cell(exact, 'average_jct_s', 10)} {_ratio(exact, base)} "
-                  f"{_cell(own, 'average_jct_s', 10)} {_ratio(own, base)} {makespan}   "
+            print(f"{name:<12} {base.get('jobs', ours.get('jobs', 0)):>4} {cell(base, 'average_jct_s', 10)} "
+                  f"{cell(base, 'makespan_s', 11)} {cell(ours, 'average_jct_s', 10)} {ratio(ours, base)} "
+                  f"{cell(exact, 'average_jct_s', 10)} {ratio(exact, base)} "
+                  f"{cell(own, 'average_jct_s', 10)} {ratio(own, base)} {makespan}   "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
             for label, result in (("Sia", base), ("stand-in", ours), ("exact", exact), ("allocopt", own)):
                 if "error" in result:
                     print(f"    {label}: {result['error']}")
     return 0
-
-
-def _cell(result: dict, key: str, width: int) -> str:
-    return f"{result[key]:>{width}.1f}" if key in result else f"{'-':>{width}}"
-
-
-def _ratio(result: dict, base: dict) -> str:
-    if "average_jct_s" not in result or "average_jct_s" not in base:
-        return f"{'-':>7}"
-    return f"{result['average_jct_s'] / base['average_jct_s']:>7.4f}"
 
 
 if __name__ == "__main__":
