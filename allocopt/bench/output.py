@@ -165,7 +165,8 @@ class Progress:
         if self._bar is not None:
             self._bar.set_description_str(what, refresh=True)
         elif self.enabled:
-            print(f"[{self.done + 1}/{self.total}] {what}", file=sys.stderr, flush=True)
+            sys.stderr.write(f"[{self.done + 1}/{self.total}] {what}\n")  # the bench command's progress
+            sys.stderr.flush()
 
     def advance(self) -> None:
         self.done += 1

@@ -568,9 +568,10 @@ class SlurmController:
         cells = [f"{j}:{t}" for j, t in list(record["leases"].items())[:8]]
         cells += ["..."] if len(record["leases"]) > 8 else []
         a, tm = record["actions"], record["timings"]
-        print(f"round {record['idx']}: {len(self.active())} active, run {' '.join(cells) or '-'}; released "
-              f"{len(a['release'])}, requeued {len(a['requeuehold'])}, held {len(a['hold'])}; "
-              f"solve {tm['solve_s']:.3f}s, round {tm['round_s']:.3f}s", file=self.out, flush=True)
+        self.out.write(f"round {record['idx']}: {len(self.active())} active, run {' '.join(cells) or '-'}; "
+                       f"released {len(a['release'])}, requeued {len(a['requeuehold'])}, held {len(a['hold'])}; "
+                       f"solve {tm['solve_s']:.3f}s, round {tm['round_s']:.3f}s\n")
+        self.out.flush()
 
 
 # ----- command line -------------------------------------------------------------------------

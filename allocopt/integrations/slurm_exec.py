@@ -98,8 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         exec_job(args.spool, args.job_command)
     except (InvalidOptionError, OSError) as err:
-        print(f"allocopt slurm exec: error: {err}", file=sys.stderr)
-        return 2
+        parser.exit(2, f"allocopt slurm exec: error: {err}\n")
     return 0  # not reached
 
 

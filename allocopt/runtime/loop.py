@@ -499,9 +499,11 @@ class Scheduler:
                              "belongs to another journal. Restore the journal, or move the work directory away to "
                              "start afresh")
 
-    def _say(self, line: str) -> None:
+    def _say(self, *lines: str) -> None:
+        """Lines for the caller's stream (``out``; None: nothing is written)."""
         if self.out is not None:
-            print(line, file=self.out, flush=True)
+            self.out.write("".join(line + "\n" for line in lines))
+            self.out.flush()
 
     def pending(self) -> list[str]:
         """Names of the jobs not yet done or failed."""
@@ -520,7 +522,7 @@ class Scheduler:
         self.state.verify()
         report = self.report()
         if self.out is not None:
-            self._print_report(report)
+            self._say_report(report)
         return report
 
     def run_round(self) -> None:
@@ -560,7 +562,7 @@ class Scheduler:
                            [[r.job_id, r.outcome.value, r.steps, r.run_seconds, r.measured_steps_per_s,
                              r.restarted, r.message] for r in results]), self.engine.to_json())
         if self.out is not None:
-            self._print_status(plan.leases, by_job, t1 - t0)
+            self._say_round(plan.leases, by_job, t1 - t0)
         self.round_index += 1
 
     # ----- reporting ----------------------------------------------------------------------
@@ -578,7 +580,7 @@ class Scheduler:
                 "rounds": self.round_index, "executor": asdict(self.executor.stats)
                 | {"extension_fraction": self.executor.stats.extension_fraction}}
 
-    def _print_status(self, leases: Sequence[Lease], results: Mapping[Hashable, Any], seconds: float) -> None:
+    def _say_round(self, leases: Sequence[Lease], results: Mapping[Hashable, Any], seconds: float) -> None:
         held = {l.job_id: l for l in leases}
         cells = []
         for n, s in self.jobs.items():
@@ -586,22 +588,22 @@ class Scheduler:
             where = f"{lease.gpu_type}{list(lease.gpu_ids)}{'*' if lease.extended else ''}" if lease else "-"
             rate = f" {r.measured_steps_per_s:.1f}/s" if r is not None and r.measured_steps_per_s else ""
             cells.append(f"{n} {s.steps_done}/{s.config.total_steps} {s.status} {where}{rate}")
-        print(f"round {self.round_index} ({seconds:.1f}s): " + " | ".join(cells), file=self.out, flush=True)
+        self._say(f"round {self.round_index} ({seconds:.1f}s): " + " | ".join(cells))
 
-    def _print_report(self, report: Mapping[str, Any]) -> None:
-        print("\njob                 status    steps         JCT (s)  restarts", file=self.out)
+    def _say_report(self, report: Mapping[str, Any]) -> None:
+        lines = ["", "job                 status    steps         JCT (s)  restarts"]
         for n, j in report["jobs"].items():
             jct = "-" if j["jct_s"] is None else f"{j['jct_s']:.1f}"
             total = "-" if j["total_steps"] is None else j["total_steps"]
-            print(f"{n:<19} {j['status']:<9} {j['steps_done']:>5}/{total:<6} {jct:>9}  {j['restarts']:>8}",
-                  file=self.out)
+            lines.append(f"{n:<19} {j['status']:<9} {j['steps_done']:>5}/{total:<6} {jct:>9}  {j['restarts']:>8}")
         stats = self.executor.stats
         med = lambda xs: f"{float(np.median(xs)):.3f}" if xs else "-"  # noqa: E731
-        print(f"utilization {report['utilization']:.1%} over {report['rounds']} rounds; leases extended "
-              f"{stats.extension_fraction:.0%}; median launch-to-first-step {med(stats.launch_to_first_step_s)} s, "
-              f"stop {med(stats.stop_s)} s", file=self.out, flush=True)
+        lines.append(f"utilization {report['utilization']:.1%} over {report['rounds']} rounds; leases extended "
+                     f"{stats.extension_fraction:.0%}; median launch-to-first-step {med(stats.launch_to_first_step_s)} "
+                     f"s, stop {med(stats.stop_s)} s")
         failed = [n for n, j in report["jobs"].items() if j["status"] == "failed"]
         if failed:
-            print(f"{len(failed)} job(s) failed: {', '.join(failed)}; see each job's message in the report and its "
-                  f"log ({self.executor.work_dir}/jobs/NAME/rank0.log). Fix them and rerun with --retry-failed to "
-                  "run them again", file=self.out, flush=True)
+            lines.append(f"{len(failed)} job(s) failed: {', '.join(failed)}; see each job's message in the report "
+                         f"and its log ({self.executor.work_dir}/jobs/NAME/rank0.log). Fix them and rerun with "
+                         "--retry-failed to run them again")
+        self._say(*lines)

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 stop_recorded(pid_file)
             except (RuntimeError, OSError) as err:
-                print(f"allocopt watchdog: {pid_file}: {err}", file=sys.stderr)
+                sys.stderr.write(f"allocopt watchdog: {pid_file}: {err}\n")  # its own process: no logging set up
     finally:
         os.close(fd)
     return 0
