@@ -5,9 +5,12 @@ Two jobs that did not opt in hold 156 GPUs of each type, leaving allocopt 100 + 
 submits 1,200 held opted-in jobs (``sleep``; four models with different speed-ups), runs one round
 (which releases 200), waits until Slurm runs them, then times rounds with 1,000 pending and 200
 running jobs: observe (squeue, sinfo), plan (Engine.next_round: solve + mechanism), journal
-(SQLite), enact (batched scontrol: requeuehold, update, release); +settle_s is the wait for requeued
-jobs that change GPU type to stop (their checkpoint time, Slurm's KillWait) before their release. The baseline is the policy's
-solve alone on the same problem (``allocopt.solve``), timed in the same run.
+(SQLite), enact (batched scontrol: update, release, requeuehold); +settle_s is the wait for requeued
+jobs that change GPU type to stop (their checkpoint time, Slurm's KillWait) before their release.
+Between timed rounds the script waits, as a minute between real rounds would, until the round's
+leased jobs run and its requeued jobs have stopped, then ``--gap`` seconds more (the launches of
+200 batch jobs by the slurmd daemons on this same machine take its CPUs for a few seconds). The baseline is the policy's solve alone on
+the same problem (``allocopt.solve``), timed in the same run.
 
 Usage (root, daemons up or startable)::
 
@@ -45,6 +48,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1200, help="opted-in jobs (default: %(default)s)")
     parser.add_argument("--running", type=int, default=200, help="GPUs left to allocopt (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds timed (default: %(default)s)")
+    parser.add_argument("--gap", type=float, default=10.0,
+                        help="seconds between a round's jobs being in place and the next round, for the job "
+                             "launches of the daemons on this same machine to finish (default: %(default)s)")
     args = parser.parse_args()
     if subprocess.run(["sinfo", "-h", "-p", PARTITION], capture_output=True).returncode != 0:
         if subprocess.run(["bash", str(ROOT / ".ci" / "slurm-setup.sh")]).returncode != 0:
@@ -73,6 +79,7 @@ def main() -> int:
         print(f"round 0: released {len(first['actions']['release'])} jobs, {first['timings']['round_s']:.2f} s")
         _wait(lambda: sum(j.state == "RUNNING" for j in slurm.jobs()) >= args.running + 2, 180,
               f"{args.running} released jobs running")
+        time.sleep(args.gap)
         print(f"{'round':>5} {'pending':>7} {'running':>7} {'observe_s':>9} {'plan_s':>7} {'journal_s':>9} "
               f"{'enact_s':>7} {'round_s':>7} {'+settle_s':>9} {'solve_s':>7} {'round/solve':>11} {'requeued':>8} {'released':>8} "
               f"{'scontrol':>8}")
@@ -92,7 +99,11 @@ def main() -> int:
                   f"{solve_s:>7.3f} "
                   f"{tm['round_s'] / solve_s:>11.1f} {len(record['actions']['requeuehold']):>8} "
                   f"{len(record['actions']['release']):>8} {slurm.commands_run - commands:>8}", flush=True)
-            time.sleep(2.0)  # let the requeued jobs stop and the released ones start, as between rounds
+            # as between rounds (a minute apart): the requeued jobs stop, the released ones start
+            leased = set(record["leases"])
+            _wait(lambda: {j.job_id for j in slurm.jobs() if j.state == "RUNNING" and j.job_id in controller.records}
+                  == leased, 120, "the round's jobs running")
+            time.sleep(args.gap)
     finally:
         for start in range(0, len(submitted), 500):
             subprocess.run(["scancel", *submitted[start:start + 500]], capture_output=True)

@@ -312,13 +312,21 @@ class Slurm:
         return failed
 
     def enact(self, hold: Sequence[str], requeue_hold: Sequence[str], release: Mapping[str, str]) -> dict[str, str]:
-        """:meth:`hold`, :meth:`requeue_hold` and :meth:`release` of disjoint job sets, concurrently;
-        the ids Slurm refused."""
-        tasks = [self._pool.submit(f, arg) for f, arg in ((self.hold, hold), (self.requeue_hold, requeue_hold),
-                                                           (self.release, release)) if arg]
-        failed: dict[str, str] = {}
-        for task in tasks:
-            failed |= task.result()
+        """:meth:`hold`, :meth:`release` and :meth:`requeue_hold` of disjoint job sets, in that order;
+        the ids Slurm refused.
+
+        The order keeps slurmctld's job lock free for the round's own calls: a requeued job's stop
+        (its termination, the GPUs it frees, the released jobs Slurm then starts) is work slurmctld
+        does after the call returns, and updates or releases sent during it wait for that work (with
+        the preemptions first, a round of 200 preemptions and 200 starts took 2.3-3.4 s against
+        1.3-1.9 s in this order). Holds go first so that no pending job takes the GPUs the preempted
+        jobs free; the released jobs wait for those GPUs in Slurm's queue.
+        """
+        failed = self.hold(hold) if hold else {}
+        if release:
+            failed |= self.release(release)
+        if requeue_hold:
+            failed |= self.requeue_hold(requeue_hold)
         return failed
 
     def wait_requeued(self, job_ids: Sequence[str], timeout_s: float) -> list[str]:
