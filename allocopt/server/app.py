@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hmac
 import json
 import logging
@@ -41,6 +42,7 @@ from allocopt.schemas import SCHEMAS, load_schema
 from allocopt.technique import TECHNIQUES
 from allocopt.server import models
 from allocopt.server.decode import RequestError, decode, validate
+from allocopt.server.openapi import docs_html, openapi_document
 from allocopt.server.options import ServiceOptions
 
 logger = logging.getLogger(__name__)
@@ -354,13 +356,11 @@ class Service:
 
     def openapi(self, body: Any) -> tuple[int, Any]:
         """The OpenAPI 3.1 document of this service."""
-        from allocopt.server.openapi import openapi_document
-        return 200, openapi_document()
+        return 200, _documentation()[0]
 
     def docs(self, body: Any) -> tuple[int, str]:
         """A page of the endpoints (HTML, no scripts); the OpenAPI document is at /openapi.json."""
-        from allocopt.server.openapi import docs_html
-        return 200, docs_html()
+        return 200, _documentation()[1]
 
     def schema(self, body: Any, name: str) -> tuple[int, Any]:
         """One of the JSON Schemas (problem, allocation, round_plan, engine_state)."""
@@ -606,3 +606,10 @@ OPERATIONS: tuple[Operation, ...] = (
               "What the jobs of the last planned round did", list[models.RoundResult],
               {200: models.RoundRecorded, **_ERRORS}),
 )
+
+
+@functools.lru_cache(maxsize=1)
+def _documentation() -> tuple[dict[str, Any], str]:
+    """The OpenAPI document of :data:`OPERATIONS` and its HTML page (built once, on first request)."""
+    document = openapi_document(OPERATIONS)
+    return document, docs_html(document)

@@ -1,26 +1,25 @@
-"""The service's OpenAPI 3.1 document (``GET /openapi.json``) and its HTML page (``GET /docs``), from the route table."""
+"""The service's OpenAPI 3.1 document (``GET /openapi.json``) and its HTML page (``GET /docs``), from the route table
+(:data:`allocopt.server.app.OPERATIONS`, passed in: this module does not import the app)."""
 
 from __future__ import annotations
 
-import functools
 import html
 import re
+from collections.abc import Iterable
 from http import HTTPStatus
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
 from allocopt import __version__
+from allocopt.server import models
 
 _REF = "#/components/schemas/{model}"
 
 
-@functools.lru_cache(maxsize=1)
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of every endpoint, with the request and response models as components."""
-    from allocopt.server import models
-    from allocopt.server.app import OPERATIONS
-
+def openapi_document(operations: Iterable[Any]) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``operations`` (the app's route table), with the request and response
+    models as components."""
     components: dict[str, Any] = {}
 
     def schema_of(kind: Any) -> dict[str, Any]:
@@ -37,7 +36,7 @@ def openapi_document() -> dict[str, Any]:
     for document in (models.Problem, models.Allocation, models.RoundPlan, models.EngineState):
         schema_of(document)  # the four documents of allocopt.schemas, whether or not an endpoint names them
     paths: dict[str, dict[str, Any]] = {}
-    for op in OPERATIONS:
+    for op in operations:
         operation: dict[str, Any] = {"summary": op.summary, "operationId": op.handler.__name__,
                                      "description": op.handler.__doc__ or op.summary}
         names = re.findall(r"\{([a-z_]+)\}", op.path)
@@ -65,10 +64,8 @@ def openapi_document() -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=1)
-def docs_html() -> str:
-    """An HTML page (no scripts, works offline) listing the endpoints of :func:`openapi_document`."""
-    document = openapi_document()
+def docs_html(document: dict[str, Any]) -> str:
+    """An HTML page (no scripts, works offline) listing the endpoints of an :func:`openapi_document`."""
     rows = []
     for path, operations in document["paths"].items():
         for method, op in operations.items():
