@@ -152,6 +152,11 @@ POLICY_NAMES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "max_min_fairness_water_filling_packed": ("water_filling", "water_filling", _PACKED),
 }
 
+# Gavel policies whose objects keep state between calls (module docstring), with the flags that
+# reproduce Gavel's behaviour: allocopt's simulator runs ``gavel:NAME`` of these through this adapter
+STATEFUL_POLICIES: dict[str, dict[str, Any]] = {"fifo": {"faithful_type_choice": True}, "gandiva": {},
+                                                "allox": {}}
+
 # Gavel policy name -> the ``name`` of Gavel's policy class (what Gavel's scheduler branches on)
 GAVEL_CLASS_NAMES: dict[str, str] = {
     "max_min_fairness": "MaxMinFairness",
@@ -259,6 +264,11 @@ class GavelPolicy:
     def name(self) -> str:
         """The name of Gavel's policy class (``MaxMinFairness_Perf``, ...)."""
         return self._name
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        """The argument names of ``get_allocation``, in Gavel's order (:data:`SIGNATURES`)."""
+        return SIGNATURES[self._signature]
 
     @property
     def policy_name(self) -> str:

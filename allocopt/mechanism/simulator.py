@@ -81,6 +81,36 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
     return policy, extra, agnostic
 
 
+def gavel_policy_for(name: str, options: Mapping[str, Any], backend: str, seed: int) -> Any:
+    """The adapter's Gavel policy object for ``gavel:NAME`` when Gavel's policy keeps state between
+    calls (:data:`allocopt.adapters.gavel.STATEFUL_POLICIES`: ``fifo``, ``gandiva``, ``allox``),
+    else None.
+
+    ``seed`` seeds its random choices as Gavel's ``--seed`` seeds the policy's;
+    ``options`` (:func:`resolve_policy`'s) may hold the object's flags
+    (``faithful_type_choice``, ``alpha``), ``solver_options`` (``{"solver": ...}``
+    with the cvxpy backend) and ``space_sharing`` (Gandiva's, always on).
+    """
+    from allocopt.adapters.gavel import STATEFUL_POLICIES, GavelPolicy
+
+    gavel_name = name.removeprefix("gavel:")
+    if gavel_name == name or gavel_name not in STATEFUL_POLICIES:
+        return None
+    flags = dict(STATEFUL_POLICIES[gavel_name])
+    unknown = []
+    for key, value in options.items():
+        if key in ("faithful_type_choice", "alpha"):
+            flags[key] = value
+        elif key not in ("solver_options", "space_sharing"):
+            unknown.append(key)
+    if unknown or options.get("space_sharing", gavel_name == "gandiva") != (gavel_name == "gandiva"):
+        raise InvalidOptionError(f"policy {name!r} runs Gavel's policy object, which takes the options "
+                                 f"faithful_type_choice (fifo), alpha (allox) and solver_options; got "
+                                 f"{', '.join(sorted(options))}")
+    solver = dict(options.get("solver_options") or {}).get("solver") if backend == "cvxpy" else backend
+    return GavelPolicy(gavel_name, solver or backend, seed, **flags)
+
+
 class RoundPlanner(Protocol):
     """What decides each round: the seam between the simulator loop and a scheduling mechanism.
 
@@ -173,11 +203,18 @@ class PriorityPlanner:
         Options passed to :func:`allocopt.solve`.
     options : MechanismOptions
     backend : str, default "highs"
+    gavel_policy : allocopt.adapters.gavel.GavelPolicy, optional
+        Compute each allocation with this Gavel policy object instead of
+        :func:`allocopt.solve`: one object for the whole simulation, so the
+        state Gavel's policy keeps between calls (FIFO's job types, Gandiva's
+        pairs and random generator, AlloX's running jobs) carries over as in
+        Gavel's simulator (:func:`gavel_policy_for`).
     """
 
     def __init__(self, state: SimulationState, policy: str, policy_options: Mapping[str, Any],
-                 options: MechanismOptions, backend: str = "highs"):
+                 options: MechanismOptions, backend: str = "highs", gavel_policy: Any = None):
         self.policy, self.policy_options, self.backend = policy, dict(policy_options), backend
+        self.gavel_policy = gavel_policy
         self.options = options
         self.space_sharing = bool(self.policy_options.get("space_sharing"))
         if self.space_sharing and state.table is None:
@@ -267,6 +304,15 @@ class PriorityPlanner:
     def _recompute(self, state: SimulationState, rows: np.ndarray, now_s: float) -> None:
         started = time.perf_counter()
         pairs = state.pairs(rows) if self.space_sharing else None
+        if self.gavel_policy is not None:
+            matrix, pair_fractions = self._gavel_allocation(state, rows, now_s, pairs)
+            self.solve_seconds.append(time.perf_counter() - started)
+            if pairs is None:
+                self.mechanism.reset(now_s, rows, matrix)
+            else:
+                self.mechanism.reset(now_s, rows, matrix, pairs[0], pair_fractions, pairs[1])
+            state.changed = False
+            return
         allocation = solve(state.problem(rows, now_s, self.policy, pairs, self.policy_options), self.policy,
                            backend=self.backend, warm_start=self._allocation, **self.policy_options)
         self._allocation = allocation
@@ -281,6 +327,34 @@ class PriorityPlanner:
             fractions = allocation.pair_matrix if allocation.pair_matrix is not None else np.zeros(values.shape[:2])
             self.mechanism.reset(now_s, rows, allocation.matrix, pair_rows, fractions, values)
         state.changed = False
+
+    def _gavel_allocation(self, state: SimulationState, rows: np.ndarray, now_s: float,
+                          pairs: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """:attr:`gavel_policy`'s allocation of ``rows`` (job ids: the rows) and of ``pairs``, called with
+        the arguments Gavel's scheduler passes: the time fractions of ``rows``, shape (m, n_gpu_types),
+        and of the pairs, shape (p, n_gpu_types) (None without pairs)."""
+        types, ids = list(state.cluster.gpu_types), rows.tolist()
+        throughputs: dict[Hashable, dict[str, Any]] = {
+            job: dict(zip(types, row)) for job, row in zip(ids, state.throughputs[rows].tolist())}
+        if pairs is not None:  # Gavel's pair entries: [steps/s of a, of b] per type, keyed (a, b)
+            throughputs.update({(a, b): dict(zip(types, values))
+                                for (a, b), values in zip(pairs[0].tolist(), pairs[1].tolist())})
+        wl = state.workload
+        values = {"unflattened_throughputs": throughputs,
+                  "scale_factors": dict(zip(ids, wl.scale_factors[rows].tolist())),
+                  "unflattened_priority_weights": dict(zip(ids, wl.priority_weights[rows].tolist())),
+                  "times_since_start": dict(zip(ids, (now_s - wl.arrival_s[rows]).tolist())),
+                  "num_steps_remaining": dict(zip(ids, state.remaining_steps[rows].tolist())),
+                  "cluster_spec": dict(zip(types, state.cluster.capacity.tolist()))}
+        arguments = self.gavel_policy.arguments
+        answer = self.gavel_policy.get_allocation(**{k: v for k, v in values.items() if k in arguments}) or {}
+        zero = dict.fromkeys(types, 0.0)
+        matrix = np.array([[answer.get(job, zero)[t] for t in types] for job in ids], dtype=np.float64)
+        if pairs is None:
+            return matrix, None
+        fractions = np.array([[answer.get((a, b), zero)[t] for t in types] for a, b in pairs[0].tolist()],
+                             dtype=np.float64).reshape(-1, len(types))
+        return matrix, fractions
 
     def pair_throughput(self, job: Hashable, partner: Hashable, gpu_type: str) -> float:
         """Steps/s of ``job`` sharing its GPUs of ``gpu_type`` with ``partner`` this round."""
@@ -540,7 +614,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
     else:
         default_planner = planner is None
-        planner = planner or PriorityPlanner(state, name, options, mech, backend)
+        planner = planner or PriorityPlanner(state, name, options, mech, backend,
+                                             gavel_policy_for(policy, options, backend, seed))
         if executor is None:
             executor = SimulatedExecutor(np.asarray(T, dtype=np.float64), gpu_types=cluster.gpu_types,
                                          restart_overhead_s=restart_overhead_s,
@@ -771,5 +846,5 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
     return finish, busy_gpu_s, gpu_s, np.ones(n, dtype=np.int64), rounds, solve_s
 
 
-__all__ = ["PriorityPlanner", "RoundLeases", "RoundPlanner", "SimulationError", "SimulationResult", "SimulationState",
+__all__ = ["PriorityPlanner", "gavel_policy_for", "RoundLeases", "RoundPlanner", "SimulationError", "SimulationResult", "SimulationState",
            "resolve_policy", "simulate"]
