@@ -70,6 +70,13 @@ class MechanismOptions:
         each time) a job whose time fraction is a hair below an equal job's
         never runs; True lets long-run shares follow the allocation however
         often it is recomputed.
+    pair_finishes_at_lease_end : bool, default False
+        When the time a co-located job finishes is recorded. False: when its
+        own steps are done. Gavel's simulator (True): when its pair's lease
+        ends, i.e. when the later of the two members stops (at the latest the
+        round's end), so a job that completes early next to a partner still
+        running is reported finished with its partner. :func:`allocopt.simulate`
+        sets it for Gavel's policy names.
     """
 
     round_seconds: float = 360.0
@@ -81,6 +88,7 @@ class MechanismOptions:
     run_unallocated: bool = False
     time_zero_recomputes_free: bool = True
     deficit_in_priority: bool = False
+    pair_finishes_at_lease_end: bool = False
 
     def __post_init__(self) -> None:
         if not self.round_seconds > 0:

@@ -606,9 +606,12 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         workload.check_fits(T, cluster)
         state = SimulationState(workload, cluster, T, None if profiles is not None else table)
     # Gavel's FIFO policies run only allocated entries (priority > 0)
+    # Gavel's names (gavel:NAME, or a name allocopt has no policy of) get Gavel's simulator's accounting
+    gavel = policy.startswith("gavel:") or policy not in POLICIES
     mech = MechanismOptions(round_seconds, recompute_min_seconds, initial_received_rounds,
                             type_order or ("random" if agnostic else "fastest_first"), seed,
-                            work_conserving=name != "fifo", run_unallocated=run_unallocated)
+                            work_conserving=name != "fifo", run_unallocated=run_unallocated,
+                            pair_finishes_at_lease_end=gavel)
     bar = _progress(workload.num_jobs, progress)
     if mode == "ideal":
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
@@ -620,7 +623,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
             executor = SimulatedExecutor(np.asarray(T, dtype=np.float64), gpu_types=cluster.gpu_types,
                                          restart_overhead_s=restart_overhead_s,
                                          pair_throughputs=planner.pair_throughput if default_planner else None)
-        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar)
+        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar,
+                                                                mech.pair_finishes_at_lease_end)
         solve_s = planner.solve_seconds
     if bar is not None:
         bar.close()
@@ -691,10 +695,12 @@ def _admit(state: SimulationState, next_job: int, now_s: float) -> int:
     return max(end, next_job)
 
 
-def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executor,
-                bar: Any) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list]]:
+def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executor, bar: Any,
+                pair_finishes_at_lease_end: bool = False) -> tuple[np.ndarray, float, np.ndarray, np.ndarray,
+                                                                   dict[str, list]]:
     """Rounds until every job finished. The default planner and executor exchange arrays
-    (:meth:`PriorityPlanner.plan_leases`, :meth:`SimulatedExecutor.run_arrays`); others, lease objects."""
+    (:meth:`PriorityPlanner.plan_leases`, :meth:`SimulatedExecutor.run_arrays`); others, lease objects.
+    ``pair_finishes_at_lease_end``: see :class:`~allocopt.mechanism.priority.MechanismOptions`."""
     wl = state.workload
     n = wl.num_jobs
     finish = np.full(n, np.nan)
@@ -734,7 +740,10 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
         np.maximum.at(held, entries, seconds)
         busy_gpu_s += float((widths * np.maximum(held, 0.0)).sum())
         if completed.any():
-            finish[jobs[completed]] = now + seconds[completed]
+            ended = seconds
+            if pair_finishes_at_lease_end:  # a co-located job finishes with its placement's last member
+                ended = np.where(np.bincount(entries)[entries] > 1, held[entries], seconds)
+            finish[jobs[completed]] = now + ended[completed]
             state.active[jobs[completed]] = False
             state.changed = True
             done += int(completed.sum())
