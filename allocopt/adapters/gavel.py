@@ -30,9 +30,11 @@ per worker type; their time fractions come back under the same key.
 solver name as Gavel passes them (``"ECOS"``, ``"SCS"``, ...), which runs
 through the ``cvxpy`` backend with that solver; ``"GUROBI"`` uses the native
 Gurobi backend. None means HiGHS (Gavel's default is ECOS). With a cvxpy
-solver, finish-time fairness is one conic program (``method="conic"``), as
-Gavel solves it, so ECOS returns Gavel's point of a degenerate optimum; with
-an LP backend it is a bisection over LPs. ``"highs-ipm"`` is HiGHS's interior
+solver, finish-time fairness is one conic program, as Gavel solves it, written
+as Gavel's code writes it (``method="conic_gavel"``; ``method="conic"`` for
+``finish_time_fairness_packed``), so ECOS returns Gavel's point of a
+degenerate optimum to the last bit; with an LP backend it is a bisection over
+LPs. ``"highs-ipm"`` is HiGHS's interior
 point without crossover (``solver_options={"solver": "ipm", "run_crossover":
 "off"}``): where an LP has many optima it returns a point inside the optimal
 face, as ECOS does, where the default dual simplex returns a vertex; Gavel's
@@ -250,7 +252,8 @@ class GavelPolicy:
             self._options["method"] = "bisection"
         self._backend, self._solver_options = _backend_for(solver)
         if self._backend == "cvxpy" and self._policy == "finish_time_fairness":
-            self._options.setdefault("method", "conic")  # one conic program, as Gavel solves it
+            # one conic program, as Gavel solves it; written as Gavel writes it (ECOS: Gavel's bits) without pairs
+            self._options.setdefault("method", "conic" if self._options.get("space_sharing") else "conic_gavel")
         self._rng = random.Random(0 if seed is None else seed)
         # state kept between calls (see the module docstring)
         self._cumulative_isolated_time: dict[Hashable, float] = {}

@@ -33,6 +33,18 @@ with constant rates ``r_i / D_i``: a single LP. ``method="conic"``
 (``backend="cvxpy"`` only) solves the second-order-cone program
 ``min rho s.t. (r_i / D_i) / e_i + t_i / D_i <= rho`` directly (CLARABEL
 unless ``solver_options["solver"]`` names another cvxpy solver).
+``method="conic_gavel"`` (``backend="cvxpy"``, no space sharing) solves the
+same program written as Gavel's cvxpy code writes it: a (jobs x types) matrix
+variable over the unfinished jobs in job order and the GPU types in name
+order, the objective the maximum of the jobs' ``rho_i``, the constraints
+``X >= 0``, the GPUs of each type, each job's time, in that order. cvxpy then
+hands the solver the same matrices as Gavel's code, so ECOS stops at Gavel's
+point to the last bit. That matters where several jobs are entitled to equal
+shares: Gavel's mechanism orders them by the solver's digits beyond 1e-8
+(``benchmarks/README.md``, "Conformance"). As in Gavel's, nothing keeps time
+off a type where a job's planned throughput is 0 or that has fewer GPUs than
+its scale factor; such time is set to 0 after the solve (Gavel's mechanism
+never runs a job there either). The answer is clipped to [0, 1], as Gavel's.
 
 With ``heterogeneity_aware=False`` every GPU type runs a job at its
 throughput on ``reference_gpu_type``, for ``e_i`` and ``e^iso_i`` alike (see
@@ -66,7 +78,7 @@ RHO_RTOL = 1e-9
 CHAIN_RTOL = 1e-2
 #: LPs a warm search near the previous rho may take before Brent's method over the whole range
 SEARCH_STEPS = 3
-METHODS = ("bisection", "conic")
+METHODS = ("bisection", "conic", "conic_gavel")
 DEFAULT_CONIC_SOLVER = "CLARABEL"
 
 
@@ -85,10 +97,13 @@ class FinishTimeFairness(Policy):
                  space_sharing: bool = False) -> PolicyResult:
         if method not in METHODS:
             raise InvalidOptionError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-        if method == "conic" and solver.backend != "cvxpy":
-            raise InvalidOptionError(f"method='conic' solves a second-order-cone program and needs "
+        if method != "bisection" and solver.backend != "cvxpy":
+            raise InvalidOptionError(f"method={method!r} solves a second-order-cone program and needs "
                                      f"backend='cvxpy', got backend={solver.backend!r}; use "
                                      "method='bisection' with LP backends")
+        if method == "conic_gavel" and space_sharing:
+            raise InvalidOptionError("method='conic_gavel' writes Gavel's program without pairs; with "
+                                     "space_sharing=True use method='conic' or 'bisection'")
         steps = steps_remaining(problem, self.name)
         active = steps > 0
         throughputs = policy_throughputs(problem, active, heterogeneity_aware=heterogeneity_aware,
@@ -104,6 +119,8 @@ class FinishTimeFairness(Policy):
             # D_i in seconds (nan for finished jobs, whose isolated throughput may be 0)
             isolated_finish = np.where(active, isolated_time + steps / isolated_throughputs(problem, throughputs),
                                        np.nan)
+        if method == "conic_gavel":
+            return self._conic_gavel(problem, solver, steps, started, isolated_finish, throughputs)
         if method == "conic":
             return self._conic(problem, solver, steps, started, isolated_finish, throughputs, space_sharing)
         return self._bisection(problem, solver, steps, started, isolated_finish, throughputs, space_sharing)
@@ -227,6 +244,54 @@ class FinishTimeFairness(Policy):
             if bracketed() or f1 == f0:
                 return
             x0, f0, x1 = x1, f1, x1 - f1 * (x1 - x0) / (f1 - f0)
+
+    def _conic_gavel(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
+                     isolated_finish: np.ndarray, throughputs: np.ndarray | None) -> PolicyResult:
+        """``method="conic_gavel"``: the program as Gavel's cvxpy code writes it (module docstring)."""
+        CvxpyBackend.check_installed()
+        import cvxpy as cp
+
+        options = dict(solver.options.solver_options)
+        name = options.pop("solver", DEFAULT_CONIC_SOLVER)
+        if name not in cp.installed_solvers():
+            raise InvalidOptionError(f"cvxpy solver {name!r} is not installed; installed: "
+                                     f"{', '.join(cp.installed_solvers())}")
+        t0 = time.perf_counter()
+        rows = np.flatnonzero(steps > 0)
+        columns = np.argsort(np.array(problem.gpu_types, dtype=object), kind="stable")  # Gavel's: by name
+        T = (problem.throughputs if throughputs is None else throughputs)[np.ix_(rows, columns)]
+        m, n = T.shape
+        x = cp.Variable((m, n))
+        ratios = [(float(started[i]) + float(steps[i]) * cp.inv_pos(cp.sum(cp.multiply(T[k], x[k]))))
+                  / float(isolated_finish[i]) for k, i in enumerate(rows.tolist())]
+        scale = np.repeat(problem.scale_factors[rows].astype(np.float64)[:, None], n, axis=1)
+        program = cp.Problem(cp.Minimize(ratios[0] if m == 1 else cp.maximum(*ratios)),
+                             [x >= 0, cp.sum(cp.multiply(scale, x), axis=0) <= problem.capacity[columns],
+                              cp.sum(x, axis=1) <= 1])
+        solver_opts = CvxpyBackend.solver_options_for(name, solver.options, options)
+        t1 = time.perf_counter()
+        try:
+            program.solve(solver=name, verbose=solver.options.verbose, **solver_opts)
+            native = program.status
+        except cp.error.SolverError as err:
+            native = f"solver_error: {err}"
+        t2 = time.perf_counter()
+        status = STATUS_MAP.get(native, Status.ERROR)
+        detail = f" {name} did not reach its accuracy tolerances." if native.endswith("_inaccurate") else ""
+        X = np.zeros(problem.throughputs.shape)
+        if x.value is not None:
+            X[np.ix_(rows, columns)] = np.clip(x.value, 0.0, 1.0)
+        planned = problem.throughputs if throughputs is None else throughputs
+        X[(planned <= 0) | (problem.scale_factors[:, None] > problem.capacity[None, :])] = 0.0
+        solver.check(solver.record(Solution(
+            status=status, message=f"{STATUS_MESSAGES[status]} (cvxpy: {native} ({name})){detail}",
+            objective=None if program.value is None else float(program.value),
+            x=None if x.value is None else X.ravel(), backend="cvxpy", raw_status=f"{native} ({name})",
+            build_seconds=t1 - t0, solve_seconds=t2 - t1), model_build_s=t1 - t0), f"{self.name} (conic_gavel)")
+        rhos = self._rho(steps, started, isolated_finish, (planned * X).sum(axis=1))
+        return PolicyResult(X, float(np.nanmax(rhos)), status, None,
+                            f"{STATUS_MESSAGES[status]} (cvxpy: {native} ({name})){detail}",
+                            {"rho": rhos, "num_lp_solves": 0})
 
     def _conic(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
                isolated_finish: np.ndarray, throughputs: np.ndarray | None, space_sharing: bool) -> PolicyResult:
