@@ -35,8 +35,8 @@ with constant rates ``r_i / D_i``: a single LP. ``method="conic"``
 unless ``solver_options["solver"]`` names another cvxpy solver).
 ``method="conic_gavel"`` (``backend="cvxpy"``, no space sharing) solves the
 same program written as Gavel's cvxpy code writes it: a (jobs x types) matrix
-variable over the unfinished jobs in job order and the GPU types in name
-order, the objective the maximum of the jobs' ``rho_i``, the constraints
+variable over the unfinished jobs in job order and the GPU types with GPUs in
+name order, the objective the maximum of the jobs' ``rho_i``, the constraints
 ``X >= 0``, the GPUs of each type, each job's time, in that order. cvxpy then
 hands the solver the same matrices as Gavel's code, so ECOS stops at Gavel's
 point to the last bit. That matters where several jobs are entitled to equal
@@ -258,7 +258,8 @@ class FinishTimeFairness(Policy):
                                      f"{', '.join(cp.installed_solvers())}")
         t0 = time.perf_counter()
         rows = np.flatnonzero(steps > 0)
-        columns = np.argsort(np.array(problem.gpu_types, dtype=object), kind="stable")  # Gavel's: by name
+        columns = np.argsort(np.array(problem.gpu_types, dtype=object), kind="stable")  # Gavel's: by name,
+        columns = columns[problem.capacity[columns] > 0]  # the types the cluster has GPUs of
         T = (problem.throughputs if throughputs is None else throughputs)[np.ix_(rows, columns)]
         m, n = T.shape
         x = cp.Variable((m, n))
