@@ -623,8 +623,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
             executor = SimulatedExecutor(np.asarray(T, dtype=np.float64), gpu_types=cluster.gpu_types,
                                          restart_overhead_s=restart_overhead_s,
                                          pair_throughputs=planner.pair_throughput if default_planner else None)
-        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar,
-                                                                mech.pair_finishes_at_lease_end)
+        pair_end = isinstance(planner, PriorityPlanner) and planner.options.pair_finishes_at_lease_end
+        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar, pair_end)
         solve_s = planner.solve_seconds
     if bar is not None:
         bar.close()
