@@ -202,3 +202,32 @@ def test_objective_unit_rescales_only_data_far_from_one():
     tiny = Problem(np.array([[1e-8, 2e-8], [3e-8, 1e-8]]), Cluster({"a": 1, "b": 1}))
     assert allocopt.solve(tiny, "max_throughput").matrix == pytest.approx(np.array([[0.0, 1.0], [1.0, 0.0]]),
                                                                           abs=1e-6)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), n=st.integers(1, 9), k=st.integers(1, 4), aware=st.booleans())
+def test_max_min_fairness_gavel_program_reaches_the_same_optimum(seed, n, k, aware):
+    """``gavel_program=True`` is Gavel's LP as Gavel's cvxpy code writes it; single-GPU jobs (every
+    scale factor fits every type), heterogeneity-aware with zero throughputs or agnostic on types every
+    job runs on: the same optimum as the LP, no time where a job cannot run."""
+    pytest.importorskip("cvxpy")
+    problem = random_problem(seed, n, k, mixed_scale=False, zeros=aware)
+    options = {"heterogeneity_aware": aware}
+    gavel = allocopt.solve(problem, "max_min_fairness", backend="cvxpy", gavel_program=True, **options)
+    assert gavel.objective == pytest.approx(allocopt.solve(problem, "max_min_fairness", **options).objective,
+                                            rel=1e-6)
+    assert_feasible(gavel)
+    assert not gavel.matrix[~problem.runnable].any()
+    assert gavel.extras["technique"] == "explicit"
+
+
+def test_max_min_fairness_gavel_program_options():
+    pytest.importorskip("cvxpy")
+    problem = Problem([[40.0, 10.0, 0.0], [12.0, 4.0, 2.0]], Cluster({"v100": 1, "k80": 1, "p100": 0}))
+    gavel = allocopt.solve(problem, "max_min_fairness", backend="cvxpy", gavel_program=True)
+    assert gavel.objective == pytest.approx(allocopt.solve(problem, "max_min_fairness").objective, rel=1e-6)
+    assert not gavel.matrix[:, 2].any()
+    with pytest.raises(InvalidOptionError, match="needs backend='cvxpy'"):
+        allocopt.solve(problem, "max_min_fairness", gavel_program=True)
+    with pytest.raises(InvalidOptionError, match="cannot be combined with space_sharing"):
+        allocopt.solve(problem, "max_min_fairness", backend="cvxpy", gavel_program=True, price_decomposition=True)

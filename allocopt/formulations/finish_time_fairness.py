@@ -34,17 +34,11 @@ with constant rates ``r_i / D_i``: a single LP. ``method="conic"``
 ``min rho s.t. (r_i / D_i) / e_i + t_i / D_i <= rho`` directly (CLARABEL
 unless ``solver_options["solver"]`` names another cvxpy solver).
 ``method="conic_gavel"`` (``backend="cvxpy"``, no space sharing) solves the
-same program written as Gavel's cvxpy code writes it: a (jobs x types) matrix
-variable over the unfinished jobs in job order and the GPU types with GPUs in
-name order, the objective the maximum of the jobs' ``rho_i``, the constraints
-``X >= 0``, the GPUs of each type, each job's time, in that order. cvxpy then
-hands the solver the same matrices as Gavel's code, so ECOS stops at Gavel's
-point to the last bit. That matters where several jobs are entitled to equal
-shares: Gavel's mechanism orders them by the solver's digits beyond 1e-8
-(``benchmarks/README.md``, "Conformance"). As in Gavel's, nothing keeps time
-off a type where a job's planned throughput is 0 or that has fewer GPUs than
-its scale factor; such time is set to 0 after the solve (Gavel's mechanism
-never runs a job there either). The answer is clipped to [0, 1], as Gavel's.
+same program written as Gavel's cvxpy code writes it, the objective the
+maximum of the unfinished jobs' ``rho_i``
+(:mod:`allocopt.formulations.gavel_programs`): ECOS then stops at Gavel's point
+to the last bit, which Gavel's mechanism needs where jobs are entitled to equal
+shares.
 
 With ``heterogeneity_aware=False`` every GPU type runs a job at its
 throughput on ``reference_gpu_type``, for ``e_i`` and ``e^iso_i`` alike (see
@@ -60,6 +54,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
@@ -67,6 +62,7 @@ from scipy.optimize import brentq
 from allocopt.backends.cvxpy import STATUS_MAP, CvxpyBackend
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
+from allocopt.formulations.gavel_programs import solve_gavel_program
 from allocopt.formulations.makespan import (evaluate, isolated_throughputs, max_speedup, planning_model,
                                             policy_throughputs, steps_remaining)
 from allocopt.problem import Problem
@@ -247,52 +243,24 @@ class FinishTimeFairness(Policy):
 
     def _conic_gavel(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
                      isolated_finish: np.ndarray, throughputs: np.ndarray | None) -> PolicyResult:
-        """``method="conic_gavel"``: the program as Gavel's cvxpy code writes it (module docstring)."""
+        """``method="conic_gavel"``: the program as Gavel's cvxpy code writes it
+        (:mod:`allocopt.formulations.gavel_programs`)."""
         CvxpyBackend.check_installed()
         import cvxpy as cp
 
-        options = dict(solver.options.solver_options)
-        name = options.pop("solver", DEFAULT_CONIC_SOLVER)
-        if name not in cp.installed_solvers():
-            raise InvalidOptionError(f"cvxpy solver {name!r} is not installed; installed: "
-                                     f"{', '.join(cp.installed_solvers())}")
-        t0 = time.perf_counter()
         rows = np.flatnonzero(steps > 0)
-        columns = np.argsort(np.array(problem.gpu_types, dtype=object), kind="stable")  # Gavel's: by name,
-        columns = columns[problem.capacity[columns] > 0]  # the types the cluster has GPUs of
-        T = (problem.throughputs if throughputs is None else throughputs)[np.ix_(rows, columns)]
-        m, n = T.shape
-        x = cp.Variable((m, n))
-        ratios = [(float(started[i]) + float(steps[i]) * cp.inv_pos(cp.sum(cp.multiply(T[k], x[k]))))
-                  / float(isolated_finish[i]) for k, i in enumerate(rows.tolist())]
-        scale = np.repeat(problem.scale_factors[rows].astype(np.float64)[:, None], n, axis=1)
-        program = cp.Problem(cp.Minimize(ratios[0] if m == 1 else cp.maximum(*ratios)),
-                             [x >= 0, cp.sum(cp.multiply(scale, x), axis=0) <= problem.capacity[columns],
-                              cp.sum(x, axis=1) <= 1])
-        solver_opts = CvxpyBackend.solver_options_for(name, solver.options, options)
-        t1 = time.perf_counter()
-        try:
-            program.solve(solver=name, verbose=solver.options.verbose, **solver_opts)
-            native = program.status
-        except cp.error.SolverError as err:
-            native = f"solver_error: {err}"
-        t2 = time.perf_counter()
-        status = STATUS_MAP.get(native, Status.ERROR)
-        detail = f" {name} did not reach its accuracy tolerances." if native.endswith("_inaccurate") else ""
-        X = np.zeros(problem.throughputs.shape)
-        if x.value is not None:
-            X[np.ix_(rows, columns)] = np.clip(x.value, 0.0, 1.0)
         planned = problem.throughputs if throughputs is None else throughputs
-        X[(planned <= 0) | (problem.scale_factors[:, None] > problem.capacity[None, :])] = 0.0
-        solver.check(solver.record(Solution(
-            status=status, message=f"{STATUS_MESSAGES[status]} (cvxpy: {native} ({name})){detail}",
-            objective=None if program.value is None else float(program.value),
-            x=None if x.value is None else X.ravel(), backend="cvxpy", raw_status=f"{native} ({name})",
-            build_seconds=t1 - t0, solve_seconds=t2 - t1), model_build_s=t1 - t0), f"{self.name} (conic_gavel)")
+
+        def objective(x: Any, columns: np.ndarray) -> Any:
+            T = planned[np.ix_(rows, columns)]
+            ratios = [(float(started[i]) + float(steps[i]) * cp.inv_pos(cp.sum(cp.multiply(T[k], x[k]))))
+                      / float(isolated_finish[i]) for k, i in enumerate(rows.tolist())]
+            return cp.Minimize(ratios[0] if len(ratios) == 1 else cp.maximum(*ratios))
+
+        X, status, message = solve_gavel_program(problem, solver, rows, planned, objective,
+                                                 f"{self.name} (conic_gavel)")
         rhos = self._rho(steps, started, isolated_finish, (planned * X).sum(axis=1))
-        return PolicyResult(X, float(np.nanmax(rhos)), status, None,
-                            f"{STATUS_MESSAGES[status]} (cvxpy: {native} ({name})){detail}",
-                            {"rho": rhos, "num_lp_solves": 0})
+        return PolicyResult(X, float(np.nanmax(rhos)), status, None, message, {"rho": rhos, "num_lp_solves": 0})
 
     def _conic(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
                isolated_finish: np.ndarray, throughputs: np.ndarray | None, space_sharing: bool) -> PolicyResult:

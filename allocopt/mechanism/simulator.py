@@ -770,7 +770,9 @@ def _array_round(state: SimulationState, planner: PriorityPlanner, executor: Sim
     steps, seconds, completed, failed = executor.run_arrays(
         now, planner.options.round_seconds, leases.jobs, leases.gpu_types, leases.max_steps, leases.extended,
         leases.partners, state.cluster.gpu_types)
-    planner.observe_leases(leases, seconds)
+    # received time as the difference of the end and start timestamps (as Gavel's simulator and a deployment
+    # measure it: where jobs are entitled to equal shares, the mechanism orders them by these last bits)
+    planner.observe_leases(leases, (now + seconds) - now)
     if failed.any():
         k = int(np.argmax(failed))
         raise SimulationError(f"job {int(leases.jobs[k])} failed: zero throughput on "
