@@ -368,7 +368,7 @@ class PriorityPlanner:
         position = {job: i for i, job in enumerate(self._last.jobs.tolist())}
         ran = np.fromiter((position[r.job_id] for r in results), dtype=np.int64, count=len(results))
         seconds = np.zeros(self._last.jobs.size)
-        seconds[ran] = [r.run_seconds for r in results]
+        seconds[ran] = [(plan.start_s + r.run_seconds) - plan.start_s for r in results]  # as _array_round
         self.observe_leases(self._last, seconds, ran)
 
     def observe_leases(self, leases: RoundLeases, run_seconds: np.ndarray, ran: np.ndarray | None = None) -> None:
@@ -380,12 +380,22 @@ class PriorityPlanner:
         alone = ran[leases.partners[ran] < 0]
         self.mechanism.record(leases.jobs[alone], leases.gpu_types[alone], run_seconds[alone])
         shared = ran[leases.partners[ran] >= 0]
+        pair_types, pair_seconds = np.zeros(0, dtype=np.int64), np.zeros(0)
+        members = np.zeros((0, 2), dtype=np.int64)
         if shared.size:
             entries, first = np.unique(leases.entries[shared], return_index=True)
             longest = np.zeros(int(leases.entries.max()) + 1)
             np.maximum.at(longest, leases.entries[shared], run_seconds[shared])
             pairs = np.array([self._pair_of[j] for j in leases.jobs[shared[first]].tolist()], dtype=np.int64)
-            self.mechanism.record_pairs(pairs, leases.gpu_types[shared[first]], longest[entries])
+            pair_types, pair_seconds = leases.gpu_types[shared[first]], longest[entries]
+            self.mechanism.record_pairs(pairs, pair_types, pair_seconds)
+            members = self.mechanism.pairs[pairs]
+        if self.options.running_type_totals:  # Gavel's order: latest-ending first, then job (single, then pairs)
+            seconds = np.concatenate([run_seconds[alone], pair_seconds])
+            first_job = np.concatenate([leases.jobs[alone], members[:, 0]])
+            second_job = np.concatenate([np.full(alone.size, -1), members[:, 1]])
+            order = np.lexsort((second_job, first_job, second_job >= 0, -seconds))
+            self.mechanism.credit_totals(np.concatenate([leases.gpu_types[alone], pair_types])[order], seconds[order])
 
 
 @dataclass
@@ -611,7 +621,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     mech = MechanismOptions(round_seconds, recompute_min_seconds, initial_received_rounds,
                             type_order or ("random" if agnostic else "fastest_first"), seed,
                             work_conserving=name != "fifo", run_unallocated=run_unallocated,
-                            pair_finishes_at_lease_end=gavel)
+                            pair_finishes_at_lease_end=gavel, running_type_totals=gavel)
     bar = _progress(workload.num_jobs, progress)
     if mode == "ideal":
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
