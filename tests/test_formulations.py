@@ -158,7 +158,7 @@ def test_option_and_name_errors():
         allocopt.solve(CLASSIC, "max_fun")
     with pytest.raises(UnknownBackendError, match=r"unknown backend 'cplex'"):
         allocopt.solve(CLASSIC, backend="cplex")
-    with pytest.raises(InvalidOptionError, match=r"has no option\(s\) \['heterogenity_aware'\]; its options: aggregate_job_types, column_generation, heterogeneity_aware"):
+    with pytest.raises(InvalidOptionError, match=r"has no option\(s\) \['heterogenity_aware'\]; its options: aggregate_job_types, column_generation, gavel_program, heterogeneity_aware"):
         allocopt.solve(CLASSIC, heterogenity_aware=False)
     with pytest.raises(InvalidOptionError, match="time_limit_s must be a positive"):
         allocopt.solve(CLASSIC, time_limit_s=0)
@@ -231,3 +231,20 @@ def test_max_min_fairness_gavel_program_options():
         allocopt.solve(problem, "max_min_fairness", gavel_program=True)
     with pytest.raises(InvalidOptionError, match="cannot be combined with space_sharing"):
         allocopt.solve(problem, "max_min_fairness", backend="cvxpy", gavel_program=True, price_decomposition=True)
+
+
+def test_isolated_share_does_not_depend_on_the_order_of_the_types():
+    """Sums over GPU types run in name order (Gavel's): listing the cluster's types in another order gives
+    the same isolated throughputs to the bit (finish-time fairness' isolated finish times build on them)."""
+    from allocopt.formulations.makespan import isolated_throughputs
+    from allocopt.formulations.shares import isolated_matrix
+
+    rng = np.random.default_rng(11)
+    T = rng.uniform(0.1, 300.0, size=(5, 3))
+    names, capacity = ["v100", "p100", "k80"], [4, 3, 5]
+    problem = Problem(T, Cluster(dict(zip(names, capacity))), scale_factors=[1, 2, 4, 1, 2])
+    order = [2, 1, 0]
+    swapped = Problem(T[:, order], Cluster({names[j]: capacity[j] for j in order}), scale_factors=[1, 2, 4, 1, 2])
+    np.testing.assert_array_equal(isolated_matrix(swapped), isolated_matrix(problem)[:, order])
+    np.testing.assert_array_equal(isolated_throughputs(swapped, None), isolated_throughputs(problem, None))
+    assert (isolated_matrix(problem).sum(axis=1) <= 1 + 1e-12).all()

@@ -25,13 +25,14 @@ import numpy as np
 from allocopt.backends.cvxpy import STATUS_MAP, CvxpyBackend
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver
+from allocopt.formulations.shares import type_order
 from allocopt.problem import Problem
 from allocopt.solution import STATUS_MESSAGES, Solution, Status
 
 
 def gavel_columns(problem: Problem) -> np.ndarray:
     """The GPU types of Gavel's program: those with GPUs, in name order (column indices)."""
-    columns = np.argsort(np.array(problem.gpu_types, dtype=object), kind="stable")
+    columns = type_order(problem)
     return columns[problem.capacity[columns] > 0]
 
 
