@@ -248,3 +248,20 @@ def test_isolated_share_does_not_depend_on_the_order_of_the_types():
     np.testing.assert_array_equal(isolated_matrix(swapped), isolated_matrix(problem)[:, order])
     np.testing.assert_array_equal(isolated_throughputs(swapped, None), isolated_throughputs(problem, None))
     assert (isolated_matrix(problem).sum(axis=1) <= 1 + 1e-12).all()
+
+
+def test_max_throughput_gavel_program():
+    """``gavel_program=True``: Gavel's LP as Gavel writes it; same optimum as the LP (single-GPU jobs),
+    per unit cost too; no deadlines."""
+    pytest.importorskip("cvxpy")
+    for seed in range(3):
+        problem = random_problem(seed, 6, 3, mixed_scale=False)
+        for normalize in (False, True):
+            gavel = allocopt.solve(problem, "max_throughput", backend="cvxpy", gavel_program=True,
+                                   normalize_by_cost=normalize)
+            plain = allocopt.solve(problem, "max_throughput", normalize_by_cost=normalize)
+            assert gavel.objective == pytest.approx(plain.objective, rel=1e-6)
+            assert_feasible(gavel)
+    deadlines = Problem([[4.0, 1.0]], CLASSIC.cluster, num_steps_remaining=[100.0], slos=[50.0])
+    with pytest.raises(InvalidOptionError, match="without deadlines"):
+        allocopt.solve(deadlines, "max_throughput", backend="cvxpy", gavel_program=True)

@@ -281,15 +281,16 @@ def test_co_located_jobs_finish_with_their_pair_under_gavels_accounting():
     assert finish[True].max() == pytest.approx(finish[False].max())  # the trajectory is the same
 
 
-# Gavel's heterogeneity-agnostic finish-time fairness and max-min fairness (ECOS), (average JCT s, makespan s)
+# Gavel's finish-time fairness, max-min fairness, max-sum throughput (ECOS), (average JCT s, makespan s)
 GAVEL_ECOS = {("small_test", "2:2:2", "finish_time_fairness"): (629.115, 1277.43),
               ("artifact_evaluation", "2:0:4", "finish_time_fairness"): (5545.973, 8479.721),
               ("artifact_evaluation", "2:2:2", "finish_time_fairness"): (4211.201, 5878.173),
               ("artifact_evaluation", "2:0:4", "max_min_fairness"): (6031.711, 10640.667),
               ("artifact_evaluation", "2:2:2", "max_min_fairness"): (4214.9, 5592.388),
-              ("small_test", "2:2:2", "max_min_fairness_perf"): (276.897, 769.659)}
+              ("small_test", "2:2:2", "max_min_fairness_perf"): (276.897, 769.659),
+              ("artifact_evaluation", "2:0:4", "max_sum_throughput_perf"): (4581.217, 8316.816)}
 AS_GAVEL_WRITES_IT = {"finish_time_fairness": {"method": "conic_gavel"}, "max_min_fairness": {"gavel_program": True},
-                      "max_min_fairness_perf": {"gavel_program": True}}
+                      "max_min_fairness_perf": {"gavel_program": True}, "max_sum_throughput_perf": {"gavel_program": True}}
 
 
 @pytest.mark.parametrize("trace, spec, policy", sorted(GAVEL_ECOS))

@@ -34,8 +34,9 @@ solver, finish-time fairness is one conic program, as Gavel solves it, written
 as Gavel's code writes it (``method="conic_gavel"``; ``method="conic"`` for
 ``finish_time_fairness_packed``), so ECOS returns Gavel's point of a
 degenerate optimum to the last bit; with an LP backend it is a bisection over
-LPs. Likewise ``max_min_fairness`` and ``max_min_fairness_perf`` with a cvxpy
-solver are Gavel's LP as Gavel writes it (``gavel_program=True``). ``"highs-ipm"`` is HiGHS's interior
+LPs. Likewise ``max_min_fairness``, ``max_min_fairness_perf``,
+``max_sum_throughput_perf`` and ``max_sum_throughput_normalized_by_cost_perf``
+with a cvxpy solver are Gavel's LP as Gavel writes it (``gavel_program=True``). ``"highs-ipm"`` is HiGHS's interior
 point without crossover (``solver_options={"solver": "ipm", "run_crossover":
 "off"}``): where an LP has many optima it returns a point inside the optimal
 face, as ECOS does, where the default dual simplex returns a vertex; Gavel's
@@ -255,7 +256,9 @@ class GavelPolicy:
         if self._backend == "cvxpy" and self._policy == "finish_time_fairness":
             # one conic program, as Gavel solves it; written as Gavel writes it (ECOS: Gavel's bits) without pairs
             self._options.setdefault("method", "conic" if self._options.get("space_sharing") else "conic_gavel")
-        if self._backend == "cvxpy" and self._policy == "max_min_fairness" and not self._options.get("space_sharing"):
+        if (self._backend == "cvxpy" and not self._options.get("space_sharing")
+                and (self._policy == "max_min_fairness"
+                     or (self._policy == "max_throughput" and self._signature in ("unweighted", "cost")))):
             self._options.setdefault("gavel_program", True)  # Gavel's LP as Gavel writes it (ECOS: Gavel's bits)
         self._rng = random.Random(0 if seed is None else seed)
         # state kept between calls (see the module docstring)
