@@ -158,7 +158,8 @@ def test_option_and_name_errors():
         allocopt.solve(CLASSIC, "max_fun")
     with pytest.raises(UnknownBackendError, match=r"unknown backend 'cplex'"):
         allocopt.solve(CLASSIC, backend="cplex")
-    with pytest.raises(InvalidOptionError, match=r"has no option\(s\) \['heterogenity_aware'\]; its options: aggregate_job_types, column_generation, gavel_program, heterogeneity_aware"):
+    with pytest.raises(InvalidOptionError, match=r"has no option\(s\) \['heterogenity_aware'\]; its options: "
+                       r"aggregate_job_types, column_generation, gavel_program, heterogeneity_aware"):
         allocopt.solve(CLASSIC, heterogenity_aware=False)
     with pytest.raises(InvalidOptionError, match="time_limit_s must be a positive"):
         allocopt.solve(CLASSIC, time_limit_s=0)

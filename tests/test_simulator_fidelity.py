@@ -290,7 +290,8 @@ GAVEL_ECOS = {("small_test", "2:2:2", "finish_time_fairness"): (629.115, 1277.43
               ("small_test", "2:2:2", "max_min_fairness_perf"): (276.897, 769.659),
               ("artifact_evaluation", "2:0:4", "max_sum_throughput_perf"): (4581.217, 8316.816)}
 AS_GAVEL_WRITES_IT = {"finish_time_fairness": {"method": "conic_gavel"}, "max_min_fairness": {"gavel_program": True},
-                      "max_min_fairness_perf": {"gavel_program": True}, "max_sum_throughput_perf": {"gavel_program": True}}
+                      "max_min_fairness_perf": {"gavel_program": True},
+                      "max_sum_throughput_perf": {"gavel_program": True}}
 
 
 @pytest.mark.parametrize("trace, spec, policy", sorted(GAVEL_ECOS))

@@ -867,5 +867,5 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
     return finish, busy_gpu_s, gpu_s, np.ones(n, dtype=np.int64), rounds, solve_s
 
 
-__all__ = ["PriorityPlanner", "gavel_policy_for", "RoundLeases", "RoundPlanner", "SimulationError", "SimulationResult", "SimulationState",
-           "resolve_policy", "simulate"]
+__all__ = ["PriorityPlanner", "RoundLeases", "RoundPlanner", "SimulationError", "SimulationResult", "SimulationState",
+           "gavel_policy_for", "resolve_policy", "simulate"]
