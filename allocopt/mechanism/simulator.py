@@ -528,7 +528,14 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     cluster : Cluster or mapping of str to int
         ``{"v100": 36, ...}`` (8 GPUs per server) or a Cluster.
     policy : str, default "max_min_fairness_perf"
-        An allocopt policy name or a Gavel policy name.
+        An allocopt policy name or a Gavel policy name. Gavel's names
+        (``gavel:NAME``, or a name allocopt has no policy of) get Gavel's
+        simulator's accounting (``pair_finishes_at_lease_end`` and
+        ``running_type_totals`` of
+        :class:`~allocopt.mechanism.priority.MechanismOptions`); ``gavel:fifo``,
+        ``gavel:gandiva`` and ``gavel:allox`` run the Gavel adapter's stateful
+        policy object (:func:`gavel_policy_for`; ``mode="ideal"`` solves
+        allocopt's policy instead).
     throughputs : ThroughputTable, optional
         Default: Gavel's measurements (:meth:`ThroughputTable.gavel`).
     round_seconds : float, default 360
