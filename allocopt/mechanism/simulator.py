@@ -20,7 +20,7 @@ import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutc
 from allocopt.runtime.simulated import SimulatedExecutor
 from allocopt.throughput.profiles import load_profiles
 from allocopt.throughput.table import ThroughputTable
+
+if TYPE_CHECKING:
+    from allocopt.adapters.gavel import GavelPolicy
 
 
 class SimulationError(AllocoptError, RuntimeError):
@@ -81,7 +84,7 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
     return policy, extra, agnostic
 
 
-def gavel_policy_for(name: str, options: Mapping[str, Any], backend: str, seed: int) -> Any:
+def gavel_policy_for(name: str, options: Mapping[str, Any], backend: str, seed: int) -> GavelPolicy | None:
     """The adapter's Gavel policy object for ``gavel:NAME`` when Gavel's policy keeps state between
     calls (:data:`allocopt.adapters.gavel.STATEFUL_POLICIES`: ``fifo``, ``gandiva``, ``allox``),
     else None.
@@ -212,7 +215,7 @@ class PriorityPlanner:
     """
 
     def __init__(self, state: SimulationState, policy: str, policy_options: Mapping[str, Any],
-                 options: MechanismOptions, backend: str = "highs", gavel_policy: Any = None):
+                 options: MechanismOptions, backend: str = "highs", gavel_policy: GavelPolicy | None = None):
         self.policy, self.policy_options, self.backend = policy, dict(policy_options), backend
         self.gavel_policy = gavel_policy
         self.options = options
