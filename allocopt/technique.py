@@ -64,8 +64,10 @@ TECHNIQUES: Mapping[str, tuple[str, ...]] = {
     "relaxation_first": ("sia",),
     "whole_milp": ("sia",),
 }
-#: Policy options that select a technique (an explicit value keeps ``auto`` from choosing).
-TECHNIQUE_OPTIONS = ("aggregate_job_types", "price_decomposition", "column_generation", "relaxation_first")
+#: Policy options that select a technique (an explicit value keeps ``auto`` from choosing; ``gavel_program``:
+#: Gavel's own cvxpy LP, :mod:`allocopt.formulations.gavel_programs`).
+TECHNIQUE_OPTIONS = ("aggregate_job_types", "price_decomposition", "column_generation", "relaxation_first",
+                     "gavel_program")
 #: ``auto`` takes price decomposition from this many distinct jobs up (below, the plain LP is as fast).
 PRICE_DECOMPOSITION_MIN_JOBS = 1024
 PRICE_DECOMPOSITION_MAX_TYPES = 32

@@ -15,8 +15,9 @@ which type a job runs). ECOS, an interior-point solver, returns a point inside
 the optimal face, HiGHS a vertex; the mechanism then turns different (equally
 optimal) allocations into different JCTs. So each case runs twice: allocopt
 with ``backend="cvxpy"`` and ECOS (CLARABEL when cvxpy has no ECOS;
-finish-time fairness as one conic program, ``method="conic"``, as Gavel
-solves it) against Gavel with ECOS, and allocopt's default HiGHS backend
+finish-time fairness as one conic program written as Gavel writes it,
+``method="conic_gavel"``; max-min fairness and max-sum throughput as Gavel
+writes their LPs, ``gavel_program=True``) against Gavel with ECOS, and allocopt's default HiGHS backend
 against Gavel with HiGHS. Where several jobs are entitled to equal shares,
 Gavel's own result depends on the solver's digits beyond 1e-6 (rounding its
 allocations to 6 decimals moves its JCT by up to 4%; ``benchmarks/README.md``,
@@ -186,8 +187,11 @@ def main() -> int:
         cluster = dict(zip(("v100", "p100", "k80"), (int(v) for v in spec.split(":"))))
         started = time.perf_counter()
         settings = SOLVERS[solver]
-        if solver == "ECOS" and "finish_time_fairness" in policy:  # one conic program, as Gavel solves it
-            settings = {**settings, "policy_options": {**settings["policy_options"], "method": "conic"}}
+        if solver == "ECOS" and "finish_time_fairness" in policy:  # one conic program, written as Gavel's
+            settings = {**settings, "policy_options": {**settings["policy_options"], "method": "conic_gavel"}}
+        if solver == "ECOS" and policy in ("max_min_fairness", "max_min_fairness_perf", "max_sum_throughput_perf"):
+            # Gavel's LP, as Gavel writes it
+            settings = {**settings, "policy_options": {**settings["policy_options"], "gavel_program": True}}
         result = allocopt.simulate(path, cluster, "gavel:" + policy, seed=0,
                                    round_seconds=360.0, ftf=False, **settings)
         wall = time.perf_counter() - started

@@ -158,7 +158,8 @@ def test_option_and_name_errors():
         allocopt.solve(CLASSIC, "max_fun")
     with pytest.raises(UnknownBackendError, match=r"unknown backend 'cplex'"):
         allocopt.solve(CLASSIC, backend="cplex")
-    with pytest.raises(InvalidOptionError, match=r"has no option\(s\) \['heterogenity_aware'\]; its options: aggregate_job_types, column_generation, heterogeneity_aware"):
+    with pytest.raises(InvalidOptionError, match=r"has no option\(s\) \['heterogenity_aware'\]; its options: "
+                       r"aggregate_job_types, column_generation, gavel_program, heterogeneity_aware"):
         allocopt.solve(CLASSIC, heterogenity_aware=False)
     with pytest.raises(InvalidOptionError, match="time_limit_s must be a positive"):
         allocopt.solve(CLASSIC, time_limit_s=0)
@@ -202,3 +203,66 @@ def test_objective_unit_rescales_only_data_far_from_one():
     tiny = Problem(np.array([[1e-8, 2e-8], [3e-8, 1e-8]]), Cluster({"a": 1, "b": 1}))
     assert allocopt.solve(tiny, "max_throughput").matrix == pytest.approx(np.array([[0.0, 1.0], [1.0, 0.0]]),
                                                                           abs=1e-6)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), n=st.integers(1, 9), k=st.integers(1, 4), aware=st.booleans())
+def test_max_min_fairness_gavel_program_reaches_the_same_optimum(seed, n, k, aware):
+    """``gavel_program=True`` is Gavel's LP as Gavel's cvxpy code writes it; single-GPU jobs (every
+    scale factor fits every type), heterogeneity-aware with zero throughputs or agnostic on types every
+    job runs on: the same optimum as the LP, no time where a job cannot run."""
+    pytest.importorskip("cvxpy")
+    problem = random_problem(seed, n, k, mixed_scale=False, zeros=aware)
+    options = {"heterogeneity_aware": aware}
+    gavel = allocopt.solve(problem, "max_min_fairness", backend="cvxpy", gavel_program=True, **options)
+    assert gavel.objective == pytest.approx(allocopt.solve(problem, "max_min_fairness", **options).objective,
+                                            rel=1e-6)
+    assert_feasible(gavel)
+    assert not gavel.matrix[~problem.runnable].any()
+    assert gavel.extras["technique"] == "explicit"
+
+
+def test_max_min_fairness_gavel_program_options():
+    pytest.importorskip("cvxpy")
+    problem = Problem([[40.0, 10.0, 0.0], [12.0, 4.0, 2.0]], Cluster({"v100": 1, "k80": 1, "p100": 0}))
+    gavel = allocopt.solve(problem, "max_min_fairness", backend="cvxpy", gavel_program=True)
+    assert gavel.objective == pytest.approx(allocopt.solve(problem, "max_min_fairness").objective, rel=1e-6)
+    assert not gavel.matrix[:, 2].any()
+    with pytest.raises(InvalidOptionError, match="needs backend='cvxpy'"):
+        allocopt.solve(problem, "max_min_fairness", gavel_program=True)
+    with pytest.raises(InvalidOptionError, match="cannot be combined with space_sharing"):
+        allocopt.solve(problem, "max_min_fairness", backend="cvxpy", gavel_program=True, price_decomposition=True)
+
+
+def test_isolated_share_does_not_depend_on_the_order_of_the_types():
+    """Sums over GPU types run in name order (Gavel's): listing the cluster's types in another order gives
+    the same isolated throughputs to the bit (finish-time fairness' isolated finish times build on them)."""
+    from allocopt.formulations.makespan import isolated_throughputs
+    from allocopt.formulations.shares import isolated_matrix
+
+    rng = np.random.default_rng(11)
+    T = rng.uniform(0.1, 300.0, size=(5, 3))
+    names, capacity = ["v100", "p100", "k80"], [4, 3, 5]
+    problem = Problem(T, Cluster(dict(zip(names, capacity))), scale_factors=[1, 2, 4, 1, 2])
+    order = [2, 1, 0]
+    swapped = Problem(T[:, order], Cluster({names[j]: capacity[j] for j in order}), scale_factors=[1, 2, 4, 1, 2])
+    np.testing.assert_array_equal(isolated_matrix(swapped), isolated_matrix(problem)[:, order])
+    np.testing.assert_array_equal(isolated_throughputs(swapped, None), isolated_throughputs(problem, None))
+    assert (isolated_matrix(problem).sum(axis=1) <= 1 + 1e-12).all()
+
+
+def test_max_throughput_gavel_program():
+    """``gavel_program=True``: Gavel's LP as Gavel writes it; same optimum as the LP (single-GPU jobs),
+    per unit cost too; no deadlines."""
+    pytest.importorskip("cvxpy")
+    for seed in range(3):
+        problem = random_problem(seed, 6, 3, mixed_scale=False)
+        for normalize in (False, True):
+            gavel = allocopt.solve(problem, "max_throughput", backend="cvxpy", gavel_program=True,
+                                   normalize_by_cost=normalize)
+            plain = allocopt.solve(problem, "max_throughput", normalize_by_cost=normalize)
+            assert gavel.objective == pytest.approx(plain.objective, rel=1e-6)
+            assert_feasible(gavel)
+    deadlines = Problem([[4.0, 1.0]], CLASSIC.cluster, num_steps_remaining=[100.0], slos=[50.0])
+    with pytest.raises(InvalidOptionError, match="without deadlines"):
+        allocopt.solve(deadlines, "max_throughput", backend="cvxpy", gavel_program=True)

@@ -84,6 +84,49 @@ def test_matches_gavel_style_cvxpy_formulation():
     assert ours == pytest.approx(prob.value, rel=1e-5)
 
 
+def test_with_ecos_the_adapter_returns_gavels_point_to_the_last_bit():
+    """With a cvxpy solver the adapter writes max-min fairness and finish-time fairness as Gavel's code writes
+    them (gavel_program, conic_gavel): ECOS returns the point of the program written here Gavel's way (jobs
+    and types in name order, Gavel's arithmetic, constraints x >= 0, GPUs per type, time per job), bit for
+    bit. Gavel's mechanism orders equal shares by those bits (benchmarks/README.md, "Conformance")."""
+    cp = pytest.importorskip("cvxpy")
+    if "ECOS" not in cp.installed_solvers():
+        pytest.skip("cvxpy has no ECOS (pip install ecos)")
+    rng = np.random.default_rng(5)
+    jobs, types = list(range(8)), ["k80", "p100", "v100"]
+    spec = {"k80": 3, "p100": 2, "v100": 2}
+    T = rng.uniform(1, 20, size=(8, 3))
+    scale = rng.choice([1, 2], size=8)
+    tput = {j: dict(zip(types, row)) for j, row in zip(jobs, T.tolist())}
+    sf, ones = dict(zip(jobs, scale.tolist())), dict.fromkeys(jobs, 1.0)
+    S = np.repeat(scale.astype(float)[:, None], 3, axis=1)
+    c = np.array([spec[t] for t in types])
+
+    def gavel_way(objective, x):
+        cp.Problem(objective, [x >= 0, cp.sum(cp.multiply(S, x), axis=0) <= c, cp.sum(x, axis=1) <= 1]).solve("ECOS")
+        return x.value.clip(0.0, 1.0)
+
+    share = np.array([[spec[t] / 8 for t in types] for _ in jobs])
+    share = share / np.sum(share, axis=1).max()
+    weights = np.multiply(np.array([1.0 / 1.0] * 8).reshape((8, 1)), 1.0 / np.sum(T * share, axis=1).reshape((8, 1)))
+    x = cp.Variable((8, 3))
+    expected = gavel_way(cp.Maximize(cp.min(cp.sum(cp.multiply(np.multiply(T * weights, S), x), axis=1))), x)
+    alloc = gavel.get_policy("max_min_fairness_perf", solver="ECOS").get_allocation(tput, sf, ones, spec)
+    np.testing.assert_array_equal(np.array([[alloc[j][t] for t in types] for j in jobs]), expected)
+
+    steps = dict(zip(jobs, rng.uniform(1_000, 50_000, size=8).tolist()))
+    started = dict(zip(jobs, rng.uniform(0, 3_000, size=8).tolist()))
+    alloc = gavel.get_policy("finish_time_fairness_perf", solver="ECOS").get_allocation(tput, sf, ones, started,
+                                                                                        steps, spec)
+    iso = np.array([[spec[t] / 8 for t in types] for _ in jobs]) / S  # Gavel's isolated share, then its steps/s
+    iso = (T * (iso / np.maximum(iso.sum(axis=1), 1.0)[:, None])).sum(axis=1)
+    x = cp.Variable((8, 3))
+    ratios = [(started[j] + steps[j] * cp.inv_pos(cp.sum(cp.multiply(T[j], x[j])))) / (0.0 + steps[j] / iso[j])
+              for j in jobs]
+    expected = gavel_way(cp.Minimize(cp.maximum(*ratios)), x)
+    np.testing.assert_array_equal(np.array([[alloc[j][t] for t in types] for j in jobs]), expected)
+
+
 def test_cvxpy_solver_names_route_to_cvxpy_backend():
     pytest.importorskip("cvxpy")
     alloc = gavel.get_policy("max_min_fairness_perf", solver="CLARABEL").get_allocation(THROUGHPUTS, ONES, ONES, SPEC)

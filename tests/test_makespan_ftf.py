@@ -256,6 +256,10 @@ def test_ftf_backends_agree_with_each_other_and_the_conic_program(backend, seed,
         conic = allocopt.solve(problem, "finish_time_fairness", backend="cvxpy", method="conic")
         assert conic.objective == pytest.approx(reference.objective, rel=1e-5)
         check_ftf(conic, problem)
+        if (problem.scale_factors[:, None] <= problem.capacity[None, :]).all():  # else Gavel's model differs
+            gavel = allocopt.solve(problem, "finish_time_fairness", backend="cvxpy", method="conic_gavel")
+            assert gavel.objective == pytest.approx(reference.objective, rel=1e-5)
+            check_ftf(gavel, problem)
 
 
 def test_ftf_agnostic_and_space_sharing():
@@ -282,7 +286,7 @@ def test_ftf_finished_jobs_and_method_errors():
     assert done.objective is None and done.success and np.isnan(done.extras["rho"]).all()
     with pytest.raises(InvalidOptionError, match=r"method='conic' .* needs backend='cvxpy', got backend='highs'"):
         allocopt.solve(problem, "finish_time_fairness", method="conic")
-    with pytest.raises(InvalidOptionError, match=r"method must be one of bisection, conic, got 'newton'"):
+    with pytest.raises(InvalidOptionError, match=r"method must be one of bisection, conic, conic_gavel, got 'newton'"):
         allocopt.solve(problem, "finish_time_fairness", method="newton")
     assert done.status is Status.OPTIMAL
 
@@ -318,3 +322,28 @@ def test_makespan_gavel_bisection(seed, scale):
         assert alloc.timings.num_solves > 5
     with pytest.raises(InvalidOptionError, match="method must be 'lp'"):
         allocopt.solve(problem, "min_makespan", method="newton")
+
+
+def test_ftf_conic_gavel_plans_gavels_program():
+    """``method="conic_gavel"``: Gavel's program (types with GPUs, in name order); time on a type a job
+    cannot use is set to 0 afterwards; errors for pairs and LP backends."""
+    pytest.importorskip("cvxpy")
+    cluster = Cluster({"v100": 2, "p100": 0, "k80": 3})
+    T = np.array([[40.0, 20.0, 10.0], [12.0, 6.0, 0.0], [100.0, 60.0, 50.0]])
+    problem = Problem(T, cluster, num_steps_remaining=[1_000.0, 500.0, 3_000.0],
+                      time_since_start=[100.0, 0.0, 50.0], time_isolated=[20.0, 0.0, 10.0])
+    gavel = allocopt.solve(problem, "finish_time_fairness", backend="cvxpy", method="conic_gavel")
+    conic = allocopt.solve(problem, "finish_time_fairness", backend="cvxpy", method="conic")
+    assert gavel.objective == pytest.approx(conic.objective, rel=1e-5)
+    check_ftf(gavel, problem)
+    assert not gavel.matrix[:, 1].any() and gavel.matrix[1, 2] == 0.0
+    agnostic = dict(heterogeneity_aware=False, reference_gpu_type="v100")
+    assert allocopt.solve(problem, "finish_time_fairness", backend="cvxpy", method="conic_gavel", **agnostic
+                          ).objective == pytest.approx(allocopt.solve(problem, "finish_time_fairness", **agnostic
+                                                                      ).objective, rel=1e-5)
+    with pytest.raises(InvalidOptionError, match="method='conic_gavel' .* needs backend='cvxpy'"):
+        allocopt.solve(problem, "finish_time_fairness", method="conic_gavel")
+    pairs = {(0, 2): {"v100": (30.0, 90.0), "p100": (15.0, 50.0), "k80": (8.0, 40.0)}}
+    with pytest.raises(InvalidOptionError, match="conic_gavel.*without pairs"):
+        allocopt.solve(Problem(T, cluster, num_steps_remaining=[1.0, 1.0, 1.0], pair_throughputs=pairs),
+                       "finish_time_fairness", backend="cvxpy", method="conic_gavel", space_sharing=True)

@@ -30,9 +30,13 @@ per worker type; their time fractions come back under the same key.
 solver name as Gavel passes them (``"ECOS"``, ``"SCS"``, ...), which runs
 through the ``cvxpy`` backend with that solver; ``"GUROBI"`` uses the native
 Gurobi backend. None means HiGHS (Gavel's default is ECOS). With a cvxpy
-solver, finish-time fairness is one conic program (``method="conic"``), as
-Gavel solves it, so ECOS returns Gavel's point of a degenerate optimum; with
-an LP backend it is a bisection over LPs. ``"highs-ipm"`` is HiGHS's interior
+solver, finish-time fairness is one conic program, as Gavel solves it, written
+as Gavel's code writes it (``method="conic_gavel"``; ``method="conic"`` for
+``finish_time_fairness_packed``), so ECOS returns Gavel's point of a
+degenerate optimum to the last bit; with an LP backend it is a bisection over
+LPs. Likewise ``max_min_fairness``, ``max_min_fairness_perf``,
+``max_sum_throughput_perf`` and ``max_sum_throughput_normalized_by_cost_perf``
+with a cvxpy solver are Gavel's LP as Gavel writes it (``gavel_program=True``). ``"highs-ipm"`` is HiGHS's interior
 point without crossover (``solver_options={"solver": "ipm", "run_crossover":
 "off"}``): where an LP has many optima it returns a point inside the optimal
 face, as ECOS does, where the default dual simplex returns a vertex; Gavel's
@@ -152,6 +156,11 @@ POLICY_NAMES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "max_min_fairness_water_filling_packed": ("water_filling", "water_filling", _PACKED),
 }
 
+# Gavel policies whose objects keep state between calls (module docstring), with the flags that
+# reproduce Gavel's behaviour: allocopt's simulator runs ``gavel:NAME`` of these through this adapter
+STATEFUL_POLICIES: dict[str, dict[str, Any]] = {"fifo": {"faithful_type_choice": True}, "gandiva": {},
+                                                "allox": {}}
+
 # Gavel policy name -> the ``name`` of Gavel's policy class (what Gavel's scheduler branches on)
 GAVEL_CLASS_NAMES: dict[str, str] = {
     "max_min_fairness": "MaxMinFairness",
@@ -245,7 +254,12 @@ class GavelPolicy:
             self._options["method"] = "bisection"
         self._backend, self._solver_options = _backend_for(solver)
         if self._backend == "cvxpy" and self._policy == "finish_time_fairness":
-            self._options.setdefault("method", "conic")  # one conic program, as Gavel solves it
+            # one conic program, as Gavel solves it; written as Gavel writes it (ECOS: Gavel's bits) without pairs
+            self._options.setdefault("method", "conic" if self._options.get("space_sharing") else "conic_gavel")
+        if (self._backend == "cvxpy" and not self._options.get("space_sharing")
+                and (self._policy == "max_min_fairness"
+                     or (self._policy == "max_throughput" and self._signature in ("unweighted", "cost")))):
+            self._options.setdefault("gavel_program", True)  # Gavel's LP as Gavel writes it (ECOS: Gavel's bits)
         self._rng = random.Random(0 if seed is None else seed)
         # state kept between calls (see the module docstring)
         self._cumulative_isolated_time: dict[Hashable, float] = {}
@@ -259,6 +273,11 @@ class GavelPolicy:
     def name(self) -> str:
         """The name of Gavel's policy class (``MaxMinFairness_Perf``, ...)."""
         return self._name
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        """The argument names of ``get_allocation``, in Gavel's order (:data:`SIGNATURES`)."""
+        return SIGNATURES[self._signature]
 
     @property
     def policy_name(self) -> str:

@@ -33,6 +33,12 @@ with constant rates ``r_i / D_i``: a single LP. ``method="conic"``
 (``backend="cvxpy"`` only) solves the second-order-cone program
 ``min rho s.t. (r_i / D_i) / e_i + t_i / D_i <= rho`` directly (CLARABEL
 unless ``solver_options["solver"]`` names another cvxpy solver).
+``method="conic_gavel"`` (``backend="cvxpy"``, no space sharing) solves the
+same program written as Gavel's cvxpy code writes it, the objective the
+maximum of the unfinished jobs' ``rho_i``
+(:mod:`allocopt.formulations.gavel_programs`): ECOS then stops at Gavel's point
+to the last bit, which Gavel's mechanism needs where jobs are entitled to equal
+shares.
 
 With ``heterogeneity_aware=False`` every GPU type runs a job at its
 throughput on ``reference_gpu_type``, for ``e_i`` and ``e^iso_i`` alike (see
@@ -48,6 +54,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
@@ -55,6 +62,7 @@ from scipy.optimize import brentq
 from allocopt.backends.cvxpy import STATUS_MAP, CvxpyBackend
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
+from allocopt.formulations.gavel_programs import solve_gavel_program
 from allocopt.formulations.makespan import (evaluate, isolated_throughputs, max_speedup, planning_model,
                                             policy_throughputs, steps_remaining)
 from allocopt.problem import Problem
@@ -66,7 +74,7 @@ RHO_RTOL = 1e-9
 CHAIN_RTOL = 1e-2
 #: LPs a warm search near the previous rho may take before Brent's method over the whole range
 SEARCH_STEPS = 3
-METHODS = ("bisection", "conic")
+METHODS = ("bisection", "conic", "conic_gavel")
 DEFAULT_CONIC_SOLVER = "CLARABEL"
 
 
@@ -85,10 +93,13 @@ class FinishTimeFairness(Policy):
                  space_sharing: bool = False) -> PolicyResult:
         if method not in METHODS:
             raise InvalidOptionError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-        if method == "conic" and solver.backend != "cvxpy":
-            raise InvalidOptionError(f"method='conic' solves a second-order-cone program and needs "
+        if method != "bisection" and solver.backend != "cvxpy":
+            raise InvalidOptionError(f"method={method!r} solves a second-order-cone program and needs "
                                      f"backend='cvxpy', got backend={solver.backend!r}; use "
                                      "method='bisection' with LP backends")
+        if method == "conic_gavel" and space_sharing:
+            raise InvalidOptionError("method='conic_gavel' writes Gavel's program without pairs; with "
+                                     "space_sharing=True use method='conic' or 'bisection'")
         steps = steps_remaining(problem, self.name)
         active = steps > 0
         throughputs = policy_throughputs(problem, active, heterogeneity_aware=heterogeneity_aware,
@@ -104,6 +115,8 @@ class FinishTimeFairness(Policy):
             # D_i in seconds (nan for finished jobs, whose isolated throughput may be 0)
             isolated_finish = np.where(active, isolated_time + steps / isolated_throughputs(problem, throughputs),
                                        np.nan)
+        if method == "conic_gavel":
+            return self._conic_gavel(problem, solver, steps, started, isolated_finish, throughputs)
         if method == "conic":
             return self._conic(problem, solver, steps, started, isolated_finish, throughputs, space_sharing)
         return self._bisection(problem, solver, steps, started, isolated_finish, throughputs, space_sharing)
@@ -227,6 +240,27 @@ class FinishTimeFairness(Policy):
             if bracketed() or f1 == f0:
                 return
             x0, f0, x1 = x1, f1, x1 - f1 * (x1 - x0) / (f1 - f0)
+
+    def _conic_gavel(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
+                     isolated_finish: np.ndarray, throughputs: np.ndarray | None) -> PolicyResult:
+        """``method="conic_gavel"``: the program as Gavel's cvxpy code writes it
+        (:mod:`allocopt.formulations.gavel_programs`)."""
+        CvxpyBackend.check_installed()
+        import cvxpy as cp
+
+        rows = np.flatnonzero(steps > 0)
+        planned = problem.throughputs if throughputs is None else throughputs
+
+        def objective(x: Any, columns: np.ndarray) -> Any:
+            T = planned[np.ix_(rows, columns)]
+            ratios = [(float(started[i]) + float(steps[i]) * cp.inv_pos(cp.sum(cp.multiply(T[k], x[k]))))
+                      / float(isolated_finish[i]) for k, i in enumerate(rows.tolist())]
+            return cp.Minimize(ratios[0] if len(ratios) == 1 else cp.maximum(*ratios))
+
+        X, status, message = solve_gavel_program(problem, solver, rows, planned, objective,
+                                                 f"{self.name} (conic_gavel)")
+        rhos = self._rho(steps, started, isolated_finish, (planned * X).sum(axis=1))
+        return PolicyResult(X, float(np.nanmax(rhos)), status, None, message, {"rho": rhos, "num_lp_solves": 0})
 
     def _conic(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
                isolated_finish: np.ndarray, throughputs: np.ndarray | None, space_sharing: bool) -> PolicyResult:

@@ -44,7 +44,7 @@ import numpy as np
 
 from allocopt.errors import InfeasibleError, InvalidOptionError, InvalidProblemError
 from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
-from allocopt.formulations.shares import isolated_matrix
+from allocopt.formulations.shares import isolated_matrix, type_order
 from allocopt.model import LinExpr
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
@@ -178,9 +178,10 @@ def gavel_bisection(problem: Problem, solver: ModelSolver, steps: np.ndarray, *,
 
 
 def isolated_throughputs(problem: Problem, throughputs: np.ndarray | None) -> np.ndarray:
-    """Steps/s of each job under the isolated share, shape (n_jobs,)."""
+    """Steps/s of each job under the isolated share, shape (n_jobs,), summed over the types in name order."""
     T = problem.throughputs if throughputs is None else throughputs
-    return (T * isolated_matrix(problem)).sum(axis=1)
+    columns = type_order(problem)
+    return (T[:, columns] * isolated_matrix(problem)[:, columns]).sum(axis=1)
 
 
 class MinMakespan(Policy):

@@ -26,6 +26,15 @@ same optimum, a fraction of the pairs built. With ``price_decomposition=True``
 undecided; the result is certified against the dual bound, and the plain LP
 is solved when certification fails (or most jobs need rows); the time-limit
 closed form (:mod:`allocopt.formulations.closed_forms`) is tried first.
+With ``gavel_program=True`` (``backend="cvxpy"``, none of the options above)
+the LP is written as Gavel's cvxpy code writes it
+(:mod:`allocopt.formulations.gavel_programs`): maximize
+``min_i sum_j T_ij / (w_i p_i) s_i X_ij`` with Gavel's cluster-proportional
+``p_i`` (an equal split of the types with GPUs, scaled so that the largest
+job's time is 1; heterogeneity-agnostic: ``T_ij`` 1 where the job can run), so
+ECOS stops at Gavel's point to the last bit, which Gavel's mechanism needs
+where jobs are entitled to equal shares. The objective reported is this
+module's normalized level of that allocation.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020.
@@ -38,11 +47,13 @@ from typing import Any
 
 import numpy as np
 
+from allocopt.backends.cvxpy import CvxpyBackend
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model, objective_unit
 from allocopt.formulations.closed_forms import max_min_fairness_closed_form
 from allocopt.formulations.column_generation import (COLUMN_GENERATION_SETTINGS,
                                                      max_min_fairness_column_generation)
+from allocopt.formulations.gavel_programs import solve_gavel_program
 from allocopt.formulations.job_types import all_distinct, max_min_fairness_by_job_type
 from allocopt.formulations.price_decomposition import max_min_fairness_price_decomposition
 from allocopt.problem import Problem
@@ -68,12 +79,18 @@ class MaxMinFairness(Policy):
     """Weighted max-min fairness over normalized throughput (see the module docstring)."""
     name = "max_min_fairness"
     options = {"heterogeneity_aware": True, "space_sharing": False, "aggregate_job_types": False,
-               "column_generation": False, "price_decomposition": False}
+               "column_generation": False, "price_decomposition": False, "gavel_program": False}
 
     def allocate(self, problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
                  space_sharing: bool = False, aggregate_job_types: bool = False,
                  column_generation: bool | Mapping[str, Any] = False,
-                 price_decomposition: bool = False) -> PolicyResult:
+                 price_decomposition: bool = False, gavel_program: bool = False) -> PolicyResult:
+        if gavel_program:
+            if space_sharing or column_generation or aggregate_job_types or price_decomposition:
+                raise InvalidOptionError("gavel_program=True writes Gavel's LP over single jobs: it cannot be "
+                                         "combined with space_sharing, column_generation, aggregate_job_types "
+                                         "or price_decomposition")
+            return self._gavel_program(problem, solver, heterogeneity_aware)
         fallback: dict[str, object] = {}
         if price_decomposition:
             if space_sharing or column_generation or aggregate_job_types:
@@ -121,3 +138,27 @@ class MaxMinFairness(Policy):
             rows = np.arange(problem.num_jobs)
             extras.update(type_of_job=rows, type_rows=rows, type_matrix=X)
         return PolicyResult(X, solution.objective * unit, solution.status, P, solution.message, extras)
+
+    def _gavel_program(self, problem: Problem, solver: ModelSolver, heterogeneity_aware: bool) -> PolicyResult:
+        """``gavel_program=True``: the LP as Gavel's cvxpy code writes it (module docstring)."""
+        CvxpyBackend.check_installed()
+        import cvxpy as cp
+
+        rows = np.arange(problem.num_jobs)
+        planned = problem.throughputs if heterogeneity_aware else problem.runnable.astype(np.float64)
+
+        def objective(x: Any, columns: np.ndarray) -> Any:
+            T = planned[:, columns]
+            m, n = T.shape
+            share = np.array([[problem.capacity[j] / m for j in columns.tolist()] for _ in range(m)])
+            share = share / np.sum(share, axis=1).max()
+            proportional = np.sum(np.multiply(T, share), axis=1).reshape((m, 1))
+            weights = np.multiply((1.0 / problem.priority_weights).reshape((m, 1)), 1.0 / proportional)
+            scale = np.repeat(problem.scale_factors.astype(np.float64)[:, None], n, axis=1)
+            coefficients = np.multiply(T * weights.reshape((m, 1)), scale)
+            return cp.Maximize(cp.min(cp.sum(cp.multiply(coefficients, x), axis=1)))
+
+        X, status, message = solve_gavel_program(problem, solver, rows, planned, objective,
+                                                 f"{self.name} (gavel_program)")
+        level = (normalized_coefficients(problem, heterogeneity_aware) * X).sum(axis=1)
+        return PolicyResult(X, float(level.min()), status, None, message)

@@ -16,15 +16,24 @@ deadline is out of reach. With ``best_effort=True`` the allocation first
 minimizes the total relative shortfall ``sum_i u_i`` (``e_i >= (1 - u_i) r_i / d_i``),
 then maximizes throughput at that shortfall; its status is ``infeasible`` and
 ``extras["deadline_met"]`` marks which jobs make their deadline.
+
+With ``gavel_program=True`` (``backend="cvxpy"``, no deadlines, no space
+sharing) the LP is written as Gavel's cvxpy code writes it
+(:mod:`allocopt.formulations.gavel_programs`), so ECOS stops at Gavel's point
+of this many-optima LP to the last bit.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from allocopt.backends.cvxpy import CvxpyBackend
 from allocopt.errors import InfeasibleError, InvalidOptionError
 from allocopt.formulations.base import (AllocationModel, ModelSolver, Policy, PolicyResult, base_model,
                                        objective_unit)
+from allocopt.formulations.gavel_programs import solve_gavel_program
 from allocopt.formulations.job_types import max_throughput_by_job_type
 from allocopt.problem import Problem
 from allocopt.solution import Status
@@ -49,10 +58,17 @@ def _solver_defaults(solver: ModelSolver) -> dict:
 class MaxThroughput(Policy):
     """Gavel's ``max_sum_throughput_perf`` (see the module docstring)."""
     name = "max_throughput"
-    options = {"normalize_by_cost": False, "space_sharing": False, "aggregate_job_types": False}
+    options = {"normalize_by_cost": False, "space_sharing": False, "aggregate_job_types": False,
+               "gavel_program": False}
 
     def allocate(self, problem: Problem, solver: ModelSolver, *, normalize_by_cost: bool = False,
-                 space_sharing: bool = False, aggregate_job_types: bool = False) -> PolicyResult:
+                 space_sharing: bool = False, aggregate_job_types: bool = False,
+                 gavel_program: bool = False) -> PolicyResult:
+        if gavel_program:
+            if space_sharing or aggregate_job_types:
+                raise InvalidOptionError("gavel_program=True writes Gavel's LP over single jobs: it cannot be "
+                                         "combined with space_sharing or aggregate_job_types")
+            return self._gavel_program(problem, solver, normalize_by_cost)
         if aggregate_job_types:
             return max_throughput_by_job_type(problem, solver, normalize_by_cost=normalize_by_cost,
                                               space_sharing=space_sharing)
@@ -124,3 +140,24 @@ class MaxThroughput(Policy):
         base.model.add_constraint("deadline", base.throughput[jobs] + u * required[jobs] >= required[jobs])
         base.model.minimize(u.sum())
         return solver.solve(base.model, "max_throughput deadline shortfall").values["shortfall"]
+
+    def _gavel_program(self, problem: Problem, solver: ModelSolver, normalize_by_cost: bool) -> PolicyResult:
+        """``gavel_program=True``: the LP as Gavel's cvxpy code writes it (module docstring)."""
+        if problem.slos is not None and np.isfinite(problem.slos).any():
+            raise InvalidOptionError("gavel_program=True writes Gavel's LP without deadlines; this problem has "
+                                     "SLOs: leave gavel_program unset")
+        if normalize_by_cost and problem.costs is None:
+            raise InvalidOptionError("normalize_by_cost=True needs Problem(costs=...) with a price per GPU type")
+        CvxpyBackend.check_installed()
+        import cvxpy as cp
+
+        def objective(x: Any, columns: np.ndarray) -> Any:
+            costs = np.ones((1, columns.size))
+            if normalize_by_cost:
+                costs[0, :] = problem.costs[columns]
+            return cp.Maximize(cp.sum(cp.sum(cp.multiply(problem.throughputs[:, columns] / costs, x), axis=1)))
+
+        X, status, message = solve_gavel_program(problem, solver, np.arange(problem.num_jobs), problem.throughputs,
+                                                 objective, f"{self.name} (gavel_program)")
+        rates = problem.throughputs / problem.costs if normalize_by_cost else problem.throughputs
+        return PolicyResult(X, float((rates * X).sum()), status, None, message)

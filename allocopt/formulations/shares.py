@@ -19,8 +19,18 @@ from allocopt.problem import Problem
 
 
 def isolated_matrix(problem: Problem) -> np.ndarray:
-    """The isolated share, shape (n_jobs, n_gpu_types)."""
-    return isolated_shares(problem.capacity, problem.scale_factors, problem.runnable)
+    """The isolated share, shape (n_jobs, n_gpu_types); its sums run over the GPU types in name order
+    (:func:`type_order`), so the result does not depend on the order the cluster lists them, to the bit."""
+    columns = type_order(problem)
+    X = np.empty(problem.throughputs.shape)
+    X[:, columns] = isolated_shares(problem.capacity[columns], problem.scale_factors, problem.runnable[:, columns])
+    return X
+
+
+def type_order(problem: Problem) -> np.ndarray:
+    """The problem's GPU types in name order (column indices): the order sums over types run in where
+    their last bits matter (Gavel sums in this order)."""
+    return np.argsort(np.array(problem.gpu_types, dtype=object), kind="stable")
 
 
 def isolated_shares(capacity: np.ndarray, scale_factors: np.ndarray, runnable: np.ndarray) -> np.ndarray:

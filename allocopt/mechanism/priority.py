@@ -70,6 +70,24 @@ class MechanismOptions:
         each time) a job whose time fraction is a hair below an equal job's
         never runs; True lets long-run shares follow the allocation however
         often it is recomputed.
+    pair_finishes_at_lease_end : bool, default False
+        When the time a co-located job finishes is recorded. False: when its
+        own steps are done. Gavel's simulator (True): when its pair's lease
+        ends, i.e. when the later of the two members stops (at the latest the
+        round's end), so a job that completes early next to a partner still
+        running is reported finished with its partner. :func:`allocopt.simulate`
+        sets it for Gavel's policy names.
+    running_type_totals : bool, default False
+        The total a job's received time is divided by on each type. False: the
+        sum of the active entries' counters. True (Gavel's): a running total,
+        restarted at each recompute at the initial counters of the entries
+        then (jobs and pairs) and growing by every second credited since, in
+        the order Gavel's simulator credits them (the latest-ending lease
+        first; ties by job, single jobs before pairs); a job that leaves keeps
+        its seconds in it. The total scales every priority of a type alike, so
+        the two differ only in the last bits, which decide Gavel's ties between
+        entries with equal shares. :func:`allocopt.simulate` sets it for
+        Gavel's policy names.
     """
 
     round_seconds: float = 360.0
@@ -81,6 +99,8 @@ class MechanismOptions:
     run_unallocated: bool = False
     time_zero_recomputes_free: bool = True
     deficit_in_priority: bool = False
+    pair_finishes_at_lease_end: bool = False
+    running_type_totals: bool = False
 
     def __post_init__(self) -> None:
         if not self.round_seconds > 0:
@@ -94,7 +114,8 @@ class MechanismOptions:
                                      f"got {self.type_order!r}")
 
 
-def priorities(allocation: np.ndarray, received_s: np.ndarray, throughputs: np.ndarray) -> np.ndarray:
+def priorities(allocation: np.ndarray, received_s: np.ndarray, throughputs: np.ndarray,
+               total_s: np.ndarray | None = None) -> np.ndarray:
     """Priority of each (job, type) entry.
 
     Parameters
@@ -105,6 +126,9 @@ def priorities(allocation: np.ndarray, received_s: np.ndarray, throughputs: np.n
         Seconds each job has run on each type since the last reset.
     throughputs : ndarray of shape (n_jobs, n_gpu_types)
         Steps/s; entries with 0 get priority 0.
+    total_s : ndarray of shape (n_gpu_types,), optional
+        The received time of each type the shares are taken of (default: ``received_s.sum(axis=0)``;
+        see ``MechanismOptions.running_type_totals``).
 
     Returns
     -------
@@ -113,7 +137,7 @@ def priorities(allocation: np.ndarray, received_s: np.ndarray, throughputs: np.n
         priority, ordered by X) where nothing was received; 0 where X or the
         throughput is 0.
     """
-    total = received_s.sum(axis=0)
+    total = received_s.sum(axis=0) if total_s is None else total_s
     share = np.divide(received_s, total, out=np.zeros_like(received_s, dtype=np.float64), where=total > 0)
     served = share > 0
     prio = np.where(served, allocation / np.where(served, share, 1.0), allocation * UNSERVED_PRIORITY_SCALE)
@@ -287,6 +311,7 @@ class PriorityMechanism:
         self.pair_received_s = np.zeros((0, k))
         self.pair_deficit_s = np.zeros((0, k))
         self.pair_throughputs = np.zeros((0, k, 2))
+        self.type_received_s = np.zeros(k)  # running totals (MechanismOptions.running_type_totals)
         self._shuffler = random.Random(options.seed + 5)
         if isinstance(options.type_order, str):
             self._order = np.argsort(-self.throughputs.mean(axis=0), kind="stable") if n else np.arange(k)
@@ -356,8 +381,13 @@ class PriorityMechanism:
         self.received_s[active] = self.initial_received_s
         self.allocated[active] = True
         self.last_reset_s = now_s
-        if pairs is None:
-            return
+        if pairs is not None:
+            self._reset_pairs(pairs, pair_allocation, pair_throughputs, elapsed)
+        # Gavel's running totals restart at the initial counter of every entry, jobs and pairs
+        self.type_received_s[:] = self.initial_received_s * (np.asarray(active).size + self.pairs.shape[0])
+
+    def _reset_pairs(self, pairs: np.ndarray, pair_allocation: np.ndarray | None,
+                     pair_throughputs: np.ndarray | None, elapsed: float) -> None:
         pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         n = self.throughputs.shape[0]
         deficit = np.full((pairs.shape[0], self.throughputs.shape[1]), self.initial_received_s)
@@ -374,6 +404,14 @@ class PriorityMechanism:
         self.pair_allocation = np.asarray(pair_allocation, dtype=np.float64).reshape(deficit.shape)
         self.pair_throughputs = np.asarray(pair_throughputs, dtype=np.float64).reshape(*deficit.shape, 2)
         self.pair_received_s = np.full(deficit.shape, self.initial_received_s)
+
+    def credit_totals(self, gpu_types: np.ndarray, seconds: np.ndarray) -> None:
+        """Add ``seconds`` credited on ``gpu_types`` (column indices) to the running totals, in the
+        order given (``MechanismOptions.running_type_totals``)."""
+        np.add.at(self.type_received_s, gpu_types, seconds)
+
+    def _totals(self) -> np.ndarray | None:
+        return self.type_received_s if self.options.running_type_totals else None
 
     def type_order(self) -> np.ndarray:
         """This round's visiting order of the GPU types (column indices)."""
@@ -392,7 +430,7 @@ class PriorityMechanism:
     def select(self, active: np.ndarray) -> np.ndarray:
         """The type each of ``active`` (row indices) runs on this round (-1: none), shape (m,)."""
         X, T = self.allocation[active], self.throughputs[active]
-        prio = priorities(X, self._owed(self.received_s[active], self.deficit_s[active]), T)
+        prio = priorities(X, self._owed(self.received_s[active], self.deficit_s[active]), T, self._totals())
         chosen = select_jobs(prio, self.deficit_s[active], X, T, self.scale_factors[active], self.capacity,
                              self.type_order(), work_conserving=self.options.work_conserving)
         if not self.options.run_unallocated:
@@ -423,7 +461,7 @@ class PriorityMechanism:
         first = np.concatenate([np.full(m, -1), self.pairs[:, 0]])
         order = np.lexsort((first, last))
         deficit = np.concatenate([self.deficit_s[active], self.pair_deficit_s])
-        prio = priorities(X, self._owed(received, deficit), runnable.astype(np.float64))
+        prio = priorities(X, self._owed(received, deficit), runnable.astype(np.float64), self._totals())
         sizes = np.concatenate([self.scale_factors[active], self.scale_factors[self.pairs[:, 0]]])
         chosen = np.full(order.size, -1, dtype=np.int64)
         chosen[order] = select_entries(prio[order], deficit[order], X[order], runnable[order], sizes[order],

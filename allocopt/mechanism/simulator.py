@@ -20,7 +20,7 @@ import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutc
 from allocopt.runtime.simulated import SimulatedExecutor
 from allocopt.throughput.profiles import load_profiles
 from allocopt.throughput.table import ThroughputTable
+
+if TYPE_CHECKING:
+    from allocopt.adapters.gavel import GavelPolicy
 
 
 class SimulationError(AllocoptError, RuntimeError):
@@ -79,6 +82,36 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
         raise InvalidOptionError(f"policy {name!r} allocates configurations, not time fractions; the "
                                  "priority-round simulator needs a policy over an allocopt.Problem")
     return policy, extra, agnostic
+
+
+def gavel_policy_for(name: str, options: Mapping[str, Any], backend: str, seed: int) -> GavelPolicy | None:
+    """The adapter's Gavel policy object for ``gavel:NAME`` when Gavel's policy keeps state between
+    calls (:data:`allocopt.adapters.gavel.STATEFUL_POLICIES`: ``fifo``, ``gandiva``, ``allox``),
+    else None.
+
+    ``seed`` seeds its random choices as Gavel's ``--seed`` seeds the policy's;
+    ``options`` (:func:`resolve_policy`'s) may hold the object's flags
+    (``faithful_type_choice``, ``alpha``), ``solver_options`` (``{"solver": ...}``
+    with the cvxpy backend) and ``space_sharing`` (Gandiva's, always on).
+    """
+    from allocopt.adapters.gavel import STATEFUL_POLICIES, GavelPolicy
+
+    gavel_name = name.removeprefix("gavel:")
+    if gavel_name == name or gavel_name not in STATEFUL_POLICIES:
+        return None
+    flags = dict(STATEFUL_POLICIES[gavel_name])
+    unknown = []
+    for key, value in options.items():
+        if key in ("faithful_type_choice", "alpha"):
+            flags[key] = value
+        elif key not in ("solver_options", "space_sharing"):
+            unknown.append(key)
+    if unknown or options.get("space_sharing", gavel_name == "gandiva") != (gavel_name == "gandiva"):
+        raise InvalidOptionError(f"policy {name!r} runs Gavel's policy object, which takes the options "
+                                 f"faithful_type_choice (fifo), alpha (allox) and solver_options; got "
+                                 f"{', '.join(sorted(options))}")
+    solver = dict(options.get("solver_options") or {}).get("solver") if backend == "cvxpy" else backend
+    return GavelPolicy(gavel_name, solver or backend, seed, **flags)
 
 
 class RoundPlanner(Protocol):
@@ -173,11 +206,18 @@ class PriorityPlanner:
         Options passed to :func:`allocopt.solve`.
     options : MechanismOptions
     backend : str, default "highs"
+    gavel_policy : allocopt.adapters.gavel.GavelPolicy, optional
+        Compute each allocation with this Gavel policy object instead of
+        :func:`allocopt.solve`: one object for the whole simulation, so the
+        state Gavel's policy keeps between calls (FIFO's job types, Gandiva's
+        pairs and random generator, AlloX's running jobs) carries over as in
+        Gavel's simulator (:func:`gavel_policy_for`).
     """
 
     def __init__(self, state: SimulationState, policy: str, policy_options: Mapping[str, Any],
-                 options: MechanismOptions, backend: str = "highs"):
+                 options: MechanismOptions, backend: str = "highs", gavel_policy: GavelPolicy | None = None):
         self.policy, self.policy_options, self.backend = policy, dict(policy_options), backend
+        self.gavel_policy = gavel_policy
         self.options = options
         self.space_sharing = bool(self.policy_options.get("space_sharing"))
         if self.space_sharing and state.table is None:
@@ -267,6 +307,15 @@ class PriorityPlanner:
     def _recompute(self, state: SimulationState, rows: np.ndarray, now_s: float) -> None:
         started = time.perf_counter()
         pairs = state.pairs(rows) if self.space_sharing else None
+        if self.gavel_policy is not None:
+            matrix, pair_fractions = self._gavel_allocation(state, rows, now_s, pairs)
+            self.solve_seconds.append(time.perf_counter() - started)
+            if pairs is None:
+                self.mechanism.reset(now_s, rows, matrix)
+            else:
+                self.mechanism.reset(now_s, rows, matrix, pairs[0], pair_fractions, pairs[1])
+            state.changed = False
+            return
         allocation = solve(state.problem(rows, now_s, self.policy, pairs, self.policy_options), self.policy,
                            backend=self.backend, warm_start=self._allocation, **self.policy_options)
         self._allocation = allocation
@@ -282,6 +331,34 @@ class PriorityPlanner:
             self.mechanism.reset(now_s, rows, allocation.matrix, pair_rows, fractions, values)
         state.changed = False
 
+    def _gavel_allocation(self, state: SimulationState, rows: np.ndarray, now_s: float,
+                          pairs: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """:attr:`gavel_policy`'s allocation of ``rows`` (job ids: the rows) and of ``pairs``, called with
+        the arguments Gavel's scheduler passes: the time fractions of ``rows``, shape (m, n_gpu_types),
+        and of the pairs, shape (p, n_gpu_types) (None without pairs)."""
+        types, ids = list(state.cluster.gpu_types), rows.tolist()
+        throughputs: dict[Hashable, dict[str, Any]] = {
+            job: dict(zip(types, row)) for job, row in zip(ids, state.throughputs[rows].tolist())}
+        if pairs is not None:  # Gavel's pair entries: [steps/s of a, of b] per type, keyed (a, b)
+            throughputs.update({(a, b): dict(zip(types, values))
+                                for (a, b), values in zip(pairs[0].tolist(), pairs[1].tolist())})
+        wl = state.workload
+        values = {"unflattened_throughputs": throughputs,
+                  "scale_factors": dict(zip(ids, wl.scale_factors[rows].tolist())),
+                  "unflattened_priority_weights": dict(zip(ids, wl.priority_weights[rows].tolist())),
+                  "times_since_start": dict(zip(ids, (now_s - wl.arrival_s[rows]).tolist())),
+                  "num_steps_remaining": dict(zip(ids, state.remaining_steps[rows].tolist())),
+                  "cluster_spec": dict(zip(types, state.cluster.capacity.tolist()))}
+        arguments = self.gavel_policy.arguments
+        answer = self.gavel_policy.get_allocation(**{k: v for k, v in values.items() if k in arguments}) or {}
+        zero = dict.fromkeys(types, 0.0)
+        matrix = np.array([[answer.get(job, zero)[t] for t in types] for job in ids], dtype=np.float64)
+        if pairs is None:
+            return matrix, None
+        fractions = np.array([[answer.get((a, b), zero)[t] for t in types] for a, b in pairs[0].tolist()],
+                             dtype=np.float64).reshape(-1, len(types))
+        return matrix, fractions
+
     def pair_throughput(self, job: Hashable, partner: Hashable, gpu_type: str) -> float:
         """Steps/s of ``job`` sharing its GPUs of ``gpu_type`` with ``partner`` this round."""
         p = self._pair_of[int(job)]
@@ -294,7 +371,7 @@ class PriorityPlanner:
         position = {job: i for i, job in enumerate(self._last.jobs.tolist())}
         ran = np.fromiter((position[r.job_id] for r in results), dtype=np.int64, count=len(results))
         seconds = np.zeros(self._last.jobs.size)
-        seconds[ran] = [r.run_seconds for r in results]
+        seconds[ran] = [(plan.start_s + r.run_seconds) - plan.start_s for r in results]  # as _array_round
         self.observe_leases(self._last, seconds, ran)
 
     def observe_leases(self, leases: RoundLeases, run_seconds: np.ndarray, ran: np.ndarray | None = None) -> None:
@@ -306,12 +383,22 @@ class PriorityPlanner:
         alone = ran[leases.partners[ran] < 0]
         self.mechanism.record(leases.jobs[alone], leases.gpu_types[alone], run_seconds[alone])
         shared = ran[leases.partners[ran] >= 0]
+        pair_types, pair_seconds = np.zeros(0, dtype=np.int64), np.zeros(0)
+        members = np.zeros((0, 2), dtype=np.int64)
         if shared.size:
             entries, first = np.unique(leases.entries[shared], return_index=True)
             longest = np.zeros(int(leases.entries.max()) + 1)
             np.maximum.at(longest, leases.entries[shared], run_seconds[shared])
             pairs = np.array([self._pair_of[j] for j in leases.jobs[shared[first]].tolist()], dtype=np.int64)
-            self.mechanism.record_pairs(pairs, leases.gpu_types[shared[first]], longest[entries])
+            pair_types, pair_seconds = leases.gpu_types[shared[first]], longest[entries]
+            self.mechanism.record_pairs(pairs, pair_types, pair_seconds)
+            members = self.mechanism.pairs[pairs]
+        if self.options.running_type_totals:  # Gavel's order: latest-ending first, then job (single, then pairs)
+            seconds = np.concatenate([run_seconds[alone], pair_seconds])
+            first_job = np.concatenate([leases.jobs[alone], members[:, 0]])
+            second_job = np.concatenate([np.full(alone.size, -1), members[:, 1]])
+            order = np.lexsort((second_job, first_job, second_job >= 0, -seconds))
+            self.mechanism.credit_totals(np.concatenate([leases.gpu_types[alone], pair_types])[order], seconds[order])
 
 
 @dataclass
@@ -444,7 +531,14 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     cluster : Cluster or mapping of str to int
         ``{"v100": 36, ...}`` (8 GPUs per server) or a Cluster.
     policy : str, default "max_min_fairness_perf"
-        An allocopt policy name or a Gavel policy name.
+        An allocopt policy name or a Gavel policy name. Gavel's names
+        (``gavel:NAME``, or a name allocopt has no policy of) get Gavel's
+        simulator's accounting (``pair_finishes_at_lease_end`` and
+        ``running_type_totals`` of
+        :class:`~allocopt.mechanism.priority.MechanismOptions`); ``gavel:fifo``,
+        ``gavel:gandiva`` and ``gavel:allox`` run the Gavel adapter's stateful
+        policy object (:func:`gavel_policy_for`; ``mode="ideal"`` solves
+        allocopt's policy instead).
     throughputs : ThroughputTable, optional
         Default: Gavel's measurements (:meth:`ThroughputTable.gavel`).
     round_seconds : float, default 360
@@ -532,20 +626,25 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         workload.check_fits(T, cluster)
         state = SimulationState(workload, cluster, T, None if profiles is not None else table)
     # Gavel's FIFO policies run only allocated entries (priority > 0)
+    # Gavel's names (gavel:NAME, or a name allocopt has no policy of) get Gavel's simulator's accounting
+    gavel = policy.startswith("gavel:") or policy not in POLICIES
     mech = MechanismOptions(round_seconds, recompute_min_seconds, initial_received_rounds,
                             type_order or ("random" if agnostic else "fastest_first"), seed,
-                            work_conserving=name != "fifo", run_unallocated=run_unallocated)
+                            work_conserving=name != "fifo", run_unallocated=run_unallocated,
+                            pair_finishes_at_lease_end=gavel, running_type_totals=gavel)
     bar = _progress(workload.num_jobs, progress)
     if mode == "ideal":
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
     else:
         default_planner = planner is None
-        planner = planner or PriorityPlanner(state, name, options, mech, backend)
+        planner = planner or PriorityPlanner(state, name, options, mech, backend,
+                                             gavel_policy_for(policy, options, backend, seed))
         if executor is None:
             executor = SimulatedExecutor(np.asarray(T, dtype=np.float64), gpu_types=cluster.gpu_types,
                                          restart_overhead_s=restart_overhead_s,
                                          pair_throughputs=planner.pair_throughput if default_planner else None)
-        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar)
+        pair_end = isinstance(planner, PriorityPlanner) and planner.options.pair_finishes_at_lease_end
+        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar, pair_end)
         solve_s = planner.solve_seconds
     if bar is not None:
         bar.close()
@@ -616,10 +715,12 @@ def _admit(state: SimulationState, next_job: int, now_s: float) -> int:
     return max(end, next_job)
 
 
-def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executor,
-                bar: Any) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list]]:
+def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executor, bar: Any,
+                pair_finishes_at_lease_end: bool = False) -> tuple[np.ndarray, float, np.ndarray, np.ndarray,
+                                                                   dict[str, list]]:
     """Rounds until every job finished. The default planner and executor exchange arrays
-    (:meth:`PriorityPlanner.plan_leases`, :meth:`SimulatedExecutor.run_arrays`); others, lease objects."""
+    (:meth:`PriorityPlanner.plan_leases`, :meth:`SimulatedExecutor.run_arrays`); others, lease objects.
+    ``pair_finishes_at_lease_end``: see :class:`~allocopt.mechanism.priority.MechanismOptions`."""
     wl = state.workload
     n = wl.num_jobs
     finish = np.full(n, np.nan)
@@ -659,7 +760,10 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
         np.maximum.at(held, entries, seconds)
         busy_gpu_s += float((widths * np.maximum(held, 0.0)).sum())
         if completed.any():
-            finish[jobs[completed]] = now + seconds[completed]
+            ended = seconds
+            if pair_finishes_at_lease_end:  # a co-located job finishes with its placement's last member
+                ended = np.where(np.bincount(entries)[entries] > 1, held[entries], seconds)
+            finish[jobs[completed]] = now + ended[completed]
             state.active[jobs[completed]] = False
             state.changed = True
             done += int(completed.sum())
@@ -686,7 +790,9 @@ def _array_round(state: SimulationState, planner: PriorityPlanner, executor: Sim
     steps, seconds, completed, failed = executor.run_arrays(
         now, planner.options.round_seconds, leases.jobs, leases.gpu_types, leases.max_steps, leases.extended,
         leases.partners, state.cluster.gpu_types)
-    planner.observe_leases(leases, seconds)
+    # received time as the difference of the end and start timestamps (as Gavel's simulator and a deployment
+    # measure it: where jobs are entitled to equal shares, the mechanism orders them by these last bits)
+    planner.observe_leases(leases, (now + seconds) - now)
     if failed.any():
         k = int(np.argmax(failed))
         raise SimulationError(f"job {int(leases.jobs[k])} failed: zero throughput on "
@@ -772,4 +878,4 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
 
 
 __all__ = ["PriorityPlanner", "RoundLeases", "RoundPlanner", "SimulationError", "SimulationResult", "SimulationState",
-           "resolve_policy", "simulate"]
+           "gavel_policy_for", "resolve_policy", "simulate"]
