@@ -38,14 +38,15 @@ class WarmStart:
     job_ids : tuple
         The jobs, in order, that the job axis of the blocks refers to.
     solves : mapping of :func:`model_key` to (variable layout, constraint layout, Solution)
-    hints : mapping of str to float
+    hints : mapping of str to float or tuple of floats
         Values a policy keeps for its next solve (finish-time fairness: the optimal ``rho``,
-        where its search starts).
+        where its search starts; max-min fairness: the GPU types' ``prices``, where price
+        decomposition starts).
     """
 
     job_ids: tuple[Hashable, ...]
     solves: Mapping[str, tuple[Layout, Layout, Solution]]
-    hints: Mapping[str, float] = field(default_factory=dict)
+    hints: Mapping[str, float | tuple[float, ...]] = field(default_factory=dict)
 
     def basis_for(self, model: CompiledModel, job_ids: Sequence[Hashable]) -> Basis | None:
         """A start for ``model``, whose job axis holds ``job_ids``; None when no

@@ -27,7 +27,7 @@ from allocopt.allocation import Allocation, Timings
 from allocopt.backends import SolveOptions, solve_model
 from allocopt.errors import (InfeasibleError, InvalidOptionError, NotOptimalError, SolverError,
                              TimeLimitError, UnboundedError)
-from allocopt.model import LinExpr, Model, Variable
+from allocopt.model import CompiledModel, LinExpr, Model, Variable
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
 from allocopt.warm_start import WarmStart, model_key
@@ -78,14 +78,14 @@ class ModelSolver:
         self.num_solves = 0
         self.backend_used: str | None = None
 
-    def solve_raw(self, model: Model, *, defaults: Mapping[str, Mapping[str, Any]] | None = None,
+    def solve_raw(self, model: Model | CompiledModel, *, defaults: Mapping[str, Mapping[str, Any]] | None = None,
                   start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None) -> Solution:
-        """Solve and return the Solution whatever its status; ``defaults`` are
-        per-backend solver options the caller's ``solver_options`` override;
+        """Solve ``model`` (or its compiled arrays) and return the Solution whatever its status;
+        ``defaults`` are per-backend solver options the caller's ``solver_options`` override;
         ``start_from`` (a warm start, or None for a cold solve, and the ids of the
         model's leading axis) replaces the solver's own warm start for this solve."""
         t0 = time.perf_counter()
-        compiled = model.compile()
+        compiled = model if isinstance(model, CompiledModel) else model.compile()
         warm, ids = start_from or (self.warm_start, self.job_ids)
         start = warm.basis_for(compiled, ids) if warm is not None else None
         self.model_build_s += time.perf_counter() - t0
@@ -107,7 +107,7 @@ class ModelSolver:
         self.backend_used = solution.backend
         return solution
 
-    def solve(self, model: Model, what: str = "the model", *,
+    def solve(self, model: Model | CompiledModel, what: str = "the model", *,
               defaults: Mapping[str, Mapping[str, Any]] | None = None,
               start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None) -> Solution:
         """Solve; raise a typed error unless the result is optimal, or

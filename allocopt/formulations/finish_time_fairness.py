@@ -55,8 +55,8 @@ from scipy.optimize import brentq
 from allocopt.backends.cvxpy import STATUS_MAP, CvxpyBackend
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
-from allocopt.formulations.makespan import (evaluate, isolated_throughputs, max_speedup, planning_model,
-                                            policy_throughputs, steps_remaining)
+from allocopt.formulations.makespan import (SpeedupLP, evaluate, isolated_throughputs, max_speedup,
+                                            planning_model, policy_throughputs, steps_remaining)
 from allocopt.problem import Problem
 from allocopt.solution import STATUS_MESSAGES, Solution, Status
 from allocopt.warm_start import WarmStart
@@ -123,6 +123,8 @@ class FinishTimeFairness(Policy):
         hints = solver.warm_start.hints if solver.warm_start is not None else {}
         starts: list[tuple[float, WarmStart | None]] = []  # (rho, the basis an LP there ended with)
         slopes: dict[float, float] = {}  # d theta / d rho at the rho of each LP, from its duals
+        # every LP of the search has the same rows: built once, each rho rescales them
+        lp = SpeedupLP(problem, active, name=self.name, throughputs=throughputs, space_sharing=space_sharing)
 
         def theta(rate: np.ndarray, rho: float | None = None) -> float:
             """``max_X min_i e_i / rate_i`` over the jobs with ``rate_i > 0`` (rates in steps/s); the LP
@@ -132,7 +134,7 @@ class FinishTimeFairness(Policy):
                 near, warm = min(starts, key=lambda item: abs(item[0] - rho))
                 start = (warm if abs(near - rho) <= CHAIN_RTOL * rho else None, problem.job_ids)
             X, P, e, solution = max_speedup(problem, solver, rate, name=self.name, throughputs=throughputs,
-                                            space_sharing=space_sharing, start_from=start)
+                                            space_sharing=space_sharing, start_from=start, lp=lp)
             seen.append((float(np.nanmax(self._rho(steps, started, isolated_finish, e))), X, P, e))
             solutions.append(solution)
             if rho is not None and solution.basis_reader is not None:

@@ -41,11 +41,12 @@ import dataclasses
 from collections.abc import Hashable, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from allocopt.errors import InfeasibleError, InvalidOptionError, InvalidProblemError
 from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
 from allocopt.formulations.shares import isolated_matrix
-from allocopt.model import LinExpr
+from allocopt.model import CompiledModel, LinExpr
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
 from allocopt.warm_start import WarmStart
@@ -111,42 +112,75 @@ def planning_model(problem: Problem, active: np.ndarray, *, name: str, throughpu
     return base, e
 
 
+class SpeedupLP:
+    """The LP of :func:`max_speedup` for one set of active jobs, built and compiled once: a new
+    ``rate`` only rescales the rows of block ``finish`` (an iterative policy solves it for many
+    rates; building the model each time cost as much as solving it)."""
+
+    def __init__(self, problem: Problem, active: np.ndarray, *, name: str, throughputs: np.ndarray | None,
+                 space_sharing: bool):
+        self.problem, self.active = problem, active
+        self.base, self.e = planning_model(problem, active, name=name, throughputs=throughputs,
+                                           space_sharing=space_sharing)
+        self.T = problem.throughputs if throughputs is None else throughputs
+        # per-job speeds, and the time an equal split of every type gives (steps/s): the unit of s
+        share = problem.capacity / max(float(problem.capacity.sum()), float(problem.scale_factors.sum()))
+        self.equal_split = (self.T * problem.runnable) @ share
+        # finish row i holds e_i (uncapped) and -s; each rate divides the former by rate_i * unit
+        self.capped = self.base.P is None
+        e_row = (self.base.X * np.where(active[:, None], self.T, 0.0)).sum(axis=1) if self.capped else self.e
+        speedup = self.base.model.add_variable("speedup", lb=0.0)
+        self.base.model.add_constraint("finish", e_row[active] - speedup >= 0.0)
+        self.base.model.maximize(speedup)
+        self.compiled = self.base.model.compile()
+        rows = self.compiled.constraints["finish"][0]
+        A = self.compiled.A
+        self._span = slice(int(A.indptr[rows.start]), int(A.indptr[rows.stop]))
+        entries = A.indices[self._span] != self.compiled.variables["speedup"][0].start
+        self._entries = np.flatnonzero(entries)
+        self._entry_job = np.repeat(np.flatnonzero(active), np.diff(A.indptr[rows.start:rows.stop + 1]))[entries]
+        self._values = A.data[self._span][entries].copy()
+
+    def model(self, rate: np.ndarray) -> tuple[CompiledModel, float]:
+        """The compiled LP for ``rate`` (steps/s, > 0 exactly where the jobs are active) and the unit of
+        its objective (see :func:`max_speedup`)."""
+        unit = float((self.equal_split[self.active] / rate[self.active]).min())
+        unit = unit if np.isfinite(unit) and unit > 0 else 1.0
+        scaled = self._values / (rate[self._entry_job] * unit)
+        if self.capped:
+            scaled = np.minimum(scaled, 1e6)
+        A = self.compiled.A
+        data = A.data.copy()
+        data[self._span.start + self._entries] = scaled
+        return dataclasses.replace(self.compiled, A=sp.csr_matrix((data, A.indices, A.indptr), shape=A.shape)), unit
+
+
 def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name: str,
                 throughputs: np.ndarray | None, space_sharing: bool,
-                start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None
-                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, Solution]:
+                start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None,
+                lp: SpeedupLP | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, Solution]:
     """Solve ``max s`` s.t. ``e_i >= rate_i s`` for the jobs with ``rate_i > 0``
     (steps/s); jobs with ``rate_i = 0`` get no time. ``start_from`` replaces the
-    solver's warm start (see :meth:`ModelSolver.solve_raw`).
+    solver's warm start (see :meth:`ModelSolver.solve_raw`); ``lp``, a :class:`SpeedupLP`
+    of the same problem and options, is reused when its active jobs are those of ``rate``.
 
     Returns the cleaned ``X`` and ``P``, the effective throughput ``e`` they
     attain (steps/s, under ``throughputs`` when given), and the solution
     (``s`` is its objective).
     """
     active = rate > 0
-    base, e = planning_model(problem, active, name=name, throughputs=throughputs, space_sharing=space_sharing)
+    if lp is None or not np.array_equal(lp.active, active):
+        lp = SpeedupLP(problem, active, name=name, throughputs=throughputs, space_sharing=space_sharing)
     # s in units of the speedup of an equal split of every type, and row i divided by its rate in those
     # units: coefficients and optimum near 1 whatever the data. A job whose rate is below 1e-6 of what a
     # type gives it is asked for 1e-6 of its time there at least (its rate, with margin, rather than a
     # requirement below the solver's tolerances: no job is left at 0 steps/s)
-    share = problem.capacity / max(float(problem.capacity.sum()), float(problem.scale_factors.sum()))
-    T = problem.throughputs if throughputs is None else throughputs
-    unit = float((((T * problem.runnable) @ share)[active] / rate[active]).min())
-    unit = unit if np.isfinite(unit) and unit > 0 else 1.0
-    row = rate * unit
-    if base.P is None:
-        capped = np.minimum(T, 1e6 * row[:, None])
-        e_row = (base.X * np.where(active[:, None], capped, 0.0)).sum(axis=1)
-    else:
-        e_row = e
-    speedup = base.model.add_variable("speedup", lb=0.0)
-    base.model.add_constraint("finish", e_row[active] / row[active] - speedup >= 0.0)
-    base.model.maximize(speedup)
-    solution = solver.solve(base.model, name, start_from=start_from)
+    model, unit = lp.model(rate)
+    solution = solver.solve(model, name, start_from=start_from)
     if solution.objective is not None:
         solution = dataclasses.replace(solution, objective=solution.objective * unit)
-    X, P = base.matrices(solution)
-    return X, P, evaluate(e, base, X, P), solution
+    X, P = lp.base.matrices(solution)
+    return X, P, evaluate(lp.e, lp.base, X, P), solution
 
 
 def gavel_bisection(problem: Problem, solver: ModelSolver, steps: np.ndarray, *, name: str,
