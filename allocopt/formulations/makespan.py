@@ -146,9 +146,9 @@ class SpeedupLP:
         its objective (see :func:`max_speedup`)."""
         unit = float((self.equal_split[self.active] / rate[self.active]).min())
         unit = unit if np.isfinite(unit) and unit > 0 else 1.0
-        scaled = self._values / (rate[self._entry_job] * unit)
-        if self.capped:
-            scaled = np.minimum(scaled, 1e6)
+        row = rate * unit
+        values = np.minimum(self._values, 1e6 * row[self._entry_job]) if self.capped else self._values
+        scaled = values * (1.0 / row[self._entry_job])  # as LinExpr divides: bit for bit the model built anew
         A = self.compiled.A
         data = A.data.copy()
         data[self._span.start + self._entries] = scaled
