@@ -65,9 +65,42 @@ RHO_RTOL = 1e-9
 #: an LP starts from the basis of an earlier one at a rho this close (relative); farther, a cold solve is faster
 CHAIN_RTOL = 1e-2
 #: LPs a warm search near the previous rho may take before Brent's method over the whole range
-SEARCH_STEPS = 3
+SEARCH_STEPS = 6
 METHODS = ("bisection", "conic")
 DEFAULT_CONIC_SOLVER = "CLARABEL"
+
+
+def dual_lower_bound(weights: np.ndarray, rho: float, theta: float, isolated_finish: np.ndarray,
+                     started: np.ndarray) -> float | None:
+    """The least ``rho'`` the optimal duals of the LP at ``rho`` leave possible: ``rho* >= rho'``.
+
+    ``weights`` are the LP's duals of its finish rows, negated (>= 0; summing to 1 when
+    ``theta > 0``), ``theta`` its optimum (``max_X min_i e_i / rate_i(rho)``). The duals,
+    scaled by ``1 / sum_i w_i rate_i(rho') / rate_i(rho)``, are feasible for the LP at any
+    ``rho'`` (only the speedup column's row of the dual changes), so
+    ``theta(rho') <= theta / g(rho')`` with ``g(rho') = sum_i w_i (rho D_i - t_i) / (rho' D_i - t_i)``,
+    which decreases in ``rho'``: below the root of ``g = theta``, theta < 1 and no allocation
+    reaches ``rho'``. None when no weight is positive or ``theta <= 0``."""
+    keep = weights > 0
+    if not keep.any() or not theta > 0:
+        return None
+    w, D, t = weights[keep], isolated_finish[keep], started[keep]
+    numerator = w * (rho * D - t)
+    floor = float(np.max(t / D))  # g is +inf there
+
+    def g_minus_theta(r: float) -> float:
+        return float((numerator / (r * D - t)).sum()) - theta
+
+    high = rho
+    while g_minus_theta(high) > 0.0:  # the root is above rho: theta at rho is below 1
+        high = floor + 2.0 * (high - floor)
+        if not np.isfinite(high):
+            return None
+    low = floor + 1e-12 * (high - floor)
+    if g_minus_theta(low) <= 0.0:
+        return low
+    root = brentq(g_minus_theta, low, high, xtol=1e-15 * high, rtol=4 * np.finfo(float).eps)
+    return float(root) * (1.0 - 1e-12)  # below the root: the bound stays a proof despite rounding
 
 
 class _Certified(Exception):
@@ -123,6 +156,7 @@ class FinishTimeFairness(Policy):
         hints = solver.warm_start.hints if solver.warm_start is not None else {}
         starts: list[tuple[float, WarmStart | None]] = []  # (rho, the basis an LP there ended with)
         slopes: dict[float, float] = {}  # d theta / d rho at the rho of each LP, from its duals
+        proven: list[float] = []  # rho below the optimum, proven by an LP's duals (dual_lower_bound)
         # every LP of the search has the same rows: built once, each rho rescales them
         lp = SpeedupLP(problem, active, name=self.name, throughputs=throughputs, space_sharing=space_sharing)
 
@@ -147,6 +181,10 @@ class FinishTimeFairness(Policy):
                 jobs = np.flatnonzero(rate > 0)
                 slopes[rho] = -solution.objective * float(
                     (finish * isolated_finish[jobs] / (rho * isolated_finish[jobs] - started[jobs])).sum())
+                if solution.status is Status.OPTIMAL:
+                    bound = dual_lower_bound(-finish, rho, solution.objective, isolated_finish[jobs], started[jobs])
+                    if bound is not None:
+                        proven.append(bound)
             return solution.objective
 
         if not started[active].any():  # rho = 1 / theta at the constant rates r_i / D_i
@@ -163,8 +201,9 @@ class FinishTimeFairness(Policy):
                     with np.errstate(divide="ignore"):
                         rate = np.where(active, steps / (rho * isolated_finish - started), 0.0)
                     values[rho] = theta(rate, rho) - 1.0
-                    # certified: an LP below 1 proves rho* > rho; an allocation attains its rho, an upper bound
-                    below = max(r for r, v in values.items() if v < 0.0)
+                    # certified: an LP below 1 proves rho* > rho, and so does an LP's dual bound; an
+                    # allocation attains its rho, an upper bound
+                    below = max(max(r for r, v in values.items() if v < 0.0), max(proven, default=lower))
                     best = min(item[0] for item in seen)
                     if best - below <= RHO_RTOL * best:
                         raise _Certified
@@ -178,7 +217,13 @@ class FinishTimeFairness(Policy):
                     if not lower < guess < upper:
                         guess = lower + min(max(hints.get("position", 1.0), 0.0), 1.0) * (upper - lower)
                     starts.append((guess, solver.warm_start))
-                    self._search_near(excess, values, slopes, guess, lower, upper, hints.get("slope"))
+
+                    def bracket() -> tuple[float, float]:
+                        """The optimum's proven range so far: (largest lower bound, least attained rho)."""
+                        below = max(max(r for r, v in values.items() if v < 0.0), max(proven, default=lower))
+                        return below, min(item[0] for item in seen)
+
+                    self._search_near(excess, values, slopes, guess, lower, upper, hints.get("slope"), bracket)
                 low = max(r for r, v in values.items() if v < 0.0)
                 high = min((r for r, v in values.items() if v > 0.0), default=upper)
                 if excess(high) > 0.0:
@@ -202,11 +247,15 @@ class FinishTimeFairness(Policy):
 
     @staticmethod
     def _search_near(excess: Callable[[float], float], values: dict[float, float], slopes: dict[float, float],
-                     guess: float, lower: float, upper: float, slope: float | None) -> None:
+                     guess: float, lower: float, upper: float, slope: float | None,
+                     bracket: Callable[[], tuple[float, float]]) -> None:
         """Bracket the root of ``excess`` near ``guess`` (a warm start's rho), each LP a few pivots
         from the one before: a Newton step with the slope (d theta / d rho) the LP's duals give, else
         the previous solve's ``slope``, else a probe 0.1% away, then secant steps; at most
-        SEARCH_STEPS + 1 LPs. The caller's Brent search takes the bracket found, else the whole range."""
+        SEARCH_STEPS + 1 LPs. A step that leaves the proven range ``bracket()`` (the LPs' dual
+        bounds below, the least rho an allocation attains above) goes to the least attained rho
+        instead (Dinkelbach's step: the optimum lies between). The caller's Brent search takes the
+        bracket found, else the whole range."""
 
         def bracketed() -> bool:
             return (any(v < 0.0 for r, v in values.items() if r != lower)
@@ -220,6 +269,9 @@ class FinishTimeFairness(Policy):
         else:
             x1 = x0 * (1.0 + 1e-3 if f0 < 0.0 else 1.0 - 1e-3)
         for _ in range(SEARCH_STEPS):
+            low, high = bracket()
+            if not low < x1 < high:
+                x1 = high
             # a hair below the estimate: theta is linear near the root, so the LP there lands just under
             # 1, and its allocation attains a rho within the tolerance of that lower bound (certified)
             x1 = min(max(x1 * (1.0 - 1e-3 * RHO_RTOL), 0.5 * (lower + x0)), upper)
