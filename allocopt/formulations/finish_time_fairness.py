@@ -89,16 +89,22 @@ def dual_lower_bound(weights: np.ndarray, rho: float, theta: float, isolated_fin
     floor = float(np.max(t / D))  # g is +inf there
 
     def g_minus_theta(r: float) -> float:
-        return float((numerator / (r * D - t)).sum()) - theta
+        with np.errstate(divide="ignore"):  # +inf at the floor
+            return float((numerator / np.maximum(r * D - t, 0.0)).sum()) - theta
 
     high = rho
     while g_minus_theta(high) > 0.0:  # the root is above rho: theta at rho is below 1
         high = floor + 2.0 * (high - floor)
         if not np.isfinite(high):
             return None
-    low = floor + 1e-12 * (high - floor)
-    if g_minus_theta(low) <= 0.0:
-        return low
+    for fraction in (1e-12, 1e-9, 1e-6, 1e-3):  # a left end where g is finite
+        low = floor + fraction * (high - floor)
+        if np.isfinite(g_minus_theta(low)):
+            break
+    else:
+        return None
+    if g_minus_theta(low) <= 0.0:  # the root is within a hair of the floor: nothing proven beyond it
+        return None
     root = brentq(g_minus_theta, low, high, xtol=1e-15 * high, rtol=4 * np.finfo(float).eps)
     return float(root) * (1.0 - 1e-12)  # below the root: the bound stays a proof despite rounding
 
@@ -173,6 +179,7 @@ class FinishTimeFairness(Policy):
             solutions.append(solution)
             if rho is not None and solution.basis_reader is not None:
                 starts.insert(0, (rho, solver.warm_start_out()))  # first: ties go to this problem's LPs
+                solver.hints["basis_rho"] = rho  # where the basis the next solve starts from was optimal
             finish = solution.duals.get("finish")
             if rho is not None and finish is not None and solution.objective is not None:
                 # d theta / d rho from the duals: a rate scaled by (1 + eps) moves theta by theta * dual * eps
@@ -216,6 +223,10 @@ class FinishTimeFairness(Policy):
                     guess = hints["rho"]
                     if not lower < guess < upper:
                         guess = lower + min(max(hints.get("position", 1.0), 0.0), 1.0) * (upper - lower)
+                    elif "basis_rho" in hints and lower < hints["basis_rho"] < upper:
+                        # where the previous basis was optimal: a few pivots there, and when that LP was
+                        # far from the optimum (one LP's bounds certified it), its bounds may certify again
+                        guess = hints["basis_rho"]
                     starts.append((guess, solver.warm_start))
 
                     def bracket() -> tuple[float, float]:
