@@ -38,6 +38,9 @@ class WarmStart:
     job_ids : tuple
         The jobs, in order, that the job axis of the blocks refers to.
     solves : mapping of :func:`model_key` to (variable layout, constraint layout, Solution)
+    previous : (job ids, ndarray) or None
+        The allocation this warm start came from: its jobs and time fractions (n_jobs, n_gpu_types),
+        for a policy that can certify it is still optimal (finish-time fairness).
     hints : mapping of str to float or tuple of floats
         Values a policy keeps for its next solve (finish-time fairness: the optimal ``rho``,
         where its search starts; max-min fairness: the GPU types' ``prices``, where price
@@ -47,6 +50,18 @@ class WarmStart:
     job_ids: tuple[Hashable, ...]
     solves: Mapping[str, tuple[Layout, Layout, Solution]]
     hints: Mapping[str, float | tuple[float, ...]] = field(default_factory=dict)
+    previous: tuple[tuple[Hashable, ...], np.ndarray] | None = None
+
+    def previous_matrix(self, job_ids: Sequence[Hashable]) -> np.ndarray | None:
+        """The previous allocation's time fractions in the order of ``job_ids`` (zeros for new jobs),
+        or None when there is none."""
+        if self.previous is None:
+            return None
+        ids, matrix = self.previous
+        index = old_positions(tuple(ids), tuple(job_ids))
+        out = np.zeros((len(job_ids), matrix.shape[1]))
+        out[index >= 0] = matrix[index[index >= 0]]
+        return out
 
     def basis_for(self, model: CompiledModel, job_ids: Sequence[Hashable]) -> Basis | None:
         """A start for ``model``, whose job axis holds ``job_ids``; None when no

@@ -94,9 +94,16 @@ class ModelSolver:
             self._solves[model_key(compiled)] = (compiled.variables, compiled.constraints, solution)
         return solution
 
-    def warm_start_out(self) -> WarmStart | None:
-        """The last optimal LP solve of each model, for a later solve to start from."""
-        return WarmStart(self.job_ids, dict(self._solves), dict(self.hints)) if self._solves else None
+    def warm_start_out(self, matrix: np.ndarray | None = None) -> WarmStart | None:
+        """The last optimal LP solve of each model, for a later solve to start from, with ``matrix``
+        (the allocation's time fractions) as ``previous``; when this solver solved no LP, the warm
+        start it was given, carried on (its bases are keyed by its own jobs)."""
+        previous = None if matrix is None else (self.job_ids, matrix)
+        if self._solves:
+            return WarmStart(self.job_ids, dict(self._solves), dict(self.hints), previous)
+        if self.warm_start is not None and self.hints:  # certified without an LP
+            return WarmStart(self.warm_start.job_ids, self.warm_start.solves, dict(self.hints), previous)
+        return None
 
     def record(self, solution: Solution, *, model_build_s: float = 0.0) -> Solution:
         """Add a solve's times to the totals (policies that call a solver directly use this)."""
