@@ -72,6 +72,7 @@ class ModelSolver:
         self.job_ids = job_ids
         self._solves: dict[str, tuple[Any, Any, Solution]] = {}
         self.hints: dict[str, float] = {}  # what a policy passes to its next solve (WarmStart.hints)
+        self.reused_warm_start = False  # the answer is the warm start's allocation (no LP): pass it on
         self.model_build_s = 0.0
         self.solver_build_s = 0.0
         self.solve_s = 0.0
@@ -101,7 +102,7 @@ class ModelSolver:
         previous = None if matrix is None else (self.job_ids, matrix)
         if self._solves:
             return WarmStart(self.job_ids, dict(self._solves), dict(self.hints), previous)
-        if self.warm_start is not None and self.hints:  # certified without an LP
+        if self.warm_start is not None and self.reused_warm_start:  # its allocation, certified without an LP
             return WarmStart(self.warm_start.job_ids, self.warm_start.solves, dict(self.hints), previous)
         return None
 

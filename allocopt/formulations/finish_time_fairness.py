@@ -56,7 +56,8 @@ from allocopt.backends.cvxpy import STATUS_MAP, CvxpyBackend
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
 from allocopt.formulations.makespan import (SpeedupLP, evaluate, isolated_throughputs, max_speedup,
-                                            planning_model, policy_throughputs, steps_remaining)
+                                            planning_model, policy_throughputs, previous_if_optimal,
+                                            steps_remaining)
 from allocopt.problem import Problem
 from allocopt.solution import STATUS_MESSAGES, Solution, Status
 from allocopt.warm_start import WarmStart
@@ -262,43 +263,15 @@ class FinishTimeFairness(Policy):
 
     def _previous_if_optimal(self, problem: Problem, solver: ModelSolver, steps: np.ndarray, started: np.ndarray,
                              isolated_finish: np.ndarray, throughputs: np.ndarray | None) -> PolicyResult | None:
-        """The warm start's allocation, with no LP, when it is feasible here and attains the lower bound
-        ``max_i rho_i`` at job ``i``'s fastest speed (all its time on its fastest type; no allocation
-        does better for that job): then it is optimal. Jobs with no time in it (new ones) first get all
-        their time on a fastest type with GPUs to spare. None otherwise (no such type for a new job, or a
-        change that moved the bottleneck)."""
-        X = solver.warm_start.previous_matrix(problem.job_ids)
-        if X is None or X.shape != problem.throughputs.shape:
+        """The warm start's allocation when it still attains the bound every job's fastest type sets
+        (:func:`~allocopt.formulations.makespan.previous_if_optimal`), with no LP; else None."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kept = previous_if_optimal(problem, solver, problem.throughputs if throughputs is None else throughputs,
+                                       steps, lambda e: self._rho(steps, started, isolated_finish, e),
+                                       lambda rho: steps / (rho * isolated_finish - started))
+        if kept is None:
             return None
-        T = problem.throughputs if throughputs is None else throughputs
-        fastest = np.max(np.where(problem.runnable, T, 0.0), axis=1)
-        bound = float(np.nanmax(self._rho(steps, started, isolated_finish, fastest)))
-        # jobs without time in it (new ones) get the GPUs to spare, fastest types first, up to the
-        # throughput that finishes them at the bound
-        new = np.flatnonzero((X.sum(axis=1) == 0.0) & (steps > 0))
-        if new.size:
-            spare = np.maximum(problem.capacity - problem.scale_factors @ X, 0.0)
-            with np.errstate(divide="ignore"):
-                needed = steps / (bound * isolated_finish - started)
-            for i in new:  # a loop over the new jobs only (a few), and over types
-                size, left = float(problem.scale_factors[i]), 1.0
-                for j in np.argsort(-T[i], kind="stable"):
-                    if not needed[i] > 0 or T[i, j] <= 0.0 or left <= 0.0:
-                        break
-                    x = min(left, spare[j] / size, needed[i] / T[i, j])
-                    X[i, j], left, needed[i] = x, left - x, needed[i] - x * T[i, j]
-                    spare[j] -= x * size
-                if needed[i] > 1e-12 * steps[i] / isolated_finish[i]:
-                    return None
-        tol = 1e-9
-        if not (np.all(X >= 0.0) and np.all(X[steps <= 0] == 0.0) and np.all(X[~problem.runnable] == 0.0)
-                and np.all(X.sum(axis=1) <= 1.0 + tol)
-                and np.all(problem.scale_factors @ X <= problem.capacity * (1.0 + tol))):
-            return None
-        rho = self._rho(steps, started, isolated_finish, (X * T).sum(axis=1))
-        attained = float(np.nanmax(rho))
-        if not (np.isfinite(attained) and attained <= bound * (1.0 + RHO_RTOL)):
-            return None
+        X, attained, rho = kept
         solver.hints.update(solver.warm_start.hints)
         solver.hints["rho"] = attained
         return PolicyResult(X, attained, Status.OPTIMAL, None,

@@ -38,7 +38,7 @@ Learning Workloads", OSDI 2020 (policy "minimize makespan").
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,6 +50,10 @@ from allocopt.model import CompiledModel, LinExpr
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
 from allocopt.warm_start import WarmStart
+
+
+#: How close (relative) an allocation's value must be to the lower bound for :func:`previous_if_optimal`.
+RELATIVE_TOLERANCE = 1e-9
 
 
 def steps_remaining(problem: Problem, policy: str) -> np.ndarray:
@@ -211,6 +215,51 @@ def gavel_bisection(problem: Problem, solver: ModelSolver, steps: np.ndarray, *,
     return X, P, evaluate(e, base, X, P), solution
 
 
+def previous_if_optimal(problem: Problem, solver: ModelSolver, throughputs: np.ndarray, steps: np.ndarray,
+                        value: Callable[[np.ndarray], np.ndarray], needed: Callable[[float], np.ndarray]
+                        ) -> tuple[np.ndarray, float, np.ndarray] | None:
+    """A warm start's allocation, certified optimal without an LP, for policies that minimize the
+    largest ``value`` (per job, increasing as its throughput falls: makespan, finish-time fairness).
+
+    No job can beat its ``value`` at its fastest type's throughput (all its time there), so the
+    largest of those bounds the optimum from below; the previous allocation (jobs not in it first
+    get GPUs to spare, fastest types first, up to the throughput ``needed`` at that bound) is optimal
+    when it is feasible and attains the bound (relative 1e-9). Returns its time fractions, the value
+    it attains and the per-job values, and marks ``solver`` as having reused its warm start; None
+    when there is no warm start allocation or the certificate fails."""
+    warm = solver.warm_start
+    X = warm.previous_matrix(problem.job_ids) if warm is not None else None
+    if X is None or X.shape != throughputs.shape:
+        return None
+    T, sizes = throughputs, problem.scale_factors
+    fastest = np.max(np.where(problem.runnable, T, 0.0), axis=1)
+    bound = float(np.nanmax(value(fastest)))
+    new = np.flatnonzero((X.sum(axis=1) == 0.0) & (steps > 0))
+    if new.size:
+        spare = np.maximum(problem.capacity - sizes @ X, 0.0)
+        want = needed(bound)
+        for i in new:  # a loop over the jobs new since the warm start (a few), and their types
+            left = 1.0
+            for j in np.argsort(-T[i], kind="stable"):
+                if not want[i] > 0.0 or T[i, j] <= 0.0 or left <= 0.0:
+                    break
+                x = min(left, spare[j] / sizes[i], want[i] / T[i, j])
+                X[i, j], left, want[i] = x, left - x, want[i] - x * T[i, j]
+                spare[j] -= x * sizes[i]
+            if want[i] > 1e-12 * fastest[i]:
+                return None
+    tol = 1e-9
+    if not (np.all(X >= 0.0) and np.all(X[steps <= 0] == 0.0) and np.all(X[~problem.runnable] == 0.0)
+            and np.all(X.sum(axis=1) <= 1.0 + tol) and np.all(sizes @ X <= problem.capacity * (1.0 + tol))):
+        return None
+    values = value((X * T).sum(axis=1))
+    attained = float(np.nanmax(values))
+    if not (np.isfinite(attained) and attained <= bound * (1.0 + RELATIVE_TOLERANCE)):
+        return None
+    solver.reused_warm_start = True
+    return X, attained, values
+
+
 def isolated_throughputs(problem: Problem, throughputs: np.ndarray | None) -> np.ndarray:
     """Steps/s of each job under the isolated share, shape (n_jobs,)."""
     T = problem.throughputs if throughputs is None else throughputs
@@ -236,6 +285,15 @@ class MinMakespan(Policy):
             return PolicyResult(np.zeros(problem.throughputs.shape), 0.0,
                                 message="Every job has finished (num_steps_remaining = 0): makespan 0 s.",
                                 extras={"makespan_s": 0.0})
+        if method == "lp" and not space_sharing and solver.warm_start is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                kept = previous_if_optimal(problem, solver, problem.throughputs if throughputs is None else throughputs,
+                                           steps, lambda e: np.where(active, steps / e, np.nan), lambda v: steps / v)
+            if kept is not None:
+                X, makespan, _ = kept
+                return PolicyResult(X, makespan, Status.OPTIMAL, None,
+                                    "Optimal solution found (the previous allocation still attains the bound every "
+                                    "job's fastest GPU type sets: no LP solved).", {"makespan_s": makespan})
         if method == "bisection":
             X, P, e, solution = gavel_bisection(problem, solver, steps, name=self.name, throughputs=throughputs,
                                                 space_sharing=space_sharing)
