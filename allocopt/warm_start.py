@@ -11,6 +11,11 @@ shape otherwise (capacity rows, scalars) are copied; anything else starts from
 the default. The backend then repairs the basis count
 (:func:`allocopt.backends.base.repair_basis`), so the result is always a valid
 start, only a better or worse one.
+
+Besides bases, a warm start carries the allocation it came from (``previous``:
+min makespan and finish-time fairness keep it, with no LP, when it still
+attains their lower bound) and per-policy ``hints`` (finish-time fairness'
+``rho``; max-min fairness' GPU ``prices``, where price decomposition starts).
 """
 
 from __future__ import annotations
