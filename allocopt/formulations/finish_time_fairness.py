@@ -23,12 +23,19 @@ with Brent's method to a relative tolerance of 1e-9, one LP per step,
 bracketed by ``max_i t_i / D_i`` (where theta is 0) and the ``rho`` of the
 isolated share (feasible), and returns the allocation of least attained
 ``rho`` among all LPs solved. It stops as soon as that ``rho`` is within the
-tolerance of a proven lower bound (an LP where theta < 1). With a warm start
-the search begins at the previous optimum (a Newton step with the slope of
-theta the LP's duals give, then secant steps), each LP from the basis of the
-nearest earlier one (within 1% in ``rho``; a far basis is slower than a cold
-solve): 1-3 LPs of a few pivots where a cold solve takes 2-3, the first ones by
-interior point. When every ``t_i`` is 0, ``rho = 1 / theta``
+tolerance of a proven lower bound: an LP where theta < 1, or the bound every
+LP's optimal duals give at every other ``rho`` (:func:`dual_lower_bound`; when
+one job's own speed decides the optimum, the first LP certifies it). With a
+warm start the previous allocation is kept, with no LP, when it still attains
+the bound every job's fastest GPU type sets
+(:func:`~allocopt.formulations.makespan.previous_if_optimal`); otherwise the
+search begins where the previous basis was optimal (a Newton step with the
+slope of theta the LP's duals give, then secant steps, kept inside the proven
+range), each LP from the basis of the nearest earlier one (within 1% in
+``rho``; a far basis is slower than a cold solve): 1-3 LPs of a few pivots
+where a cold solve takes 1-3, the first ones by interior point. Every LP of a
+solve shares its rows (:class:`~allocopt.formulations.makespan.SpeedupLP`):
+built once, rescaled per ``rho``. When every ``t_i`` is 0, ``rho = 1 / theta``
 with constant rates ``r_i / D_i``: a single LP. ``method="conic"``
 (``backend="cvxpy"`` only) solves the second-order-cone program
 ``min rho s.t. (r_i / D_i) / e_i + t_i / D_i <= rho`` directly (CLARABEL
