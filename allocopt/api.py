@@ -206,7 +206,8 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
     allocation = pol.to_allocation(problem, result, backend=solver.backend_used if solver.num_solves else None,
                                    timings=timings)
     if isinstance(allocation, Allocation):
-        allocation = dataclasses.replace(allocation, warm_start=solver.warm_start_out() if pol.warm_starts else None)
+        allocation = dataclasses.replace(allocation, warm_start=solver.warm_start_out(allocation.matrix)
+                                         if pol.warm_starts else None)
         allocation = checked(allocation, options, best_effort)
         if not allocation.success:  # best_effort: the caller gets it, the log says it is not optimal
             logger.warning("%s: %s", allocation.status.value, allocation.message)

@@ -140,10 +140,18 @@ def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explici
                       f"{n} jobs fall into {types} job types")
     warm_plain = warm_start is not None and getattr(warm_start, "extras", {}).get("technique") == "plain"
     if policy == "max_min_fairness" and not space_sharing:
+        pricing = n >= PRICE_DECOMPOSITION_MIN_JOBS and k <= PRICE_DECOMPOSITION_MAX_TYPES
+        hints = warm_start.warm_start.hints if warm_start is not None and warm_start.warm_start else {}
+        if pricing and len(hints.get("prices", ())) == k:
+            # a few cutting-plane steps from the previous prices and a small LP: 2-3x faster than the
+            # warm simplex after throughput or capacity changes, where the basis needs a pivot per job
+            return Choice("price_decomposition", _options_for("price_decomposition", policy_options),
+                          f"warm start: price decomposition from the previous GPU prices ({n} distinct jobs "
+                          f"on {k} GPU types)")
         if warm_plain:
             return Choice("plain", _options_for("plain", policy_options),
                           "warm start from a plain solve: its simplex basis makes the LP a few pivots")
-        if n >= PRICE_DECOMPOSITION_MIN_JOBS and k <= PRICE_DECOMPOSITION_MAX_TYPES:
+        if pricing:
             return Choice("price_decomposition", _options_for("price_decomposition", policy_options),
                           f"{n} distinct jobs on {k} GPU types, capacity contended")
     if (policy == "max_min_fairness" and space_sharing and problem.pairs is not None

@@ -11,6 +11,11 @@ shape otherwise (capacity rows, scalars) are copied; anything else starts from
 the default. The backend then repairs the basis count
 (:func:`allocopt.backends.base.repair_basis`), so the result is always a valid
 start, only a better or worse one.
+
+Besides bases, a warm start carries the allocation it came from (``previous``:
+min makespan and finish-time fairness keep it, with no LP, when it still
+attains their lower bound) and per-policy ``hints`` (finish-time fairness'
+``rho``; max-min fairness' GPU ``prices``, where price decomposition starts).
 """
 
 from __future__ import annotations
@@ -38,14 +43,30 @@ class WarmStart:
     job_ids : tuple
         The jobs, in order, that the job axis of the blocks refers to.
     solves : mapping of :func:`model_key` to (variable layout, constraint layout, Solution)
-    hints : mapping of str to float
+    previous : (job ids, ndarray) or None
+        The allocation this warm start came from: its jobs and time fractions (n_jobs, n_gpu_types),
+        for a policy that can certify it is still optimal (finish-time fairness).
+    hints : mapping of str to float or tuple of floats
         Values a policy keeps for its next solve (finish-time fairness: the optimal ``rho``,
-        where its search starts).
+        where its search starts; max-min fairness: the GPU types' ``prices``, where price
+        decomposition starts).
     """
 
     job_ids: tuple[Hashable, ...]
     solves: Mapping[str, tuple[Layout, Layout, Solution]]
-    hints: Mapping[str, float] = field(default_factory=dict)
+    hints: Mapping[str, float | tuple[float, ...]] = field(default_factory=dict)
+    previous: tuple[tuple[Hashable, ...], np.ndarray] | None = None
+
+    def previous_matrix(self, job_ids: Sequence[Hashable]) -> np.ndarray | None:
+        """The previous allocation's time fractions in the order of ``job_ids`` (zeros for new jobs),
+        or None when there is none."""
+        if self.previous is None:
+            return None
+        ids, matrix = self.previous
+        index = old_positions(tuple(ids), tuple(job_ids))
+        out = np.zeros((len(job_ids), matrix.shape[1]))
+        out[index >= 0] = matrix[index[index >= 0]]
+        return out
 
     def basis_for(self, model: CompiledModel, job_ids: Sequence[Hashable]) -> Basis | None:
         """A start for ``model``, whose job axis holds ``job_ids``; None when no

@@ -100,15 +100,24 @@ def test_names_options_and_errors():
     assert whole.objective == pytest.approx(allocopt.solve(sia_problem).objective, rel=1e-9)
 
 
-def test_warm_start_from_a_plain_solve_stays_plain():
+def test_warm_start_from_a_plain_solve_prices_from_its_duals_or_stays_plain():
+    """Above the price decomposition's size the plain LP's capacity duals start the cutting planes (a few
+    steps, one small LP); below it the warm simplex basis is used."""
     problem = FAMILIES["random"][1](1100, 0)
     first = allocopt.solve(problem, technique="plain")
     again = allocopt.solve(problem, warm_start=first)
-    assert again.extras["technique"] == "plain" and "warm start" in again.extras["technique_reason"]
+    assert again.extras["technique"] == "price_decomposition" and "warm start" in again.extras["technique_reason"]
+    assert again.extras["price_evaluations"] < 20 and again.extras["restricted_lps"] == 1
     assert again.objective == pytest.approx(first.objective, rel=RTOL)
     cold = allocopt.solve(problem)
     assert cold.extras["technique"] == "price_decomposition"
+    assert cold.extras["price_evaluations"] > again.extras["price_evaluations"]
     assert cold.objective == pytest.approx(first.objective, rel=RTOL)
+    small = FAMILIES["random"][1](600, 0)
+    first = allocopt.solve(small, technique="plain")
+    again = allocopt.solve(small, warm_start=first)
+    assert again.extras["technique"] == "plain" and "warm start" in again.extras["technique_reason"]
+    assert again.objective == pytest.approx(first.objective, rel=RTOL)
 
 
 def test_single_type_water_level_closed_form():

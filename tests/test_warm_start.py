@@ -291,3 +291,109 @@ def test_old_positions_match_jobs_by_id_whatever_their_type():
     assert old_positions((), (4,)).tolist() == [-1]
     assert old_positions((7, 8), (7, 8)).tolist() == [0, 1]
     assert old_positions((2**70, 5), (5, 2**70)).tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("policy", ["max_min_fairness", "max_throughput", "min_makespan", "finish_time_fairness"])
+@pytest.mark.parametrize("event", ["arrival", "departure", "throughput", "capacity"])
+def test_warm_resolve_after_each_bench_change_has_the_cold_optimum(policy, event):
+    """The re-solve target's changes (allocopt.bench.resolve) at a size where max-min fairness warm-starts
+    price decomposition from the previous prices: the warm answer has the cold plain solve's objective."""
+    from allocopt.bench.instances import random_problem
+    from allocopt.bench.resolve import event_pair
+
+    plain = {"technique": "plain"} if policy in ("max_min_fairness", "max_throughput") else {}
+    before, after = event_pair(random_problem(1203, 4, 2), 1200, event, 1)
+    previous = allocopt.solve(before, policy, **plain)
+    warm = allocopt.solve(after, policy, warm_start=previous)
+    again = allocopt.solve(after, policy, warm_start=warm)  # a chain of warm solves
+    cold = allocopt.solve(after, policy, **plain)
+    for answer in (warm, again):
+        assert answer.success
+        assert answer.objective == pytest.approx(cold.objective, rel=1e-7)
+        X = answer.matrix
+        assert np.all(X.sum(axis=1) <= 1 + 1e-7)
+        assert np.all((X * after.scale_factors[:, None]).sum(axis=0) <= after.capacity * (1 + 1e-7))
+    if policy == "max_min_fairness":
+        assert "prices" in previous.warm_start.hints
+        assert warm.extras["technique"] == again.extras["technique"] == "price_decomposition"
+        assert warm.extras["price_evaluations"] < 25  # from scratch: about 50
+
+
+def test_finish_time_fairness_dual_bound_proves_every_rho_below_it_infeasible():
+    """The duals of one LP of the search bound theta at every other rho: below the bound no
+    allocation reaches theta 1 (checked by solving the LP there), and the bound is tight at the optimum."""
+    from allocopt.backends import SolveOptions
+    from allocopt.bench.instances import random_problem
+    from allocopt.formulations.base import ModelSolver
+    from allocopt.formulations.finish_time_fairness import dual_lower_bound
+    from allocopt.formulations.makespan import SpeedupLP, isolated_throughputs, max_speedup
+
+    problem = random_problem(200, 4, 3)
+    rng = np.random.default_rng(3)
+    problem = allocopt.Problem(problem.throughputs, problem.cluster, scale_factors=problem.scale_factors,
+                               num_steps_remaining=rng.uniform(1e3, 1e5, 200),
+                               time_since_start=rng.uniform(0.0, 2e4, 200))
+    optimum = allocopt.solve(problem, "finish_time_fairness").objective
+    steps, started = problem.num_steps_remaining, problem.time_since_start
+    D = steps / isolated_throughputs(problem, None)
+    active = np.ones(200, dtype=bool)
+    solver = ModelSolver("highs", SolveOptions())
+    lp = SpeedupLP(problem, active, name="ftf", throughputs=None, space_sharing=False)
+
+    def theta(rho):
+        _, _, _, solution = max_speedup(problem, solver, steps / (rho * D - started), name="ftf",
+                                        throughputs=None, space_sharing=False, lp=lp)
+        return solution
+
+    lowest = float(np.max(started / D))  # theta is 0 there
+    assert lowest < optimum
+    for rho in (0.5 * (lowest + optimum), optimum * (1 + 1e-6), 1.3 * optimum):
+        solution = theta(rho)
+        bound = dual_lower_bound(-solution.duals["finish"], rho, solution.objective, D, started)
+        assert lowest < bound <= optimum * (1 + 1e-9)
+        if abs(rho / optimum - 1) < 1e-3:
+            assert bound == pytest.approx(optimum, rel=1e-5)  # tight near the optimum
+        for below in (0.5 * (lowest + bound), bound - 1e-4 * (bound - lowest)):
+            assert theta(below).objective < 1.0
+
+
+@pytest.mark.parametrize("policy", ["finish_time_fairness", "min_makespan"])
+def test_a_warm_solve_keeps_the_previous_allocation_only_when_it_attains_the_bound(policy):
+    """When one job's fastest type decides the optimum (the bench's instance), a warm re-solve after a
+    change that leaves that job alone keeps the previous allocation (a new job on spare GPUs) with no LP,
+    at the cold optimum, and passes the bases on; after other changes the answer is the cold one too, and
+    when the previous allocation does not fit, LPs are solved."""
+    from allocopt.bench.instances import random_problem
+    from allocopt.bench.resolve import event_pair
+
+    full = random_problem(603, 4, 1)
+    kept = 0
+    for event in ("departure", "arrival", "throughput", "capacity"):
+        before, after = event_pair(full, 600, event, 0)
+        previous = allocopt.solve(before, policy)
+        warm = allocopt.solve(after, policy, warm_start=previous)
+        cold = allocopt.solve(after, policy)
+        assert warm.objective == pytest.approx(cold.objective, rel=1e-9)
+        assert warm.success and warm.warm_start is not None
+        if warm.timings.num_solves == 0:
+            kept += 1
+            assert warm.warm_start.solves == previous.warm_start.solves  # the bases carry on
+            assert warm.warm_start.previous[1] is warm.matrix
+    assert kept >= 3
+    if policy == "finish_time_fairness":
+        bottleneck = int(np.nanargmax(previous.extras["rho"]))
+    else:  # the job that needs longest on its fastest type (others may tie with it but have time to spare)
+        bottleneck = int(np.argmax(before.num_steps_remaining / before.throughputs.max(axis=1)))
+    previous = allocopt.solve(before, policy)
+    T = before.throughputs.copy()
+    T[bottleneck] *= 0.5
+    tiny = allocopt.Cluster({t: 8 for t in before.gpu_types})
+    for throughputs, cluster in ((T, before.cluster), (before.throughputs, tiny)):
+        changed = allocopt.Problem(throughputs, cluster, job_ids=before.job_ids, scale_factors=before.scale_factors,
+                                   priority_weights=before.priority_weights,
+                                   num_steps_remaining=before.num_steps_remaining,
+                                   time_since_start=before.time_since_start)
+        warm = allocopt.solve(changed, policy, warm_start=previous)
+        assert warm.objective == pytest.approx(allocopt.solve(changed, policy).objective, rel=1e-8)
+        assert warm.objective != pytest.approx(previous.objective, rel=1e-6)
+    assert warm.timings.num_solves >= 1  # 8 GPUs per type: the previous allocation does not fit

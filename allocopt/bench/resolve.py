@@ -13,9 +13,12 @@ The instance is :func:`~allocopt.bench.instances.random_problem` (2,048 jobs,
     one GPU type gains 10% GPUs.
 
 Per policy and event: ``allocopt.solve(after, warm_start=previous)`` (with the
-default technique, which keeps the plain LP when the previous solve was one)
-against a cold solve of the same problem with the plain LP, and the cold
-solve with the default technique for reference; all on highs, same run.
+default technique: max-min fairness prices the GPU types from the previous
+solve's capacity duals, the others start the simplex from its basis, and min
+makespan and finish-time fairness first check whether the previous allocation
+still attains their per-job lower bound) against a cold solve of the same
+problem with the plain LP, and the cold solve with the default technique for
+reference; all on highs, same run.
 Ratio: cold plain over warm, medians over the repetitions; the target is
 ``>= 10``.
 """

@@ -27,7 +27,7 @@ from allocopt.allocation import Allocation, Timings
 from allocopt.backends import SolveOptions, solve_model
 from allocopt.errors import (InfeasibleError, InvalidOptionError, NotOptimalError, SolverError,
                              TimeLimitError, UnboundedError)
-from allocopt.model import LinExpr, Model, Variable
+from allocopt.model import CompiledModel, LinExpr, Model, Variable
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
 from allocopt.warm_start import WarmStart, model_key
@@ -72,20 +72,21 @@ class ModelSolver:
         self.job_ids = job_ids
         self._solves: dict[str, tuple[Any, Any, Solution]] = {}
         self.hints: dict[str, float] = {}  # what a policy passes to its next solve (WarmStart.hints)
+        self.reused_warm_start = False  # the answer is the warm start's allocation (no LP): pass it on
         self.model_build_s = 0.0
         self.solver_build_s = 0.0
         self.solve_s = 0.0
         self.num_solves = 0
         self.backend_used: str | None = None
 
-    def solve_raw(self, model: Model, *, defaults: Mapping[str, Mapping[str, Any]] | None = None,
+    def solve_raw(self, model: Model | CompiledModel, *, defaults: Mapping[str, Mapping[str, Any]] | None = None,
                   start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None) -> Solution:
-        """Solve and return the Solution whatever its status; ``defaults`` are
-        per-backend solver options the caller's ``solver_options`` override;
+        """Solve ``model`` (or its compiled arrays) and return the Solution whatever its status;
+        ``defaults`` are per-backend solver options the caller's ``solver_options`` override;
         ``start_from`` (a warm start, or None for a cold solve, and the ids of the
         model's leading axis) replaces the solver's own warm start for this solve."""
         t0 = time.perf_counter()
-        compiled = model.compile()
+        compiled = model if isinstance(model, CompiledModel) else model.compile()
         warm, ids = start_from or (self.warm_start, self.job_ids)
         start = warm.basis_for(compiled, ids) if warm is not None else None
         self.model_build_s += time.perf_counter() - t0
@@ -94,9 +95,16 @@ class ModelSolver:
             self._solves[model_key(compiled)] = (compiled.variables, compiled.constraints, solution)
         return solution
 
-    def warm_start_out(self) -> WarmStart | None:
-        """The last optimal LP solve of each model, for a later solve to start from."""
-        return WarmStart(self.job_ids, dict(self._solves), dict(self.hints)) if self._solves else None
+    def warm_start_out(self, matrix: np.ndarray | None = None) -> WarmStart | None:
+        """The last optimal LP solve of each model, for a later solve to start from, with ``matrix``
+        (the allocation's time fractions) as ``previous``; when this solver solved no LP, the warm
+        start it was given, carried on (its bases are keyed by its own jobs)."""
+        previous = None if matrix is None else (self.job_ids, matrix)
+        if self._solves:
+            return WarmStart(self.job_ids, dict(self._solves), dict(self.hints), previous)
+        if self.warm_start is not None and self.reused_warm_start:  # its allocation, certified without an LP
+            return WarmStart(self.warm_start.job_ids, self.warm_start.solves, dict(self.hints), previous)
+        return None
 
     def record(self, solution: Solution, *, model_build_s: float = 0.0) -> Solution:
         """Add a solve's times to the totals (policies that call a solver directly use this)."""
@@ -107,7 +115,7 @@ class ModelSolver:
         self.backend_used = solution.backend
         return solution
 
-    def solve(self, model: Model, what: str = "the model", *,
+    def solve(self, model: Model | CompiledModel, what: str = "the model", *,
               defaults: Mapping[str, Mapping[str, Any]] | None = None,
               start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None) -> Solution:
         """Solve; raise a typed error unless the result is optimal, or

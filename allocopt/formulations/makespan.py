@@ -38,17 +38,22 @@ Learning Workloads", OSDI 2020 (policy "minimize makespan").
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from allocopt.errors import InfeasibleError, InvalidOptionError, InvalidProblemError
 from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
 from allocopt.formulations.shares import isolated_matrix, type_order
-from allocopt.model import LinExpr
+from allocopt.model import CompiledModel, LinExpr
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
 from allocopt.warm_start import WarmStart
+
+
+#: How close (relative) an allocation's value must be to the lower bound for :func:`previous_if_optimal`.
+RELATIVE_TOLERANCE = 1e-9
 
 
 def steps_remaining(problem: Problem, policy: str) -> np.ndarray:
@@ -111,42 +116,75 @@ def planning_model(problem: Problem, active: np.ndarray, *, name: str, throughpu
     return base, e
 
 
+class SpeedupLP:
+    """The LP of :func:`max_speedup` for one set of active jobs, built and compiled once: a new
+    ``rate`` only rescales the rows of block ``finish`` (an iterative policy solves it for many
+    rates; building the model each time cost as much as solving it)."""
+
+    def __init__(self, problem: Problem, active: np.ndarray, *, name: str, throughputs: np.ndarray | None,
+                 space_sharing: bool):
+        self.problem, self.active = problem, active
+        self.base, self.e = planning_model(problem, active, name=name, throughputs=throughputs,
+                                           space_sharing=space_sharing)
+        self.T = problem.throughputs if throughputs is None else throughputs
+        # per-job speeds, and the time an equal split of every type gives (steps/s): the unit of s
+        share = problem.capacity / max(float(problem.capacity.sum()), float(problem.scale_factors.sum()))
+        self.equal_split = (self.T * problem.runnable) @ share
+        # finish row i holds e_i (uncapped) and -s; each rate divides the former by rate_i * unit
+        self.capped = self.base.P is None
+        e_row = (self.base.X * np.where(active[:, None], self.T, 0.0)).sum(axis=1) if self.capped else self.e
+        speedup = self.base.model.add_variable("speedup", lb=0.0)
+        self.base.model.add_constraint("finish", e_row[active] - speedup >= 0.0)
+        self.base.model.maximize(speedup)
+        self.compiled = self.base.model.compile()
+        rows = self.compiled.constraints["finish"][0]
+        A = self.compiled.A
+        self._span = slice(int(A.indptr[rows.start]), int(A.indptr[rows.stop]))
+        entries = A.indices[self._span] != self.compiled.variables["speedup"][0].start
+        self._entries = np.flatnonzero(entries)
+        self._entry_job = np.repeat(np.flatnonzero(active), np.diff(A.indptr[rows.start:rows.stop + 1]))[entries]
+        self._values = A.data[self._span][entries].copy()
+
+    def model(self, rate: np.ndarray) -> tuple[CompiledModel, float]:
+        """The compiled LP for ``rate`` (steps/s, > 0 exactly where the jobs are active) and the unit of
+        its objective (see :func:`max_speedup`)."""
+        unit = float((self.equal_split[self.active] / rate[self.active]).min())
+        unit = unit if np.isfinite(unit) and unit > 0 else 1.0
+        row = rate * unit
+        values = np.minimum(self._values, 1e6 * row[self._entry_job]) if self.capped else self._values
+        scaled = values * (1.0 / row[self._entry_job])  # as LinExpr divides: bit for bit the model built anew
+        A = self.compiled.A
+        data = A.data.copy()
+        data[self._span.start + self._entries] = scaled
+        return dataclasses.replace(self.compiled, A=sp.csr_matrix((data, A.indices, A.indptr), shape=A.shape)), unit
+
+
 def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name: str,
                 throughputs: np.ndarray | None, space_sharing: bool,
-                start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None
-                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, Solution]:
+                start_from: tuple[WarmStart | None, Sequence[Hashable]] | None = None,
+                lp: SpeedupLP | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, Solution]:
     """Solve ``max s`` s.t. ``e_i >= rate_i s`` for the jobs with ``rate_i > 0``
     (steps/s); jobs with ``rate_i = 0`` get no time. ``start_from`` replaces the
-    solver's warm start (see :meth:`ModelSolver.solve_raw`).
+    solver's warm start (see :meth:`ModelSolver.solve_raw`); ``lp``, a :class:`SpeedupLP`
+    of the same problem and options, is reused when its active jobs are those of ``rate``.
 
     Returns the cleaned ``X`` and ``P``, the effective throughput ``e`` they
     attain (steps/s, under ``throughputs`` when given), and the solution
     (``s`` is its objective).
     """
     active = rate > 0
-    base, e = planning_model(problem, active, name=name, throughputs=throughputs, space_sharing=space_sharing)
+    if lp is None or not np.array_equal(lp.active, active):
+        lp = SpeedupLP(problem, active, name=name, throughputs=throughputs, space_sharing=space_sharing)
     # s in units of the speedup of an equal split of every type, and row i divided by its rate in those
     # units: coefficients and optimum near 1 whatever the data. A job whose rate is below 1e-6 of what a
     # type gives it is asked for 1e-6 of its time there at least (its rate, with margin, rather than a
     # requirement below the solver's tolerances: no job is left at 0 steps/s)
-    share = problem.capacity / max(float(problem.capacity.sum()), float(problem.scale_factors.sum()))
-    T = problem.throughputs if throughputs is None else throughputs
-    unit = float((((T * problem.runnable) @ share)[active] / rate[active]).min())
-    unit = unit if np.isfinite(unit) and unit > 0 else 1.0
-    row = rate * unit
-    if base.P is None:
-        capped = np.minimum(T, 1e6 * row[:, None])
-        e_row = (base.X * np.where(active[:, None], capped, 0.0)).sum(axis=1)
-    else:
-        e_row = e
-    speedup = base.model.add_variable("speedup", lb=0.0)
-    base.model.add_constraint("finish", e_row[active] / row[active] - speedup >= 0.0)
-    base.model.maximize(speedup)
-    solution = solver.solve(base.model, name, start_from=start_from)
+    model, unit = lp.model(rate)
+    solution = solver.solve(model, name, start_from=start_from)
     if solution.objective is not None:
         solution = dataclasses.replace(solution, objective=solution.objective * unit)
-    X, P = base.matrices(solution)
-    return X, P, evaluate(e, base, X, P), solution
+    X, P = lp.base.matrices(solution)
+    return X, P, evaluate(lp.e, lp.base, X, P), solution
 
 
 def gavel_bisection(problem: Problem, solver: ModelSolver, steps: np.ndarray, *, name: str,
@@ -177,6 +215,51 @@ def gavel_bisection(problem: Problem, solver: ModelSolver, steps: np.ndarray, *,
     return X, P, evaluate(e, base, X, P), solution
 
 
+def previous_if_optimal(problem: Problem, solver: ModelSolver, throughputs: np.ndarray, steps: np.ndarray,
+                        value: Callable[[np.ndarray], np.ndarray], needed: Callable[[float], np.ndarray]
+                        ) -> tuple[np.ndarray, float, np.ndarray] | None:
+    """A warm start's allocation, certified optimal without an LP, for policies that minimize the
+    largest ``value`` (per job, increasing as its throughput falls: makespan, finish-time fairness).
+
+    No job can beat its ``value`` at its fastest type's throughput (all its time there), so the
+    largest of those bounds the optimum from below; the previous allocation (jobs not in it first
+    get GPUs to spare, fastest types first, up to the throughput ``needed`` at that bound) is optimal
+    when it is feasible and attains the bound (relative 1e-9). Returns its time fractions, the value
+    it attains and the per-job values, and marks ``solver`` as having reused its warm start; None
+    when there is no warm start allocation or the certificate fails."""
+    warm = solver.warm_start
+    X = warm.previous_matrix(problem.job_ids) if warm is not None else None
+    if X is None or X.shape != throughputs.shape:
+        return None
+    T, sizes = throughputs, problem.scale_factors
+    fastest = np.max(np.where(problem.runnable, T, 0.0), axis=1)
+    bound = float(np.nanmax(value(fastest)))
+    new = np.flatnonzero((X.sum(axis=1) == 0.0) & (steps > 0))
+    if new.size:
+        spare = np.maximum(problem.capacity - sizes @ X, 0.0)
+        want = needed(bound)
+        for i in new:  # a loop over the jobs new since the warm start (a few), and their types
+            left = 1.0
+            for j in np.argsort(-T[i], kind="stable"):
+                if not want[i] > 0.0 or T[i, j] <= 0.0 or left <= 0.0:
+                    break
+                x = min(left, spare[j] / sizes[i], want[i] / T[i, j])
+                X[i, j], left, want[i] = x, left - x, want[i] - x * T[i, j]
+                spare[j] -= x * sizes[i]
+            if want[i] > 1e-12 * fastest[i]:
+                return None
+    tol = 1e-9
+    if not (np.all(X >= 0.0) and np.all(X[steps <= 0] == 0.0) and np.all(X[~problem.runnable] == 0.0)
+            and np.all(X.sum(axis=1) <= 1.0 + tol) and np.all(sizes @ X <= problem.capacity * (1.0 + tol))):
+        return None
+    values = value((X * T).sum(axis=1))
+    attained = float(np.nanmax(values))
+    if not (np.isfinite(attained) and attained <= bound * (1.0 + RELATIVE_TOLERANCE)):
+        return None
+    solver.reused_warm_start = True
+    return X, attained, values
+
+
 def isolated_throughputs(problem: Problem, throughputs: np.ndarray | None) -> np.ndarray:
     """Steps/s of each job under the isolated share, shape (n_jobs,), summed over the types in name order."""
     T = problem.throughputs if throughputs is None else throughputs
@@ -203,6 +286,15 @@ class MinMakespan(Policy):
             return PolicyResult(np.zeros(problem.throughputs.shape), 0.0,
                                 message="Every job has finished (num_steps_remaining = 0): makespan 0 s.",
                                 extras={"makespan_s": 0.0})
+        if method == "lp" and not space_sharing and solver.warm_start is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                kept = previous_if_optimal(problem, solver, problem.throughputs if throughputs is None else throughputs,
+                                           steps, lambda e: np.where(active, steps / e, np.nan), lambda v: steps / v)
+            if kept is not None:
+                X, makespan, _ = kept
+                return PolicyResult(X, makespan, Status.OPTIMAL, None,
+                                    "Optimal solution found (the previous allocation still attains the bound every "
+                                    "job's fastest GPU type sets: no LP solved).", {"makespan_s": makespan})
         if method == "bisection":
             X, P, e, solution = gavel_bisection(problem, solver, steps, name=self.name, throughputs=throughputs,
                                                 space_sharing=space_sharing)

@@ -103,8 +103,9 @@ class MaxMinFairness(Policy):
             closed = max_min_fairness_closed_form(problem, coefficients)
             if closed is not None:
                 return closed
+            warm = solver.warm_start.hints.get("prices") if solver.warm_start is not None else None
             result, fallback = max_min_fairness_price_decomposition(coefficients, problem.scale_factors,
-                                                                    problem.capacity, solver)
+                                                                    problem.capacity, solver, prices=warm)
             if result is not None:
                 return result
         if column_generation:
@@ -132,6 +133,9 @@ class MaxMinFairness(Policy):
         unit = objective_unit(equal_split_level(problem, heterogeneity_aware))
         base.model.maximize_minimum(normalized / unit, name="normalized_throughput")
         solution = solver.solve(base.model, "max_min_fairness")
+        if not space_sharing and "capacity" in solution.duals:
+            # d level / d GPUs of each type: the prices a warm-started price decomposition starts from
+            solver.hints["prices"] = tuple((np.maximum(solution.duals["capacity"], 0.0) * unit).tolist())
         X, P = base.matrices(solution)
         extras: dict[str, Any] = {"price_decomposition": fallback} if fallback else {}
         if distinct:  # every job its own type: the type LP is this LP, built faster per job

@@ -74,6 +74,11 @@ FEASIBILITY_TOL = 1e-7
 #: is fixed, and the restricted LP (solved by dual simplex) took 5-10x the plain LP.
 MAX_EXPLICIT_FRACTION = 0.25
 MIN_JOBS_TO_GIVE_UP = 512  # below this the whole restricted LP is fast anyway
+#: Half-width of the first box around warm-start prices, relative to the largest (scaled) price.
+WARM_BOX = 0.02
+#: The margin from warm-start prices: about 5% of the jobs get rows and one restricted LP
+#: certifies (at 1e-3, 2-3 rounds of restricted LPs: 2,048 jobs x 8 types after one change).
+WARM_MARGIN = 1e-2
 
 
 @dataclass
@@ -192,7 +197,7 @@ class PricedJobs:
         X[j1[has1], rows[has1]] += lam[has1]
         return X
 
-def minimize_prices(jobs: PricedJobs, *, rtol: float, max_iterations: int
+def minimize_prices(jobs: PricedJobs, *, rtol: float, max_iterations: int, start: np.ndarray | None = None
                     ) -> tuple[np.ndarray, float, float, float, int]:
     """Box-step cutting planes (:mod:`~allocopt.formulations.cutting_planes`) on ``Phi`` over
     ``{p >= 0, p . c <= T}``.
@@ -200,7 +205,9 @@ def minimize_prices(jobs: PricedJobs, *, rtol: float, max_iterations: int
     Prices are scaled as ``pi_j = p_j c_j / T0`` (``T0`` the initial upper
     bound). Stops when the model predicts a decrease below ``rtol`` relative
     inside the box. When the box is not active the model's minimum is a lower
-    bound on ``t*``. Returns the best prices, ``Phi`` there
+    bound on ``t*``. ``start`` (a similar problem's optimal prices: a warm start)
+    is the first center, with a box of :data:`WARM_BOX` of its largest scaled price
+    (it doubles while the steps hit it). Returns the best prices, ``Phi`` there
     (an upper bound on ``t*``), the lower bound (0 if none), the final cap ``T``
     and the number of evaluations of ``Phi``.
     """
@@ -217,7 +224,11 @@ def minimize_prices(jobs: PricedJobs, *, rtol: float, max_iterations: int
         model.set_row_bounds(budget, -np.inf, cap / jobs.upper_bound)
         return response.value, response.subgradient * unit
 
-    result = box_step_minimize(evaluate, model, np.full(k, 0.5 / k), 0.25, rtol=rtol, max_evaluations=max_iterations)
+    center, delta = np.full(k, 0.5 / k), 0.25
+    if start is not None and start.shape == (k,) and np.all(np.isfinite(start)) and np.any(start > 0):
+        center = np.clip(np.maximum(start, 0.0) / unit, 0.0, 1.0)
+        delta = WARM_BOX * float(center.max())
+    result = box_step_minimize(evaluate, model, center, delta, rtol=rtol, max_evaluations=max_iterations)
     return result.center * unit, result.best, max(result.lower, 0.0), cap, result.evaluations
 
 
@@ -262,7 +273,9 @@ def _restricted_lp(jobs: PricedJobs, explicit: np.ndarray, fixed_use: np.ndarray
     share = jobs.scale[explicit, None] / jobs.capacity
     model.add_constraint("capacity", (X * share).sum(axis=0) + t * (fixed_use / jobs.capacity) <= 1.0)
     model.maximize(t)
-    solution = solver.solve(model, "max_min_fairness (price decomposition, restricted LP)", defaults=LP_OPTIONS)
+    # cold: a warm start's bases are of the whole LP or of another restricted LP (other explicit jobs)
+    solution = solver.solve(model, "max_min_fairness (price decomposition, restricted LP)", defaults=LP_OPTIONS,
+                            start_from=(None, ()))
     prices = np.maximum(solution.duals["capacity"], 0.0) / jobs.capacity
     return float(solution.values["t"]), clean_matrix(solution.values["X"]), prices
 
@@ -315,7 +328,8 @@ def certified_allocation(jobs: PricedJobs, p: np.ndarray, upper: float, lower: f
 def max_min_fairness_price_decomposition(coefficients: np.ndarray, scale: np.ndarray, capacity: np.ndarray,
                                          solver: ModelSolver, *, rtol: float = 1e-7, price_rtol: float = 1e-5,
                                          margin: float = 1e-3, max_evaluations: int = 200,
-                                         max_rounds: int = 10) -> tuple[PolicyResult | None, dict[str, Any]]:
+                                         max_rounds: int = 10, prices: np.ndarray | None = None
+                                         ) -> tuple[PolicyResult | None, dict[str, Any]]:
     """Weighted max-min fairness by price decomposition (see the module docstring).
 
     Parameters
@@ -330,6 +344,10 @@ def max_min_fairness_price_decomposition(coefficients: np.ndarray, scale: np.nda
         Relative gap at which the cutting planes stop.
     margin : float
         Jobs whose runner-up type is within this relative margin of the cheapest get LP rows.
+    prices : ndarray (k,), optional
+        A similar problem's optimal prices (a warm start): where the cutting planes start;
+        ``margin`` is then at least :data:`WARM_MARGIN`.
+        The final prices go to ``solver.hints["prices"]`` for the next solve.
 
     Returns
     -------
@@ -341,16 +359,24 @@ def max_min_fairness_price_decomposition(coefficients: np.ndarray, scale: np.nda
     if not usable.all():  # a type with no GPUs has no price to find: solve without it, then put it back
         result, extras = max_min_fairness_price_decomposition(
             coefficients[:, usable], scale, np.asarray(capacity)[usable], solver, rtol=rtol, price_rtol=price_rtol,
-            margin=margin, max_evaluations=max_evaluations, max_rounds=max_rounds)
+            margin=margin, max_evaluations=max_evaluations, max_rounds=max_rounds,
+            prices=None if prices is None or len(prices) != usable.size else np.asarray(prices)[usable])
         if result is not None:
             matrix = np.zeros(coefficients.shape)
             matrix[:, usable] = result.matrix
             result.matrix = matrix
+        full = np.zeros(usable.size)
+        full[usable] = solver.hints["prices"]
+        solver.hints["prices"] = tuple(full.tolist())
         return result, extras
     t0 = time.perf_counter()
+    if prices is not None:
+        margin = max(margin, WARM_MARGIN)
     jobs = PricedJobs(coefficients, scale, capacity)
-    p, upper, lower, cap, evaluations = minimize_prices(jobs, rtol=price_rtol, max_iterations=max_evaluations)
+    p, upper, lower, cap, evaluations = minimize_prices(jobs, rtol=price_rtol, max_iterations=max_evaluations,
+                                                        start=None if prices is None else np.asarray(prices, float))
     t1 = time.perf_counter()
+    solver.hints["prices"] = tuple(p.tolist())
     found = certified_allocation(jobs, p, upper, lower, cap, solver, margin=margin, rtol=rtol,
                                  max_rounds=max_rounds)
     extras: dict[str, Any] = {"price_evaluations": evaluations, "price_upper_bound": upper,
