@@ -17,7 +17,7 @@ others keep rising. Iteration ``k`` solves the *level LP*
 
     t^*_k = \\max t \\quad \\text{s.t.} \\quad
     n_i \\ge b_i(t) = \\sigma_i (W_e t - F_e) \\;\\; \\text{active } i \\text{ of entity } e, \\qquad
-    n_i \\ge L_i \\;\\; \\text{frozen } i,
+    n_i \\ge \\lfloor (1 - \\delta) L_i \\rfloor \\;\\; \\text{frozen } i,
 
 and the base constraints (:mod:`allocopt.formulations.base`). ``W_e`` is the
 entity's weight, ``F_e`` the sum of the frozen levels ``L_i`` of its jobs, and
@@ -27,11 +27,36 @@ active job (largest ``time_since_start``, ties in job order) and 0 for its
 other active jobs. Without entities every job is an entity of weight ``w_i``,
 so the constraint reads ``n_i >= w_i t``: plain weighted water-filling, whose
 first level is :mod:`max_min_fairness <allocopt.formulations.max_min_fairness>`'s
-objective. The result is the unique lexicographic max-min vector ``n``.
+objective. The result is the lexicographic max-min vector ``n``, but for the
+give ``delta`` of the frozen levels (below).
+
+Frozen levels give way. In later LPs a frozen job holds ``(1 - delta) L_i``
+(``delta = GIVE_WAY = 5e-7``) rounded down to 24 significant bits, not ``L_i``,
+and a job counts as a bottleneck when it cannot rise by ``RISE = 10^{-4}`` of
+its target (at least ``10^{-6} u_i``; ``u_i`` at a share of 0) while the other
+active jobs give way alike. Without the give the lexicographic vector is
+ill-conditioned on valid data: where a job reaches its level only with a
+sliver of a type on which it runs up to ``10^6`` times slower, the last
+digits of that level decide much of a later job's share. Solved in exact
+rational arithmetic, one problem of the property suite's wide family gives a
+job 0 where a first level ``2 \\cdot 10^{-10}`` (relative) lower gives it 60%
+of its ``u_i``; HiGHS, scipy and CBC, each within its ``10^{-9}`` tolerances,
+ended up to ``u_i`` apart (and apart from the exact vector) on 11 of 5,000
+such problems. With the give, the later levels use what the last
+``5 \\cdot 10^{-7}`` of the frozen levels would cost, the rounding makes
+frozen levels that differ in their last digits (``10^{-14}`` between the
+backends) one number, and the bottleneck tests no longer turn on a rise of
+``10^{-12}``. What it costs: each frozen job may end up to a relative
+``5 \\cdot 10^{-7}`` below its level where a later job uses the room (measured:
+later jobs then up to ``1.3 \\cdot 10^{-5} u_i`` above the give-free vector on a
+moderate problem); the objective is the first level the allocation attains,
+``t^*_1`` less at most that give. A last LP raises every job toward its level
+by a common fraction ``lambda <= 1`` (``n_i >= lambda L_i``) where the room is
+free, so the answer does not depend on where in the give a solver's point lay.
 
 Bottlenecks. A job is a bottleneck when it cannot rise above its target
-``b_i(t^*_k)`` while every other job keeps its target; it is then frozen
-there. Freezing only bottlenecks is exact whenever it happens: later
+``b_i(t^*_k)`` (by ``RISE``) while every other job keeps its target (less the
+give); it is then frozen there. Freezing only bottlenecks is exact whenever it happens: later
 iterations only raise the other targets, so a bottleneck can never rise
 later, and a job left active loses nothing (at the next level it starts from
 the same target). Two certificates, neither an equality test on levels:
@@ -50,13 +75,13 @@ the same target). Two certificates, neither an equality test on levels:
 * *Improvement LP*, only for the rows at their targets whose dual is 0
   (degenerate rows, e.g. a ``fifo`` entity's jobs of share 0): it maximizes
   ``sum_i d_i`` subject to ``n_i >= b_i + epsilon r_i d_i``, ``0 <= d_i <= 1``, for
-  those jobs and the targets and levels of all others. An optimum of 0 proves
-  that none of them can rise (a point raising one would make the sum
-  positive): they are frozen too. Jobs it raises stay active; it is re-solved
-  on the rest a few times at most.
+  those jobs, and the targets less the give and the floors of all others.
+  Jobs it raises by more than ``RISE`` stay active; where it raises none, they
+  are frozen too; it is re-solved on the rest a few times at most.
 
-Before either, the level LP's own point proves some jobs able to rise (idle
-time of theirs on a type with idle GPUs): they stay active untested. Every
+Before either, the level LP's own point proves some jobs able to rise by more
+than ``RISE`` (idle time of theirs on a type with idle GPUs): they stay active
+untested. Every
 level freezes at least one job, so there are at most ``n_jobs`` levels; in
 practice one LP per level, and an improvement LP where degenerate rows are
 left. All LPs of a run share one template (same sparsity, other
@@ -80,24 +105,24 @@ primal and dual feasibility tolerances of ``10^{-9}`` (HiGHS's default
 of up to ``10^6`` turned into a level ``10^{-4}`` too high), and where the tight
 tolerances end in numerical trouble, with the solver's own. Each LP's point is
 clipped to its bounds and scaled into the capacity, so it is exactly feasible,
-and targets and levels are capped at what it achieves: every LP has a
-feasible point, with no margin needed. Where a solve still fails, it is
-repeated from scratch with dual simplex, then interior point, then in a
-fresh HiGHS with its default scaling and presolve (tight tolerances, then its
-own), and if the
-level LP fails even so, the rest of the run divides every row by ``u_i``
-(coefficients at most 1), and after that the frozen levels give way by a
-relative ``10^{-7}`` once. Finally each job's time alone is trimmed so that
-``n_i`` is its level.
+and targets and floors are capped at what it achieves: every LP has a
+feasible point, with no margin needed. CBC (``pulp``) solves with its primal
+and dual tolerances at ``10^{-9}``, and its values come from its binary
+solution file (full doubles, not the 8 digits of its text file). Where a
+solve still fails, on ``highs`` it is repeated from scratch with dual simplex,
+then in a fresh HiGHS with its default scaling and presolve (tight
+tolerances, then its own); on the other backends with the solver's own
+tolerances, then on the model equilibrated here (rows, then columns, divided
+by their largest coefficient). If the level LP fails even so, the rest of the
+run divides every row by ``u_i`` (coefficients at most 1), and after that the
+frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run.
+Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
-Limits. Where a frozen job holds its level with a sliver of a type on which it
-runs up to ``10^6`` times slower than on its best, every later level depends on
-the frozen levels to their last digits: a frozen level ``10^{-9}`` higher can
-cost a later job a large part of its share (seen: 40%). Two backends, each
-within its ``10^{-9}`` tolerances, can then end at levels that differ by more
-than ``10^{-5} u_i``: ``scipy`` against ``highs`` on 11 of the property
-suite's 5,000 problems, all of its wide family. CBC (``pulp``), whose solutions
-come back with 8 significant digits, on 9 of 500.
+Limits. A level LP can itself be so ill-conditioned that HiGHS fails on it in
+every setting: seen where a job's whole allocation is ``10^{-8}`` of a GPU,
+so that a ``10^{-8}`` violation of a capacity row doubles ``t*`` (exact
+optimum 57.7, HiGHS's 113.9). The wider give then changes that run's later
+levels, and a backend that did solve the LP (CBC) ends elsewhere.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
@@ -408,7 +433,8 @@ class _Lps:
         self.entry_job = np.repeat(np.arange(n.size), np.diff(A.indptr[rows.start:rows.stop + 1]))
         cols = A.indices[self.entries]
         self.on_tau = cols == self.tau_col
-        self.on_n = ~self.on_tau & ((cols < d.columns.start) | (cols >= d.columns.stop))
+        self.on_d = (cols >= d.columns.start) & (cols < d.columns.stop)
+        self.on_n = ~self.on_tau & ~self.on_d
         # columns fixed at 0 (a type a job does not fit on) keep out of the rows: their throughputs
         # only widen the coefficient range
         A.data[self.entries][self.on_n & (model.col_ub[cols] == 0)] = 0.0
@@ -419,14 +445,17 @@ class _Lps:
         self.session = _HighsSession(solver) if solver.backend == "highs" else None
 
     def model(self, rows: np.ndarray, weight: np.ndarray, rhs: np.ndarray, tau: float | None,
-              candidates: np.ndarray | None) -> CompiledModel:
+              candidates: np.ndarray | None, raise_unit: np.ndarray | None = None) -> CompiledModel:
         """The level LP (``tau`` None: maximize it) or the improvement LP of the mask ``candidates`` with
-        ``tau`` fixed, for row scales ``rows``, tau's coefficients ``weight`` and right-hand sides ``rhs``."""
+        ``tau`` fixed, for row scales ``rows``, tau's coefficients ``weight`` and right-hand sides ``rhs``;
+        ``d_i = 1`` raises job ``i`` by ``IMPROVEMENT raise_unit_i`` (default: its row scale)."""
         tpl = self.template
         data = tpl.A.data.copy()
         level = data[self.entries]
         level[self.on_n] /= rows[self.entry_job[self.on_n]]
         level[self.on_tau] = -weight[self.entry_job[self.on_tau]]
+        if raise_unit is not None:
+            level[self.on_d] = -IMPROVEMENT * (raise_unit / rows)[self.entry_job[self.on_d]]
         data[self.entries] = level
         row_lb = tpl.row_lb.copy()
         row_lb[self.level_rows] = rhs
@@ -648,11 +677,11 @@ class _WaterFill:
             # the other active jobs give way as the frozen ones do: by a relative GIVE_WAY of their targets
             others = ~self.frozen & ~candidates
             rhs = level.rhs - np.where(others, self.give_way * level.target / self.rows, 0.0)
-            model = self.lps.model(self.rows, level.weight, rhs, level.tau, candidates.astype(np.float64))
+            model = self.lps.model(self.rows, level.weight, rhs, level.tau, candidates.astype(np.float64), scale)
             solution = self.lps.solve(model)
             if solution.status is not Status.OPTIMAL:  # no conclusion: the jobs stay active
                 break
-            raised = solution.values["improvement"] * IMPROVEMENT * self.rows > RISE * scale
+            raised = solution.values["improvement"] * IMPROVEMENT > RISE
             if not (candidates & raised).any():
                 return candidates
             candidates &= ~raised
