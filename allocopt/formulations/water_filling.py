@@ -454,8 +454,9 @@ class _Lps:
         level = data[self.entries]
         level[self.on_n] /= rows[self.entry_job[self.on_n]]
         level[self.on_tau] = -weight[self.entry_job[self.on_tau]]
-        if raise_unit is not None:
-            level[self.on_d] = -IMPROVEMENT * (raise_unit / rows)[self.entry_job[self.on_d]]
+        if raise_unit is not None:  # the candidates' only (the others' d is 0): few changes in place
+            raised = self.on_d & (candidates > 0)[self.entry_job]
+            level[raised] = -IMPROVEMENT * (raise_unit / rows)[self.entry_job[raised]]
         data[self.entries] = level
         row_lb = tpl.row_lb.copy()
         row_lb[self.level_rows] = rhs
