@@ -128,7 +128,8 @@ class Dense:
 
     def solve(self, c: np.ndarray, rows: list[np.ndarray], rhs: list[float], extra=(None, None)) -> float:
         res = linprog(c, A_ub=np.vstack([self.A, *rows]), b_ub=np.concatenate([self.b, rhs]),
-                      bounds=self.bounds + [extra], method="highs")
+                      bounds=self.bounds + [extra], method="highs",
+                      options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
         assert res.status == 0, res.message
         return -res.fun
 
@@ -192,7 +193,7 @@ def dense_water_filling(problem: Problem, entity_policies: dict | None) -> np.nd
         gain = np.full(n, np.inf)
         for i in np.flatnonzero(~frozen):
             held = np.where(frozen, floor, (1 - GIVE_WAY) * target)
-            held[i] = target[i] * (1 - 1e-9)
+            held[i] = target[i] * (1 - 1e-7)  # linprog's t is within HiGHS's default tolerance
             most = lp.solve(lp.n_row(i), [lp.n_row(j) for j in range(n)], (-held).tolist(), (0, 0))
             gain[i] = (most - target[i]) / scale[i]
         stuck = gain <= RISE
