@@ -118,11 +118,16 @@ run divides every row by ``u_i`` (coefficients at most 1), and after that the
 frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run.
 Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
-Limits. A level LP can itself be so ill-conditioned that HiGHS fails on it in
-every setting: seen where a job's whole allocation is ``10^{-8}`` of a GPU,
-so that a ``10^{-8}`` violation of a capacity row doubles ``t*`` (exact
-optimum 57.7, HiGHS's 113.9). The wider give then changes that run's later
-levels, and a backend that did solve the LP (CBC) ends elsewhere.
+Limits. A level LP can itself be ill-conditioned: a violation of a row by
+``10^{-8}`` (within a solver's tolerance) can raise ``t*`` by 10% and more,
+where a frozen job's floor is held with a sliver of a slow type (checked in
+exact rational arithmetic: optimum 57.7 where HiGHS, within ``10^{-8}``, found
+113.9; 5.3576 where CBC, within its ``10^{-9}``, ended 13% higher). Where HiGHS
+fails on such an LP in every setting, the wider give changes that run's later
+levels, and a backend that did solve the LP ends elsewhere. Measured with
+``benchmarks/property_suite.py``: CBC (``pulp``) apart from HiGHS on 2 of 500
+problems (at CBC tolerances of ``10^{-10}`` those two agree and another does
+not).
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
@@ -149,8 +154,9 @@ from allocopt.solution import Solution, Status
 ENTITY_POLICIES = ("fairness", "fifo")
 MIN_ROW_SCALE = 1e-6  # a job's row is divided by its level, or by at least this fraction of u_i
 RESCALE = 4.0  # ... kept while within this factor of that (and so is the unit of t)
-# a job rises (is no bottleneck) when it can rise by more than this fraction of its row scale; the
-# give of the other jobs' levels, pooled, stays below it (see Frozen levels in the module docstring)
+# a job rises (is no bottleneck) when it can rise by more than this fraction of its target (at least
+# MIN_ROW_SCALE u_i; u_i at a share of 0); the give of the other jobs' levels, pooled, stays below it
+# on ordinary problems (see Frozen levels in the module docstring)
 RISE = 1e-4
 DUAL_TOL = 1e-6  # a row certifies its job stuck when its dual (in the LP's units) exceeds this
 IMPROVEMENT = 1e-3  # epsilon: the raise an improvement LP asks of a job, as a fraction of its row scale
