@@ -39,8 +39,9 @@ ill-conditioned on valid data: where a job reaches its level only with a
 sliver of a type on which it runs up to ``10^6`` times slower, the last
 digits of that level decide much of a later job's share. Solved in exact
 rational arithmetic, one problem of the property suite's wide family gives a
-job 0 where a first level ``2 \\cdot 10^{-10}`` (relative) lower gives it 60%
-of its ``u_i``; HiGHS, scipy and CBC, each within its ``10^{-9}`` tolerances,
+job 0 where HiGHS's allocation, whose other levels are within a relative
+``4 \\cdot 10^{-10}`` of the exact ones (its first ``2 \\cdot 10^{-10}`` lower),
+gives it 60% of its ``u_i``; HiGHS, scipy and CBC, each within its ``10^{-9}`` tolerances,
 ended up to ``u_i`` apart (and apart from the exact vector) on 11 of 5,000
 such problems. With the give, the later levels use what the last
 ``5 \\cdot 10^{-7}`` of the frozen levels would cost, the rounding makes
