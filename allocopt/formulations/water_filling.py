@@ -125,10 +125,15 @@ where a frozen job's floor is held with a sliver of a slow type (checked in
 exact rational arithmetic: optimum 57.7 where HiGHS, within ``10^{-8}``, found
 113.9; 5.3576 where CBC, within its ``10^{-9}``, ended 13% higher). Where HiGHS
 fails on such an LP in every setting, the wider give changes that run's later
-levels, and a backend that did solve the LP ends elsewhere. Measured with
-``benchmarks/property_suite.py``: CBC (``pulp``) apart from HiGHS on 2 of 500
-problems (at CBC tolerances of ``10^{-10}`` those two agree and another does
-not).
+levels, and a backend that did solve the LP ends elsewhere. And where a level
+LP is degenerate, a positive dual marks a job stuck on the vertex one solver
+returns and not on another's, which can send the runs apart. Measured with
+``benchmarks/property_suite.py`` (all of its wide family): ``scipy`` apart
+from ``highs`` by more than ``10^{-5} u_i`` on 3 of 5,000 problems (one
+ill-conditioned last level, one degenerate level, one LP HiGHS fails on with
+every option scipy passes), CBC (``pulp``) on 2 of 500 (ill-conditioned last
+levels; at CBC tolerances of ``10^{-10}`` those two agree and another does
+not), ``cvxpy`` on none.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
