@@ -5,12 +5,18 @@ over rows; each row's expression is made in one call from its CSR slice.
 A ranged row ``lb < A_i x < ub`` becomes a ``<=`` row plus a ``>=`` row; its
 dual is the sum of the two. CBC's ``pi`` is ``d objective / d rhs`` of the
 minimization, our convention as is. https://coin-or.github.io/pulp/
+
+CBC's text solution file, all PuLP reads, holds 8 significant digits
+(``%15.8g``): an LP's values and duals come instead from the binary solution
+file CBC also writes (``-saveSolution``: full doubles), after its first solve.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import shutil
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -115,11 +121,23 @@ class PulpBackend(Backend):
         import pulp
 
         started = time.perf_counter()
+        folder = None if model.is_mip else tempfile.mkdtemp(prefix="allocopt-cbc-")
+        binary = None if folder is None else f"{folder}/solution.bin"
+        options = handle.solver.options
+        if binary is not None and not any(c.isspace() for c in binary):
+            # PuLP puts its options before its own -initialSolve: solve, write the binary file, then
+            # PuLP's -initialSolve (at the optimum already: no iterations) and its text file
+            handle.solver.options = [*options, f"initialSolve -saveSolution {binary}"]
         try:
             code = handle.problem.solve(handle.solver)
         except pulp.PulpSolverError as err:
             raise SolverError(f"CBC (through PuLP) failed: {err}; rerun with verbose=True "
                               "to see its log") from err
+        finally:
+            handle.solver.options = options
+            full = None if binary is None else _binary_solution(binary, handle)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         feasible_stop = handle.problem.sol_status == _SOLUTION_INTEGER_FEASIBLE
         status = Status.TIME_LIMIT if feasible_stop else STATUS_MAP.get(code, Status.ERROR)
         raw_status = f"{pulp.LpStatus.get(code, code)} ({code}), solution {pulp.LpSolution.get(handle.problem.sol_status)}"
@@ -132,9 +150,35 @@ class PulpBackend(Backend):
         result = RawResult(status=status, raw_status=raw_status)
         if code == pulp.LpStatusOptimal:  # also set when CBC stopped at a limit with an incumbent
             result.x = np.array([v.varValue for v in handle.variables], dtype=np.float64)
+            pis = np.array([c.pi or 0.0 for _, c in handle.rows], dtype=np.float64)
+            if full is not None:
+                result.x, pis = full
             if not model.is_mip and result.status is Status.OPTIMAL:
                 duals = np.zeros(model.num_rows)
-                np.add.at(duals, [i for i, _ in handle.rows],
-                          [c.pi or 0.0 for _, c in handle.rows])
+                np.add.at(duals, [i for i, _ in handle.rows], pis)
                 result.row_duals = duals
         return result
+
+
+def _binary_solution(path: str, handle: _Handle) -> tuple[np.ndarray, np.ndarray] | None:
+    """Column values (our column order) and row duals (``handle.rows`` order) from CBC's binary
+    solution file: int32 rows and columns, then doubles: the objective, row activities, row duals,
+    column values, reduced costs. None where the file is missing or does not fit the model."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    if len(raw) < 8:
+        return None
+    num_rows, num_cols = (int(v) for v in np.frombuffer(raw, np.int32, 2))
+    values = np.frombuffer(raw, np.float64, offset=8)
+    written = handle.problem.variables()  # CBC's column order: PuLP's variables sorted by name
+    if num_rows != len(handle.rows) or num_cols != len(written) or values.size != 1 + 2 * (num_rows + num_cols):
+        return None
+    column = {id(v): j for j, v in enumerate(handle.variables)}
+    x = np.zeros(len(handle.variables))
+    for v, value in zip(written, values[1 + 2 * num_rows:1 + 2 * num_rows + num_cols].tolist()):
+        if id(v) in column:  # not PuLP's __dummy
+            x[column[id(v)]] = value
+    return x, values[1 + num_rows:1 + 2 * num_rows].copy()

@@ -17,7 +17,7 @@ others keep rising. Iteration ``k`` solves the *level LP*
 
     t^*_k = \\max t \\quad \\text{s.t.} \\quad
     n_i \\ge b_i(t) = \\sigma_i (W_e t - F_e) \\;\\; \\text{active } i \\text{ of entity } e, \\qquad
-    n_i \\ge L_i \\;\\; \\text{frozen } i,
+    n_i \\ge \\lfloor (1 - \\delta) L_i \\rfloor \\;\\; \\text{frozen } i,
 
 and the base constraints (:mod:`allocopt.formulations.base`). ``W_e`` is the
 entity's weight, ``F_e`` the sum of the frozen levels ``L_i`` of its jobs, and
@@ -27,11 +27,37 @@ active job (largest ``time_since_start``, ties in job order) and 0 for its
 other active jobs. Without entities every job is an entity of weight ``w_i``,
 so the constraint reads ``n_i >= w_i t``: plain weighted water-filling, whose
 first level is :mod:`max_min_fairness <allocopt.formulations.max_min_fairness>`'s
-objective. The result is the unique lexicographic max-min vector ``n``.
+objective. The result is the lexicographic max-min vector ``n``, but for the
+give ``delta`` of the frozen levels (below).
+
+Frozen levels give way. In later LPs a frozen job holds ``(1 - delta) L_i``
+(``delta = GIVE_WAY = 5e-7``) rounded down to 24 significant bits, not ``L_i``,
+and a job counts as a bottleneck when it cannot rise by ``RISE = 10^{-4}`` of
+its target (at least ``10^{-6} u_i``; ``u_i`` at a share of 0) while the other
+active jobs give way alike. Without the give the lexicographic vector is
+ill-conditioned on valid data: where a job reaches its level only with a
+sliver of a type on which it runs up to ``10^6`` times slower, the last
+digits of that level decide much of a later job's share. Solved in exact
+rational arithmetic, one problem of the property suite's wide family gives a
+job 0 where HiGHS's allocation, whose other levels are within a relative
+``4 \\cdot 10^{-10}`` of the exact ones (its first ``2 \\cdot 10^{-10}`` lower),
+gives it 60% of its ``u_i``; HiGHS, scipy and CBC, each within its ``10^{-9}`` tolerances,
+ended up to ``u_i`` apart (and apart from the exact vector) on 11 of 5,000
+such problems. With the give, the later levels use what the last
+``5 \\cdot 10^{-7}`` of the frozen levels would cost, the rounding makes
+frozen levels that differ in their last digits (``10^{-14}`` between the
+backends) one number, and the bottleneck tests no longer turn on a rise of
+``10^{-12}``. What it costs: each frozen job may end up to a relative
+``5 \\cdot 10^{-7}`` below its level where a later job uses the room (measured:
+later jobs then up to ``1.3 \\cdot 10^{-5} u_i`` above the give-free vector on a
+moderate problem); the objective is the first level the allocation attains,
+``t^*_1`` less at most that give. A last LP raises every job toward its level
+by a common fraction ``lambda <= 1`` (``n_i >= lambda L_i``) where the room is
+free, so the answer does not depend on where in the give a solver's point lay.
 
 Bottlenecks. A job is a bottleneck when it cannot rise above its target
-``b_i(t^*_k)`` while every other job keeps its target; it is then frozen
-there. Freezing only bottlenecks is exact whenever it happens: later
+``b_i(t^*_k)`` (by ``RISE``) while every other job keeps its target (less the
+give); it is then frozen there. Freezing only bottlenecks is exact whenever it happens: later
 iterations only raise the other targets, so a bottleneck can never rise
 later, and a job left active loses nothing (at the next level it starts from
 the same target). Two certificates, neither an equality test on levels:
@@ -50,13 +76,13 @@ the same target). Two certificates, neither an equality test on levels:
 * *Improvement LP*, only for the rows at their targets whose dual is 0
   (degenerate rows, e.g. a ``fifo`` entity's jobs of share 0): it maximizes
   ``sum_i d_i`` subject to ``n_i >= b_i + epsilon r_i d_i``, ``0 <= d_i <= 1``, for
-  those jobs and the targets and levels of all others. An optimum of 0 proves
-  that none of them can rise (a point raising one would make the sum
-  positive): they are frozen too. Jobs it raises stay active; it is re-solved
-  on the rest a few times at most.
+  those jobs, and the targets less the give and the floors of all others.
+  Jobs it raises by more than ``RISE`` stay active; where it raises none, they
+  are frozen too; it is re-solved on the rest a few times at most.
 
-Before either, the level LP's own point proves some jobs able to rise (idle
-time of theirs on a type with idle GPUs): they stay active untested. Every
+Before either, the level LP's own point proves some jobs able to rise by more
+than ``RISE`` (idle time of theirs on a type with idle GPUs): they stay active
+untested. Every
 level freezes at least one job, so there are at most ``n_jobs`` levels; in
 practice one LP per level, and an improvement LP where degenerate rows are
 left. All LPs of a run share one template (same sparsity, other
@@ -80,24 +106,34 @@ primal and dual feasibility tolerances of ``10^{-9}`` (HiGHS's default
 of up to ``10^6`` turned into a level ``10^{-4}`` too high), and where the tight
 tolerances end in numerical trouble, with the solver's own. Each LP's point is
 clipped to its bounds and scaled into the capacity, so it is exactly feasible,
-and targets and levels are capped at what it achieves: every LP has a
-feasible point, with no margin needed. Where a solve still fails, it is
-repeated from scratch with dual simplex, then interior point, then in a
-fresh HiGHS with its default scaling and presolve (tight tolerances, then its
-own), and if the
-level LP fails even so, the rest of the run divides every row by ``u_i``
-(coefficients at most 1), and after that the frozen levels give way by a
-relative ``10^{-7}`` once. Finally each job's time alone is trimmed so that
-``n_i`` is its level.
+and targets and floors are capped at what it achieves: every LP has a
+feasible point, with no margin needed. CBC (``pulp``) solves with its primal
+and dual tolerances at ``10^{-9}``, and its values come from its binary
+solution file (full doubles, not the 8 digits of its text file). Where a
+solve still fails, on ``highs`` it is repeated from scratch with dual simplex,
+then in a fresh HiGHS with its default scaling and presolve (tight
+tolerances, then its own); on the other backends with the solver's own
+tolerances, then on the model equilibrated here (rows, then columns, divided
+by their largest coefficient). If the level LP fails even so, the rest of the
+run divides every row by ``u_i`` (coefficients at most 1), and after that the
+frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run.
+Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
-Limits. Where a frozen job holds its level with a sliver of a type on which it
-runs up to ``10^6`` times slower than on its best, every later level depends on
-the frozen levels to their last digits: a frozen level ``10^{-9}`` higher can
-cost a later job a large part of its share (seen: 40%). Two backends, each
-within its ``10^{-9}`` tolerances, can then end at levels that differ by more
-than ``10^{-5} u_i``: ``scipy`` against ``highs`` on 11 of the property
-suite's 5,000 problems, all of its wide family. CBC (``pulp``), whose solutions
-come back with 8 significant digits, on 9 of 500.
+Limits. A level LP can itself be ill-conditioned: a violation of a row by
+``10^{-8}`` (within a solver's tolerance) can raise ``t*`` by 10% and more,
+where a frozen job's floor is held with a sliver of a slow type (checked in
+exact rational arithmetic: optimum 57.7 where HiGHS, within ``10^{-8}``, found
+113.9; 5.3576 where CBC, within its ``10^{-9}``, ended 13% higher). Where HiGHS
+fails on such an LP in every setting, the wider give changes that run's later
+levels, and a backend that did solve the LP ends elsewhere. And where a level
+LP is degenerate, a positive dual marks a job stuck on the vertex one solver
+returns and not on another's, which can send the runs apart. Measured with
+``benchmarks/property_suite.py`` (all of its wide family): ``scipy`` apart
+from ``highs`` by more than ``10^{-5} u_i`` on 3 of 5,000 problems (one
+ill-conditioned last level, one degenerate level, one LP HiGHS fails on with
+every option scipy passes), CBC (``pulp``) on 2 of 500 (ill-conditioned last
+levels; at CBC tolerances of ``10^{-10}`` those two agree and another does
+not), ``cvxpy`` on none.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
@@ -124,12 +160,15 @@ from allocopt.solution import Solution, Status
 ENTITY_POLICIES = ("fairness", "fifo")
 MIN_ROW_SCALE = 1e-6  # a job's row is divided by its level, or by at least this fraction of u_i
 RESCALE = 4.0  # ... kept while within this factor of that (and so is the unit of t)
-TIGHT_TOL = 1e-6  # a job is at its target when within this fraction of its row scale
-RISE_TOL = 1e-6  # ... and it rises when idle GPUs and time of its own lift it by more than this fraction
+# a job rises (is no bottleneck) when it can rise by more than this fraction of its target (at least
+# MIN_ROW_SCALE u_i; u_i at a share of 0); the give of the other jobs' levels, pooled, stays below it
+# on ordinary problems (see Frozen levels in the module docstring)
+RISE = 1e-4
 DUAL_TOL = 1e-6  # a row certifies its job stuck when its dual (in the LP's units) exceeds this
 IMPROVEMENT = 1e-3  # epsilon: the raise an improvement LP asks of a job, as a fraction of its row scale
-STILL = 1e-3  # a job rises in an improvement LP when d_i exceeds this (a rise of 1e-6 of its row scale)
-GIVE_WAY = 1e-7  # the relative give of the frozen levels where no solver finishes a level LP otherwise
+GIVE_WAY = 5e-7  # frozen levels L_i hold in later LPs as n_i >= (1 - GIVE_WAY) L_i (see Frozen levels)
+WIDER_GIVE_WAY = 1e-5  # ... and as n_i >= (1 - WIDER_GIVE_WAY) L_i where no solver finishes a level LP otherwise
+RESTORE_TOL = 1e-9  # levels a point falls short of by more than this (relative) are restored
 MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
 
 # HiGHS options of the LPs: simplex (its bases carry over from one LP to the next), without
@@ -141,7 +180,12 @@ SOLVER_DEFAULTS = {"solver": "simplex", "presolve": "off", "simplex_scale_strate
 # The HiGHS of every backend but CBC (scipy's, cvxpy's default) holds the bounds and reduced costs to
 # 1e-9, not its default 1e-7 (see Numerics in the module docstring).
 TOLERANCES = {"primal_feasibility_tolerance": 1e-9, "dual_feasibility_tolerance": 1e-9}
-RETRIES = (("simplex_strategy", 1), ("solver", "ipm"))  # where a re-solve in place fails
+CBC_TOLERANCES = {"options": ["primalTolerance 1e-9", "dualTolerance 1e-9"]}  # CBC's names for them
+# where a re-solve in place fails: again from scratch with dual simplex (then a fresh HiGHS, see
+# _HighsSession.solve); interior point or primal simplex there found other vertices, whose duals
+# froze other jobs than the other backends did
+RETRIES = ({"simplex_strategy": 1},)
+HIGHS_OWN = {"simplex_strategy": 1}  # HiGHS's default, restored after a retry
 NUMERICAL_TROUBLE = (Status.ERROR, Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED, Status.UNBOUNDED)
 
 
@@ -228,6 +272,44 @@ def _most_rate(problem: Problem, heterogeneity_aware: bool, space_sharing: bool)
             job = problem.pairs[:, member]
             np.maximum.at(most, job, (problem.pair_throughput_array[:, :, member] / p[job][:, None]).max(axis=1))
     return most
+
+
+def _round_down(values: np.ndarray) -> np.ndarray:
+    """``values`` rounded down to 24 significant bits (float32's), a relative step of at most 1.2e-7:
+    the frozen levels of two solvers that differ in their last digits become the same number."""
+    single = values.astype(np.float32)
+    single = np.where(single.astype(np.float64) > values, np.nextafter(single, np.float32(-np.inf)), single)
+    return single.astype(np.float64)
+
+
+def _equilibrated(model: CompiledModel) -> tuple[CompiledModel, np.ndarray, np.ndarray]:
+    """``model`` with each row, then each column, divided by about its largest coefficient (a power of
+    2, so exactly), and those row and column factors."""
+    def power(largest: np.ndarray) -> np.ndarray:
+        return np.exp2(np.round(np.log2(np.where(largest > 0, largest, 1.0))))
+
+    A = abs(model.A)
+    rows = power(A.max(axis=1).toarray().ravel())
+    cols = power((sp.diags(1.0 / rows) @ A).max(axis=0).toarray().ravel())
+    A = (sp.diags(1.0 / rows) @ model.A @ sp.diags(1.0 / cols)).tocsr()
+    return replace(model, A=A, row_lb=model.row_lb / rows, row_ub=model.row_ub / rows, col_lb=model.col_lb * cols,
+                   col_ub=model.col_ub * cols, c=model.c / cols), rows, cols
+
+
+def _unscaled(solution: Solution, scaled: CompiledModel, rows: np.ndarray, cols: np.ndarray) -> Solution:
+    """The solution of :func:`_equilibrated`'s model in the original model's columns and rows."""
+    if solution.x is None:
+        return solution
+    x = solution.x / cols
+    values = {name: x[c].reshape(shape) for name, (c, shape) in scaled.variables.items()}
+    duals = {}
+    if solution.duals:
+        y = np.zeros(rows.size)
+        for name, (r, _) in scaled.constraints.items():
+            y[r] = solution.duals[name].ravel()
+        y /= rows
+        duals = {name: y[r].reshape(shape) for name, (r, shape) in scaled.constraints.items()}
+    return replace(solution, x=x, values=values, duals=duals)
 
 
 def _value(expr: LinExpr, x: np.ndarray) -> np.ndarray:
@@ -363,24 +445,30 @@ class _Lps:
         self.entry_job = np.repeat(np.arange(n.size), np.diff(A.indptr[rows.start:rows.stop + 1]))
         cols = A.indices[self.entries]
         self.on_tau = cols == self.tau_col
-        self.on_n = ~self.on_tau & ((cols < d.columns.start) | (cols >= d.columns.stop))
+        self.on_d = (cols >= d.columns.start) & (cols < d.columns.stop)
+        self.on_n = ~self.on_tau & ~self.on_d
         # columns fixed at 0 (a type a job does not fit on) keep out of the rows: their throughputs
         # only widen the coefficient range
         A.data[self.entries][self.on_n & (model.col_ub[cols] == 0)] = 0.0
         self.level_rows = rows
         cvxpy_highs = solver.options.solver_options.get("solver", "HIGHS") == "HIGHS"  # cvxpy's solver
-        self.defaults = {"highs": SOLVER_DEFAULTS, "scipy": TOLERANCES, "cvxpy": TOLERANCES if cvxpy_highs else {}}
+        self.defaults = {"highs": SOLVER_DEFAULTS, "scipy": TOLERANCES, "cvxpy": TOLERANCES if cvxpy_highs else {},
+                         "pulp": CBC_TOLERANCES}
         self.session = _HighsSession(solver) if solver.backend == "highs" else None
 
     def model(self, rows: np.ndarray, weight: np.ndarray, rhs: np.ndarray, tau: float | None,
-              candidates: np.ndarray | None) -> CompiledModel:
+              candidates: np.ndarray | None, raise_unit: np.ndarray | None = None) -> CompiledModel:
         """The level LP (``tau`` None: maximize it) or the improvement LP of the mask ``candidates`` with
-        ``tau`` fixed, for row scales ``rows``, tau's coefficients ``weight`` and right-hand sides ``rhs``."""
+        ``tau`` fixed, for row scales ``rows``, tau's coefficients ``weight`` and right-hand sides ``rhs``;
+        ``d_i = 1`` raises job ``i`` by ``IMPROVEMENT raise_unit_i`` (default: its row scale)."""
         tpl = self.template
         data = tpl.A.data.copy()
         level = data[self.entries]
         level[self.on_n] /= rows[self.entry_job[self.on_n]]
         level[self.on_tau] = -weight[self.entry_job[self.on_tau]]
+        if raise_unit is not None:  # the candidates' only (the others' d is 0): few changes in place
+            raised = self.on_d & (candidates > 0)[self.entry_job]
+            level[raised] = -IMPROVEMENT * (raise_unit / rows)[self.entry_job[raised]]
         data[self.entries] = level
         row_lb = tpl.row_lb.copy()
         row_lb[self.level_rows] = rhs
@@ -400,14 +488,24 @@ class _Lps:
             return self.session.solve(model)
         A = model.A.copy()
         A.eliminate_zeros()
-        for defaults in (self.defaults, {}):  # where the tight tolerances fail, the solver's own
-            try:
-                solution = solve_model(replace(model, A=A), self.solver.backend, self.solver.options, defaults)
-            except (SolverError, ValueError) as err:  # the solver gave up on the model (cvxpy raises
-                solution = _failed(str(err), self.solver.backend)  # ValueError for an unknown status)
+        model = replace(model, A=A)
+        # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
+        # behind scipy and cvxpy found optima on it that it missed on the model as it is)
+        for defaults, scaled in ((self.defaults, False), ({}, False), (self.defaults, True)):
+            solution = self._solve(model, defaults, scaled)
             if solution.status not in NUMERICAL_TROUBLE:
                 break
         return self.solver.record(solution)
+
+    def _solve(self, model: CompiledModel, defaults: Mapping[str, Any], scaled: bool) -> Solution:
+        rows = cols = None
+        if scaled:
+            model, rows, cols = _equilibrated(model)
+        try:
+            solution = solve_model(model, self.solver.backend, self.solver.options, defaults)
+        except (SolverError, ValueError) as err:  # the solver gave up on the model (cvxpy raises
+            return _failed(str(err), self.solver.backend)  # ValueError for an unknown status)
+        return solution if rows is None else _unscaled(solution, model, rows, cols)
 
 
 class _HighsSession:
@@ -433,16 +531,16 @@ class _HighsSession:
         self.last = low
         t1 = time.perf_counter()
         raw = self._run(low)
-        for key, value in RETRIES if raw.status is not Status.OPTIMAL else ():
-            # numerical trouble: again from scratch, with dual simplex, then interior point
-            if key in self.options.solver_options:
-                continue
+        for retry in RETRIES if raw.status is not Status.OPTIMAL else ():
+            # numerical trouble: again from scratch, with other algorithms
+            if set(retry) & set(self.solver.options.solver_options):
+                continue  # not where the caller chose that option
             self.handle.clearSolver()
-            self.handle.setOptionValue(key, value)
+            self._set(retry)
             raw = self._run(low)
+            self._set({key: self.options.solver_options.get(key, HIGHS_OWN.get(key)) for key in retry})
             if raw.status is Status.OPTIMAL:
                 break
-        self.handle.setOptionValue("solver", self.options.solver_options["solver"])
         t2 = time.perf_counter()
         if raw.status is not Status.OPTIMAL:  # last, a fresh HiGHS with its own defaults (scaling, presolve)
             self.last = None  # and the next solve starts afresh too
@@ -455,6 +553,10 @@ class _HighsSession:
                     break
             return self.solver.record(solution)
         return self.solver.record(self.backend._to_solution(model, raw, t1 - t0, t2 - t1))
+
+    def _set(self, options: Mapping[str, Any]) -> None:
+        for key, value in options.items():
+            self.handle.setOptionValue(key, value)
 
     def _run(self, model: CompiledModel) -> RawResult:
         try:
@@ -499,6 +601,8 @@ class _WaterFill:
         self.most = s * _most_rate(problem, heterogeneity_aware, space_sharing)  # u_i
         self.frozen = np.zeros(n_jobs, dtype=bool)
         self.level = np.zeros(n_jobs)  # L_i of frozen jobs, in units of n
+        self.floor = np.zeros(n_jobs)  # what frozen jobs hold in later LPs: (1 - give_way) L_i, or less
+        self.give_way = GIVE_WAY  # WIDER_GIVE_WAY after numerical trouble
         self.iterations = 0
         self.solves_before = solver.num_solves
         # an exactly feasible start: every job gets the same fraction of every type
@@ -508,7 +612,6 @@ class _WaterFill:
         self.lps = _Lps(problem, solver, self._n_of, space_sharing, count)
         self.rows: np.ndarray | None = None  # r_i
         self.plain_rows = False  # r_i = u_i (after numerical trouble)
-        self.relaxed = False  # the frozen levels gave way by GIVE_WAY (after more trouble)
         self.t_unit = np.inf
         self.last: tuple[Solution, np.ndarray] | None = None
 
@@ -524,13 +627,13 @@ class _WaterFill:
         self.last = solution, x
         return x
 
-    def rising(self) -> np.ndarray:
-        """Jobs the current point proves able to rise by more than ``RISE_TOL`` of their row scale
+    def rising(self, scale: np.ndarray) -> np.ndarray:
+        """Jobs the current point proves able to rise by more than ``RISE`` of their ``scale``
         with nothing else changed: idle time of theirs on a type with idle GPUs."""
         problem = self.problem
         room = np.minimum(self.idle_gpus[None, :] / self.use[:, None], self.idle_time[:, None])
         gain = (self.alone * np.where(problem.runnable, room, 0.0)).max(axis=1)
-        return gain > RISE_TOL * self.rows
+        return gain > RISE * scale
 
     # ----- one level ------------------------------------------------------------------
     def level_lp(self, slope: np.ndarray, offset: np.ndarray, positive: np.ndarray) -> _Level | None:
@@ -553,17 +656,18 @@ class _WaterFill:
         if not 1 / RESCALE <= unit / self.t_unit <= RESCALE:
             self.t_unit = unit
         weight = np.where(positive, slope * self.t_unit / rows, 0.0)
-        rhs = np.where(self.frozen, self.level, low_target) / rows
+        rhs = np.where(self.frozen, self.floor, low_target) / rows
         solution = self.lps.solve(self.lps.model(rows, weight, rhs, None, None))
         if solution.status in NUMERICAL_TROUBLE and not self.plain_rows:
             # rows scaled by their targets can be too badly conditioned (targets far below u_i):
             # rows scaled by u_i instead, coefficients at most 1, for the rest of the run
             self.plain_rows = True
             return self.level_lp(slope, offset, positive)
-        if solution.status in NUMERICAL_TROUBLE and not self.relaxed:
-            # still no answer: the frozen levels give way by a relative GIVE_WAY, once per run
-            self.relaxed = True
-            self.level[self.frozen] *= 1.0 - GIVE_WAY
+        if solution.status in NUMERICAL_TROUBLE and self.give_way < WIDER_GIVE_WAY and self.frozen.any():
+            # still no answer (the frozen levels can leave a sliver of room only): they give way more,
+            # for the rest of the run
+            self.give_way = WIDER_GIVE_WAY
+            self.floor = np.minimum(self.floor, (1.0 - WIDER_GIVE_WAY) * self.level)
             return self.level_lp(slope, offset, positive)
         solution = self.solver.check(solution, f"water_filling level LP of iteration {self.iterations}")
         self._point(solution)
@@ -577,17 +681,20 @@ class _WaterFill:
                                                self.achieved), 0.0)
         return _Level(t, tau, target, dual_share, dual, weight, rhs)
 
-    def stuck(self, level: _Level, jobs: np.ndarray) -> np.ndarray:
-        """The jobs of the mask ``jobs`` proven unable to rise above their targets while every other
-        active job keeps its target and every frozen one its level (improvement LPs, see the module
-        docstring)."""
+    def stuck(self, level: _Level, jobs: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """The jobs of the mask ``jobs`` unable to rise above their targets by ``RISE`` of their ``scale``
+        while every other active job keeps its target and every frozen one its floor, less the give
+        (improvement LPs, see the module docstring)."""
         candidates = jobs.copy()
         for _ in range(MAX_IMPROVEMENT_LPS):
-            model = self.lps.model(self.rows, level.weight, level.rhs, level.tau, candidates.astype(np.float64))
+            # the other active jobs give way as the frozen ones do: by a relative GIVE_WAY of their targets
+            others = ~self.frozen & ~candidates
+            rhs = level.rhs - np.where(others, self.give_way * level.target / self.rows, 0.0)
+            model = self.lps.model(self.rows, level.weight, rhs, level.tau, candidates.astype(np.float64), scale)
             solution = self.lps.solve(model)
             if solution.status is not Status.OPTIMAL:  # no conclusion: the jobs stay active
                 break
-            raised = solution.values["improvement"] > STILL
+            raised = solution.values["improvement"] * IMPROVEMENT > RISE
             if not (candidates & raised).any():
                 return candidates
             candidates &= ~raised
@@ -606,22 +713,43 @@ class _WaterFill:
             frozen_levels = self.level if tree.count is None else self.level * tree.count
             held = np.bincount(tree.entity[self.frozen], frozen_levels[self.frozen], minlength=tree.num_entities)
             slope, offset = share * tree.entity_weights[tree.entity], share * held[tree.entity]
+            if first_level is None:
+                self.first_slope = np.where(positive, slope, 0.0)
             level = self.level_lp(slope, offset, positive)
             if level is None:
                 return self.result(first_level, "stopped")
             first_level = level.t if first_level is None else first_level
             target = level.target
+            # what a rise is measured against: the target (at least MIN_ROW_SCALE u_i), u_i at a share of 0
+            scale = np.clip(np.where(positive, target, self.most), MIN_ROW_SCALE * self.most, self.most)
+            # a row with a positive dual is tight in every optimum: its job cannot rise
             certain = active & (level.dual > DUAL_TOL)
-            tight = active & (self.achieved <= target + TIGHT_TOL * self.rows) & ~self.rising()
+            tight = active & (self.achieved <= target + RISE * scale) & ~self.rising(scale)
             if not certain.any():  # the row of largest dual weight holds t up: tight in every optimum
                 certain[np.flatnonzero(positive)[np.argmax(level.dual_share[positive])]] = True
             undecided = tight & ~certain
             if undecided.any():
-                certain |= self.stuck(level, undecided)
+                certain |= self.stuck(level, undecided, scale)
             self.level[certain] = target[certain]
+            self.floor[certain] = _round_down((1.0 - self.give_way) * target[certain])
             self.frozen |= certain
-            self.level[self.frozen] = np.minimum(self.level[self.frozen], self.achieved[self.frozen])
+            # the floors the current point holds (all but solver noise), so every LP has a feasible point
+            self.floor[self.frozen] = np.minimum(self.floor[self.frozen], self.achieved[self.frozen])
+        self.restore()
         return self.result(first_level, "done")
+
+    def restore(self) -> None:
+        """Where the point holds jobs below their levels (within the give) and the room is free, one more
+        LP raises them all by a common fraction: max lambda <= 1 with ``n_i >= lambda L_i`` for every job, so
+        the answer does not depend on where in the give a solver's point lies."""
+        if not (self.achieved < self.level * (1.0 - RESTORE_TOL)).any():
+            return
+        model = self.lps.model(self.rows, self.level / self.rows, np.zeros_like(self.rows), None, None)
+        col_ub = model.col_ub.copy()
+        col_ub[self.lps.tau_col] = 1.0
+        solution = self.lps.solve(replace(model, col_ub=col_ub))
+        if solution.status is Status.OPTIMAL:  # otherwise the last level LP's point stands
+            self._point(solution)
 
     def result(self, first_level: float | None, how: str) -> PolicyResult:
         solution, x = self.last
@@ -637,6 +765,9 @@ class _WaterFill:
             message = f"{solution.message} (water-filling stopped at iteration {self.iterations})"
         P = None if base.P is None else clean_matrix(x[base.P.columns].reshape(base.P.shape))
         levels = np.minimum(self.level, self.achieved) if how == "done" else self.level  # what X attains
+        if how == "done":  # the first level X attains: t*_1, less the give of its jobs' levels
+            first = self.first_slope > 0
+            first_level = min(first_level, float((levels[first] / self.first_slope[first]).min()))
         extras = {"levels": levels / self.problem.priority_weights, "num_iterations": self.iterations,
                   "num_lp_solves": self.solver.num_solves - self.solves_before}
         return PolicyResult(clean_matrix(X), first_level, status, P, message, extras)

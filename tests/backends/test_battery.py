@@ -505,3 +505,17 @@ def test_backend_modules_do_not_import_their_solvers() -> None:
             "print(sorted(m for m in ('gurobipy', 'pulp', 'cvxpy', 'highspy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_pulp_reads_cbc_values_and_duals_in_full() -> None:
+    """CBC's text solution file holds 8 significant digits; an LP's answer comes from its binary file."""
+    backend = _backend("pulp")
+    m = Model()
+    x = m.add_variable("x", 2)
+    m.add_constraint("thirds", x * np.array([3.0, 7.0]) <= np.array([1.0, 1.0]))
+    m.maximize(x.dot(np.array([1.0, 1.0])))
+    solution = _solve(backend, m.compile())
+    assert solution.status is Status.OPTIMAL
+    np.testing.assert_allclose(solution.values["x"], [1 / 3, 1 / 7], rtol=1e-14)
+    np.testing.assert_allclose(solution.duals["thirds"], [1 / 3, 1 / 7], rtol=1e-14)
+    assert solution.objective == pytest.approx(1 / 3 + 1 / 7, rel=1e-14)
