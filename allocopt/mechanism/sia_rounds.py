@@ -53,11 +53,13 @@ from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
+from allocopt.mechanism.sia_job_steps import (MAX_EPOCHS, SIA_POLICY_MAX_LOCAL_BSZ, batch_split, epoch_ends,
+                                             step_round)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob
 from allocopt.mechanism.state import SimulationState
 from allocopt.mechanism.workload import Workload
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
-from allocopt.throughput.goodput import GoodputModel, PerfParams, fit_perf_params, goodput_matrix
+from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix
 from allocopt.throughput.profiles import ApplicationProfile
 
 
@@ -79,6 +81,8 @@ SIA_SIMULATOR_MAX_NODES: Mapping[str, int] = {"azure": 5, "aws": 16, "dgx": 2, "
 #: Smallest restart factor passed to the MILP (a factor of 0 would make every move worthless).
 MIN_RESTART_FACTOR = 1e-3
 SIA_MAX_REPLICAS = 64  # Sia's simulator caps a job at 64 replicas
+#: Requested global batch size Sia's simulator substitutes per application (``cluster.py``: ncf 32,768).
+SIA_SIMULATOR_TARGET_BATCH: Mapping[str, int] = {"ncf": 32768}
 
 
 def restart_delay_s(application: str) -> float:
@@ -528,9 +532,26 @@ class SiaPlanner:
         Rounds start only at multiples of ``round_seconds`` from time 0, as in Sia's simulator
         (a job that arrives at an idle cluster waits for the next one); without it a round
         starts at such an arrival.
+    sia_stepping : bool, optional (False)
+        With ``learn_throughputs``: each job trains through a round as Sia's ``Job.step``
+        (:func:`~allocopt.mechanism.sia_job_steps.step_round`): it re-chooses its batch size at
+        every epoch boundary from its refitted model and the gradient statistics of its last
+        stretch, within its placement's memory limits, and each stretch to an epoch boundary
+        takes whole seconds; its throughput models are fitted with Pollux's own optimizer
+        (``fit_perf_params(optimizer="pollux")``). Without it a job runs one batch size at one
+        rate per round.
+    batch_sizes : sequence of int, optional
+        Requested global batch size of each job (row order of the workload; ``simulate`` passes
+        the workload's ``batch_size`` column).
+    cap_policy_batch : bool, optional (False)
+        With ``learn_throughputs`` and ``batch_sizes``: the goodputs the policy sees cap each job's
+        batch size at its requested one (ncf: 32,768) and its micro-batch at Sia's policy-side
+        memory limit, as Sia's speedup functions (``max_batch_size=target_batch_size``); the job
+        itself still trains up to its application's largest batch size.
     faithful_to_sia : bool, default False
         Sia's simulator as published: its node cap (:data:`SIA_SIMULATOR_MAX_NODES`) unless
-        ``max_nodes`` is given, ``explore_replicas``, ``learn_throughputs`` and ``round_grid`` unless given False,
+        ``max_nodes`` is given, ``explore_replicas``, ``learn_throughputs``, ``round_grid``,
+        ``sia_stepping`` and ``cap_policy_batch`` unless given False,
         its slowdowns and restore times unless given, and its MILP's rounding and tie-break
         (``utility_decimals=2, utility_clip=3000, prefer_later=True`` unless given).
     **solve_options
@@ -542,10 +563,14 @@ class SiaPlanner:
                  backend: str = "highs", max_nodes: int | Mapping[str, int] | None = None,
                  explore_replicas: bool | None = None, slowdowns: Mapping[str, float] | None = None,
                  restore_s: Mapping[str, float] | None = None, learn_throughputs: bool | None = None,
-                 round_grid: bool | None = None, faithful_to_sia: bool = False, **solve_options: Any):
+                 round_grid: bool | None = None, sia_stepping: bool | None = None,
+                 batch_sizes: Sequence[int] | None = None, cap_policy_batch: bool | None = None,
+                 faithful_to_sia: bool = False, **solve_options: Any):
         self.cluster: Cluster = state.cluster
         if faithful_to_sia:
             round_grid = True if round_grid is None else round_grid
+            sia_stepping = True if sia_stepping is None else sia_stepping
+            cap_policy_batch = True if cap_policy_batch is None else cap_policy_batch
             if max_nodes is None:
                 max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types
                              if t in SIA_SIMULATOR_MAX_NODES}
@@ -559,6 +584,17 @@ class SiaPlanner:
         self.configurations = sia_configurations(self.cluster, max_nodes=max_nodes)
         self.explore_replicas = bool(explore_replicas)
         self.learn_throughputs = bool(learn_throughputs)
+        self.sia_stepping = bool(sia_stepping) and self.learn_throughputs
+        if batch_sizes is not None and len(batch_sizes) != state.workload.num_jobs:
+            raise InvalidOptionError(f"batch_sizes has {len(batch_sizes)} entries; the workload has "
+                                     f"{state.workload.num_jobs} jobs")
+        self.batch_sizes = None if batch_sizes is None else [
+            SIA_SIMULATOR_TARGET_BATCH.get(app, int(b)) if cap_policy_batch else int(b)
+            for app, b in zip(state.workload.models, batch_sizes)]
+        self.cap_policy_batch = bool(cap_policy_batch) and self.batch_sizes is not None
+        self._grad: dict[Hashable, GradParams] = {}  # per job: gradient statistics of its last stretch
+        self._progress: dict[Hashable, float] = {}  # per job: exact progress samples (sia_stepping)
+        self._epochs: dict[Hashable, int] = {}  # per job: epochs completed (sia_stepping)
         self._seen: dict[tuple[Hashable, int], dict[tuple[int, int, int], tuple[float, float]]] = {}
         self._learned: dict[tuple[Hashable, int], PerfParams] = {}  # per (job, type) with measurements
         self._batch: dict[Hashable, float] = {}  # per job: the global batch size it last ran with
@@ -610,6 +646,9 @@ class SiaPlanner:
             self._gpu_ids.pop(row, None)
             self._most_gpus.pop(row, None)
             self._batch.pop(row, None)
+            self._grad.pop(row, None)
+            self._progress.pop(row, None)
+            self._epochs.pop(row, None)
             for t in range(self.cluster.num_gpu_types):
                 self._seen.pop((row, t), None)
                 self._learned.pop((row, t), None)
@@ -617,8 +656,10 @@ class SiaPlanner:
         names = self.cluster.gpu_types
         models, epochs = [], {}
         for job in jobs:
-            job.progress = job.total - float(state.remaining_steps[job.job_id])
-            epochs[job.job_id] = epoch = self._epoch(job)
+            job.progress = max(job.total - float(state.remaining_steps[job.job_id]),
+                               self._progress.get(job.job_id, 0.0))
+            epochs[job.job_id] = epoch = self._epochs[job.job_id] if job.job_id in self._epochs \
+                else self._epoch(job)
             models.append([self._model(job.application, t, epoch) for t in names])
         if self.learn_throughputs:
             goodput = self._learned_goodput(jobs, epochs)
@@ -639,8 +680,12 @@ class SiaPlanner:
         for lease in plan.leases:
             job, model = by_row[lease.job_id]
             t = names.index(lease.gpu_type)
-            rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids, epochs[lease.job_id],
-                                                  job_id=job.job_id)
+            if self.sia_stepping:
+                rates[lease.job_id] = self._step(job, t, model[t], lease.gpu_ids, epochs[lease.job_id],
+                                                 train_s[lease.job_id], float(state.remaining_steps[lease.job_id]))
+            else:
+                rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids,
+                                                      epochs[lease.job_id], job_id=job.job_id)
             leases.append(replace(lease, max_steps=int(state.remaining_steps[lease.job_id])))
         self._gpu_ids = plan.gpu_ids
         for lease in plan.leases:
@@ -654,6 +699,39 @@ class SiaPlanner:
         return min(max(2 * self._most_gpus.get(job.job_id, 0), 1), SIA_MAX_REPLICAS,
                    profile.max_batch_size // profile.min_local_bsz)
 
+    def _placement(self, t: int, gpu_ids: tuple[int, ...]) -> tuple[int, ...]:
+        """GPUs per node (nodes in id order) of ``gpu_ids`` on type ``t``."""
+        local = np.asarray(gpu_ids) - self._type_start[t]
+        return tuple(int(c) for c in np.bincount(local // int(self.cluster.gpus_per_node[t])) if c)
+
+    def _step(self, job: SiaJobState, t: int, model: GoodputModel, gpu_ids: tuple[int, ...], epoch: int,
+              train_s: float, remaining: float) -> float:
+        """Step ``job`` through this round as Sia's job (``sia_stepping``); the progress rate (samples/s)
+        that makes :class:`SiaExecutor` reproduce it: its progress over ``train_s``, or its completion
+        time when it completes (a placeholder 1.0 when it does not train this round)."""
+        if train_s <= 0:
+            return 1.0
+        placement = self._placement(t, gpu_ids)
+        profile = self.profiles[job.application, self.cluster.gpu_types[t]]
+        nodes, replicas = len(placement), sum(placement)
+
+        def split() -> tuple[int, int]:
+            return batch_split(profile, placement, self._learned.get((job.job_id, t)), self._grad.get(job.job_id))
+
+        def measure(key: tuple[int, int, int], step: float, sync: float, grad: GradParams) -> None:
+            self._grad[job.job_id] = grad
+            self._measure(job.job_id, t, key, step, sync)
+
+        steps = step_round(profile, placement, job.progress, epoch, train_s, split, measure,
+                           slowdown=self.slowdowns.get(job.application, 1.0),
+                           fallback_rate=lambda m, s: float(model.throughput(nodes, replicas, m, s)))
+        self._batch[job.job_id] = steps.batch_size
+        self._progress[job.job_id] = steps.progress
+        self._epochs[job.job_id] = steps.epoch
+        if steps.done_s is not None:
+            return remaining * (1.0 + 1e-9) / max(steps.done_s, 1e-9)
+        return max(steps.progress - job.progress, 0.0) / train_s
+
     def _true_rate(self, application: str, t: int, model: GoodputModel, gpu_ids: tuple[int, ...],
                    epoch: int, job_id: Hashable = None) -> float:
         """Progress samples/s on ``gpu_ids``: the fitted model's batch choice, run at the profiled step
@@ -662,9 +740,7 @@ class SiaPlanner:
         Where the profile has no step time for that placement and micro-batch
         (outside the measured range) the fitted model's step time stands in.
         """
-        local = np.asarray(gpu_ids) - self._type_start[t]
-        per_node = np.bincount(local // int(self.cluster.gpus_per_node[t]))
-        placement = tuple(int(c) for c in per_node if c)
+        placement = self._placement(t, gpu_ids)
         nodes, replicas = len(placement), int(sum(placement))
         profile = self.profiles[application, self.cluster.gpu_types[t]]
         learned = self._learned.get((job_id, t)) if self.learn_throughputs else None
@@ -696,14 +772,22 @@ class SiaPlanner:
         nodes, replicas, bsz = (np.array(v, dtype=np.float64) for v in zip(*seen))
         times = np.array(list(seen.values()))
         self._learned[job_id, t] = fit_perf_params(nodes, replicas, bsz, times[:, 0] - times[:, 1], times[:, 0],
-                                                   loss="rmse")
+                                                   loss="rmse", optimizer="pollux" if self.sia_stepping else "tnc")
 
-    def _learned_model(self, job_id: Hashable, t: int, epoch: int) -> GoodputModel:
+    def _learned_model(self, job_id: Hashable, t: int, epoch: int, *, policy: bool = False) -> GoodputModel:
         """The job's model on type ``t`` from its own measurements, with the gradient statistics
-        of its epoch at the batch size it last ran with (what Sia's job reports)."""
-        profile = self.profiles[self._jobs[job_id].application, self.cluster.gpu_types[t]]
-        return profile.goodput_model(self._learned[job_id, t],
-                                     grad_params=profile.grad_params(self._batch.get(job_id), epoch))
+        of its epoch at the batch size it last ran with (what Sia's job reports; with ``sia_stepping``
+        those of its last stretch). ``policy``: as the policy sees it (``cap_policy_batch``)."""
+        application = self._jobs[job_id].application
+        profile = self.profiles[application, self.cluster.gpu_types[t]]
+        grad = self._grad.get(job_id) if self.sia_stepping else None
+        grad = grad or profile.grad_params(self._batch.get(job_id), epoch)
+        if not (policy and self.cap_policy_batch):
+            return profile.goodput_model(self._learned[job_id, t], grad_params=grad)
+        local = SIA_POLICY_MAX_LOCAL_BSZ.get((application, self.cluster.gpu_types[t]), profile.max_local_bsz)
+        return GoodputModel(self._learned[job_id, t], grad, profile.init_batch_size,
+                            max(profile.init_batch_size, self.batch_sizes[job_id]),  # type: ignore[index]
+                            max(local, profile.min_local_bsz), min_local_bsz=profile.min_local_bsz)
 
     def _learned_goodput(self, jobs: Sequence[SiaJobState], epochs: Mapping[Hashable, int]) -> np.ndarray:
         """Goodput matrix from each job's own measurements (``learn_throughputs``), as Sia's policy sees it."""
@@ -717,7 +801,7 @@ class SiaPlanner:
                 continue
             source = known[0]
             src_profile = self.profiles[job.application, self.cluster.gpu_types[source]]
-            src_model = self._learned_model(job.job_id, source, epochs[job.job_id])
+            src_model = self._learned_model(job.job_id, source, epochs[job.job_id], policy=True)
             for t in range(k):
                 cols = np.flatnonzero(configs.gpu_type == t)
                 profile = self.profiles.get((job.application, self.cluster.gpu_types[t]))
@@ -725,7 +809,7 @@ class SiaPlanner:
                     continue
                 gpus = configs.num_gpus[cols]
                 if t in known:
-                    model = self._learned_model(job.job_id, t, epochs[job.job_id])
+                    model = self._learned_model(job.job_id, t, epochs[job.job_id], policy=True)
                     out[i, cols] = model.optimize(configs.num_nodes[cols], gpus)[0]
                 else:
                     nodes = np.ceil(gpus / int(self.cluster.gpus_per_node[source]))
@@ -810,17 +894,11 @@ class SiaExecutor(Executor):
         return results
 
 
-#: Epochs a job trains in Sia's simulator (``applications.py``); other applications: every validated epoch.
-MAX_EPOCHS: Mapping[str, int] = {"bert": 2, "cifar10": 100, "imagenet": 90}
-
-
 def total_progress(profile: ApplicationProfile) -> float:
     """Progress samples (``M0``-equivalent) a job of ``profile.application`` needs: Sia's
     ``get_progress(max_epochs)`` -- the smallest cumulative progress over the validation curves
     after :data:`MAX_EPOCHS` epochs, in iterations at the initial batch size ``M0`` -- times ``M0``."""
-    curves = profile.validation.values()
-    epochs = min(MAX_EPOCHS.get(profile.application, 10**9), *(c.progress.size for c in curves))
-    return float(min(c.progress[epochs - 1] for c in curves)) * profile.init_batch_size
+    return float(epoch_ends(profile)[-1])
 
 
 def sia_workload(jobs: Sequence[SiaWorkloadJob], profiles: Mapping[tuple[str, str], ApplicationProfile],
