@@ -292,6 +292,68 @@ def place_configurations(cluster: Cluster, allocation: ConfigurationAllocation,
     return SiaPlacement(gpu_ids, tuple(sorted(evicted, key=order.__getitem__)))
 
 
+def place_packed(cluster: Cluster, allocation: ConfigurationAllocation,
+                 previous_gpu_ids: Mapping[Hashable, Sequence[int]]) -> SiaPlacement:
+    """Place configurations as Sia's *simulator* does (``alloc_to_placement_fast``; its policy's
+    ``smart_placement`` is off in simulation): per GPU type, every round from empty nodes, jobs
+    by GPU count (largest first, ties in job order) are packed round-robin from where the
+    previous job stopped -- whole free nodes first for its whole-node share (checking each node
+    once), then any free GPUs node after node, so a job may straddle nodes. Previous placements
+    are not consulted: a job keeps its GPU ids (no restart) exactly when it lands on the same
+    nodes with the same GPUs per node as last round. Never evicts.
+    """
+    configs = allocation.problem.configurations
+    ids = allocation.job_ids
+    conf = np.asarray(allocation.configuration)
+    type_start = np.concatenate([[0], np.cumsum(cluster.capacity)])
+    gpu_ids: dict[Hashable, tuple[int, ...]] = {}
+    for j in range(cluster.num_gpu_types):
+        members = np.flatnonzero((conf >= 0) & (configs.gpu_type[np.maximum(conf, 0)] == j))
+        if not members.size:
+            continue
+        per_node = int(cluster.gpus_per_node[j])
+        n_nodes = -(-int(cluster.capacity[j]) // per_node)
+        free = np.minimum(per_node, int(cluster.capacity[j]) - per_node * np.arange(n_nodes))
+        sizes = configs.num_gpus[conf[members]]
+        nodes_of: dict[int, list[int]] = {}
+        node = 0
+        for k in np.argsort(-sizes, kind="stable").tolist():
+            need, whole, taken = int(sizes[k]), int(sizes[k]) // per_node, []
+            checked = 0
+            while checked < n_nodes and whole > 0:
+                if free[node] == per_node:
+                    free[node] = 0
+                    need -= per_node
+                    taken += [node] * per_node
+                    whole -= 1
+                node, checked = (node + 1) % n_nodes, checked + 1
+            while need > 0:
+                take = min(need, int(free[node]))
+                free[node] -= take
+                need -= take
+                taken += [node] * take
+                node = (node + 1) % n_nodes
+            nodes_of[k] = taken
+        # GPU ids: a job on the same nodes as last round keeps its ids; the others take free slots
+        owner = np.full(int(cluster.capacity[j]), -1)
+        previous = {k: np.asarray(previous_gpu_ids.get(ids[members[k]], ()), dtype=np.int64) - type_start[j]
+                    for k in nodes_of}
+        kept = {k for k, taken in nodes_of.items()
+                if previous[k].size == len(taken) and np.all((previous[k] >= 0) & (previous[k] < owner.size))
+                and sorted((previous[k] // per_node).tolist()) == sorted(taken)}
+        for k in kept:
+            owner[previous[k]] = k
+        for k, taken in nodes_of.items():
+            if k in kept:
+                local = previous[k]
+            else:
+                local = np.concatenate([np.flatnonzero((np.arange(owner.size) // per_node == n) & (owner < 0))[:c]
+                                        for n, c in zip(*np.unique(taken, return_counts=True))])
+                owner[local] = k
+            gpu_ids[ids[members[k]]] = tuple((np.sort(local) + type_start[j]).tolist())
+    return SiaPlacement(gpu_ids)
+
+
 class _TypePlacer:
     """Placement on the nodes of one GPU type; GPU ids local to the type (0 .. capacity - 1)."""
 
@@ -412,7 +474,7 @@ class _TypePlacer:
 def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Configurations, goodput: np.ndarray,
                previous_gpu_ids: Mapping[Hashable, Sequence[int]], *, round_index: int, start_s: float,
                round_seconds: float = 60.0, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0,
-               backend: str = "highs", **solve_options) -> SiaRoundPlan:
+               backend: str = "highs", packed_placement: bool = False, **solve_options) -> SiaRoundPlan:
     """One Sia round: :func:`sia_round`, :func:`place_configurations`, then leases.
 
     A lease is ``extended`` exactly when the job holds the same GPU ids as last
@@ -420,7 +482,10 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
     (``plan.restore_delay_s``, applied by :func:`commit_plan`). Jobs that held
     GPUs last round and hold none now are in ``plan.stop``. Parameters are
     those of :func:`sia_round` and :func:`place_configurations`, plus the
-    round's index, start time and length (seconds) for the :class:`RoundPlan`.
+    round's index, start time and length (seconds) for the :class:`RoundPlan`;
+    ``packed_placement`` places with :func:`place_packed` (Sia's simulator) instead, and then,
+    as Sia's ``Job.reallocate``, a job also continues without a restart (``extended``) when
+    only its nodes changed: same GPU type and the same GPUs per node.
 
     Returns
     -------
@@ -430,7 +495,7 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
         return SiaRoundPlan(round_index, start_s, round_seconds, ())
     allocation = sia_round(jobs, cluster, configurations, goodput, p=p, lambda_n=lambda_n, lambda_a=lambda_a,
                            backend=backend, **solve_options)
-    placement = place_configurations(cluster, allocation, previous_gpu_ids)
+    placement = (place_packed if packed_placement else place_configurations)(cluster, allocation, previous_gpu_ids)
     names = configurations.gpu_type_names
     leases, delays, configuration, stop = [], {}, {}, []
     for job, c in zip(jobs, allocation.configuration.tolist()):
@@ -441,12 +506,22 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
             if before:
                 stop.append(job.job_id)
             continue
-        extended = gpus == before
+        extended = gpus == before or (packed_placement and bool(before)
+                                      and _node_shape(cluster, gpus) == _node_shape(cluster, before))
         if not extended:
             delays[job.job_id] = job.restart_delay_s if job.restore_s is None else job.restore_s
         leases.append(Lease(job.job_id, names[c], gpus, float(round_seconds), extended=extended))
     return SiaRoundPlan(round_index, start_s, round_seconds, tuple(leases), tuple(stop), allocation=allocation,
                         configuration=configuration, restore_delay_s=delays, evicted=placement.evicted)
+
+
+def _node_shape(cluster: Cluster, gpu_ids: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+    """GPU type and GPUs per node (in node order) of cluster-wide ``gpu_ids``."""
+    ids = np.asarray(gpu_ids, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(cluster.capacity)])
+    t = int(np.searchsorted(starts, ids[0], side="right")) - 1
+    nodes = (ids - starts[t]) // int(cluster.gpus_per_node[t])
+    return t, tuple(np.unique(nodes, return_counts=True)[1].tolist())
 
 
 def commit_plan(jobs: Sequence[SiaJobState], plan: SiaRoundPlan) -> None:
@@ -548,10 +623,14 @@ class SiaPlanner:
         batch size at its requested one (ncf: 32,768) and its micro-batch at Sia's policy-side
         memory limit, as Sia's speedup functions (``max_batch_size=target_batch_size``); the job
         itself still trains up to its application's largest batch size.
+    packed_placement : bool, optional (False)
+        Place configurations as Sia's simulator does (:func:`place_packed`: packed afresh each
+        round, jobs may straddle nodes, a job restarts whenever its nodes change) instead of
+        :func:`place_configurations` (Sia's policy's placement rules, keeping jobs where they are).
     faithful_to_sia : bool, default False
         Sia's simulator as published: its node cap (:data:`SIA_SIMULATOR_MAX_NODES`) unless
         ``max_nodes`` is given, ``explore_replicas``, ``learn_throughputs``, ``round_grid``,
-        ``sia_stepping`` and ``cap_policy_batch`` unless given False,
+        ``sia_stepping``, ``cap_policy_batch`` and ``packed_placement`` unless given False,
         its slowdowns and restore times unless given, and its MILP's rounding and tie-break
         (``utility_decimals=2, utility_clip=3000, prefer_later=True`` unless given).
     **solve_options
@@ -565,12 +644,13 @@ class SiaPlanner:
                  restore_s: Mapping[str, float] | None = None, learn_throughputs: bool | None = None,
                  round_grid: bool | None = None, sia_stepping: bool | None = None,
                  batch_sizes: Sequence[int] | None = None, cap_policy_batch: bool | None = None,
-                 faithful_to_sia: bool = False, **solve_options: Any):
+                 packed_placement: bool | None = None, faithful_to_sia: bool = False, **solve_options: Any):
         self.cluster: Cluster = state.cluster
         if faithful_to_sia:
             round_grid = True if round_grid is None else round_grid
             sia_stepping = True if sia_stepping is None else sia_stepping
             cap_policy_batch = True if cap_policy_batch is None else cap_policy_batch
+            packed_placement = True if packed_placement is None else packed_placement
             if max_nodes is None:
                 max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types
                              if t in SIA_SIMULATOR_MAX_NODES}
@@ -602,7 +682,8 @@ class SiaPlanner:
         self.profiles = profiles
         self.round_seconds = float(round_seconds)
         self.round_grid_s = self.round_seconds if round_grid else None  # read by the simulator loop
-        self.options = dict(p=p, lambda_n=lambda_n, lambda_a=lambda_a, backend=backend, **solve_options)
+        self.options = dict(p=p, lambda_n=lambda_n, lambda_a=lambda_a, backend=backend,
+                            packed_placement=bool(packed_placement), **solve_options)
         self.solve_seconds: list[float] = []
         self._jobs: dict[int, SiaJobState] = {}
         self._gpu_ids: dict[Hashable, tuple[int, ...]] = {}
@@ -694,10 +775,15 @@ class SiaPlanner:
                        train_s={job: train_s[job] for job in rates})
 
     def _replica_cap(self, job: SiaJobState) -> int:
-        """Sia's simulator's ``max_replicas``: ``min(max(2 * most GPUs held, 1), 64, max batch / min local batch)``."""
+        """Sia's simulator's ``max_replicas``: ``min(max(2 * most GPUs, 1), 64, max batch / min local batch)``,
+        most GPUs held (with ``sia_stepping``: most GPUs it measured a step time on, as Sia's
+        ``max_profiled_replicas``; a job restored but moved before it trained did not)."""
         profile = self._any_profile(job.application)
-        return min(max(2 * self._most_gpus.get(job.job_id, 0), 1), SIA_MAX_REPLICAS,
-                   profile.max_batch_size // profile.min_local_bsz)
+        most = self._most_gpus.get(job.job_id, 0)
+        if self.sia_stepping:
+            most = max((key[1] for t in range(self.cluster.num_gpu_types)
+                        for key in self._seen.get((job.job_id, t), ())), default=0)
+        return min(max(2 * most, 1), SIA_MAX_REPLICAS, profile.max_batch_size // profile.min_local_bsz)
 
     def _placement(self, t: int, gpu_ids: tuple[int, ...]) -> tuple[int, ...]:
         """GPUs per node (nodes in id order) of ``gpu_ids`` on type ``t``."""
@@ -967,5 +1053,5 @@ def _mean_gain(profile: ApplicationProfile, batch: int) -> float:
 __all__ = ["DEFAULT_RESTART_DELAY_S", "MAX_EPOCHS", "MIN_RESTART_FACTOR", "RESTART_DELAY_S", "SIA_SIMULATOR_MAX_NODES",
            "SIA_SIMULATOR_RESTORE_S", "SIA_SIMULATOR_SLOWDOWNS", "SiaExecutor",
            "SiaJobState", "SiaPlacement", "SiaPlanner", "SiaRoundPlan", "advance", "commit_plan",
-           "place_configurations", "plan_round", "restart_delay_s", "rigid_throughputs", "sia_round", "sia_workload",
+           "place_configurations", "place_packed", "plan_round", "restart_delay_s", "rigid_throughputs", "sia_round", "sia_workload",
            "total_progress"]
