@@ -8,7 +8,8 @@ import pytest
 import allocopt
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
 from allocopt.mechanism.sia_rounds import (MIN_RESTART_FACTOR, SiaJobState, advance, commit_plan,
-                                           place_configurations, plan_round, restart_delay_s, sia_round)
+                                           place_configurations, place_packed, plan_round, restart_delay_s,
+                                           sia_round)
 from allocopt.mechanism.sia_workloads import WorkloadFormatError, read_sia_workload, shipped_workloads_dir
 from allocopt.runtime.executor import RoundPlan
 from allocopt.solution import Status
@@ -294,3 +295,25 @@ def test_malformed_workloads_name_file_and_line(tmp_path, text, line, words):
 def test_missing_workload_file(tmp_path):
     with pytest.raises(WorkloadFormatError, match="cannot read"):
         read_sia_workload(tmp_path / "absent.csv")
+
+
+def test_packed_placement_is_sias_simulator_round_robin():
+    """Sia's simulator places with ``alloc_to_placement_fast`` (its policy's smart placement is off in
+    simulation): jobs by GPU count, largest first (ties in job order), each from the node where the
+    previous one stopped -- whole free nodes for its whole-node share, then free GPUs node by node."""
+    cluster = allocopt.Cluster({"rtx": 24}, gpus_per_node=8)
+    configs = allocopt.sia_configurations(cluster)
+    c = {g: config_index(configs, "rtx", g) for g in (2, 4, 8)}
+    chosen = [c[2], c[8], c[4], c[2], c[4]]
+    placed = place_packed(cluster, allocation_of(cluster, configs, chosen), {})
+    nodes = {job: sorted({gpu // 8 for gpu in ids}) for job, ids in placed.gpu_ids.items()}
+    # order 1 (8), 2 (4), 4 (4), 0 (2), 3 (2): node 0 whole; then 1, 2; then 1 again, 2 again
+    assert nodes == {1: [0], 2: [1], 4: [2], 0: [1], 3: [2]} and placed.evicted == ()
+    check_placement(cluster, configs, dict(enumerate(chosen)), placed.gpu_ids)
+    # next round job 1 leaves: everything is packed afresh (previous GPUs are not consulted) ...
+    again = place_packed(cluster, allocation_of(cluster, configs, [c[2], -1, c[4], c[2], c[4]]), placed.gpu_ids)
+    nodes = {job: sorted({gpu // 8 for gpu in ids}) for job, ids in again.gpu_ids.items()}
+    assert nodes == {2: [0], 4: [1], 0: [2], 3: [0]}
+    # ... and a job that lands on the same nodes keeps its GPU ids
+    same = place_packed(cluster, allocation_of(cluster, configs, chosen), placed.gpu_ids)
+    assert same.gpu_ids == placed.gpu_ids

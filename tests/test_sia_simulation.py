@@ -15,6 +15,7 @@ import pytest
 
 from allocopt import Cluster
 from allocopt.errors import InvalidOptionError
+from allocopt.mechanism.sia_job_steps import batch_split, epoch_ends, placement_max_local_bsz, step_round
 from allocopt.mechanism.sia_rounds import (SIA_SIMULATOR_RESTORE_S, SIA_SIMULATOR_SLOWDOWNS, SiaExecutor, SiaPlanner,
                                           SiaRoundPlan, restart_delay_s, rigid_throughputs, sia_workload, total_progress)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload, shipped_workloads_dir
@@ -165,7 +166,8 @@ def test_faithful_to_sia_charges_sias_restore_times_and_slowdowns(profiles):
     # explicit values win over the preset; bad ones are named
     custom = RecordingExecutor()
     simulate(jobs[:1], CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=custom,
-             policy_options={"faithful_to_sia": True, "restore_s": {"cifar10": 10.0}, "slowdowns": {}})
+             policy_options={"faithful_to_sia": True, "restore_s": {"cifar10": 10.0}, "slowdowns": {},
+                             "sia_stepping": False})  # one rate per round, comparable to plain's
     lease = custom.plans[0].leases[0]
     assert custom.plans[0].restore_delay_s[lease.job_id] == 10.0
     assert custom.plans[0].samples_per_s[lease.job_id] == pytest.approx(plain.plans[0].samples_per_s[lease.job_id])
@@ -215,3 +217,57 @@ def test_round_grid_starts_every_round_on_a_multiple_of_the_round(profiles):
     state = SimulationState(sia_workload(jobs, profiles), CLUSTER, np.ones((3, CLUSTER.num_gpu_types)))
     with_faithful = SiaPlanner(state, profiles, faithful_to_sia=True)
     assert with_faithful.round_grid_s == 60.0
+
+
+def test_sia_stepping_rechooses_the_batch_at_every_epoch_boundary(profiles):
+    """Sia's job steps through a round epoch by epoch: after each stretch it measures the step time
+    (its model learns it) and re-chooses its batch split; a stretch that ends an epoch takes whole
+    seconds, and the job completes at the (whole-second) end of its last epoch."""
+    cifar = profiles["cifar10", "dgx-ext"]
+    ends = epoch_ends(cifar)
+    assert ends.size == 100 and ends[-1] == pytest.approx(total_progress(cifar))
+    splits, measured = [], []
+
+    def split() -> tuple[int, int]:  # grow the micro-batch each stretch, as a learning job does
+        splits.append((64 * (len(splits) + 1), 0))
+        return splits[-1]
+
+    def measure(key, step, sync, grad) -> None:
+        measured.append((key, step, sync, grad))
+
+    steps = step_round(cifar, (8,), 0.0, 0, 60.0, split, measure, slowdown=1.8)
+    crossed = steps.epoch
+    assert crossed >= 2 and steps.done_s is None
+    assert len(splits) == crossed + 2 and len(measured) == crossed + 1  # one split after the last stretch
+    assert [m[0] for m in measured] == [(1, 8, micro) for micro, _ in splits[:-1]]
+    # the gradient statistics of each stretch are those of its epoch at its batch size
+    assert measured[1][3] == cifar.grad_params(8 * splits[1][0], 1)
+    assert ends[crossed - 1] <= steps.progress < ends[crossed] and steps.batch_size == 8 * splits[-2][0]
+    # the last epoch: completion after a whole number of seconds
+    splits.clear()
+    last = step_round(cifar, (8,), float(ends[-2]) + 1.0, 99, 60.0, lambda: (256, 0), measure, slowdown=1.8)
+    assert last.epoch == 100 and last.done_s is not None and last.done_s == round(last.done_s) < 60
+    assert last.progress == ends[-1]
+    # memory limits of Sia's update_local_bsz: the placement's largest profiled micro-batch, then the
+    # largest at that many GPUs and max_batch_size / (GPUs x steps)
+    assert placement_max_local_bsz(cifar, (8,)) < cifar.max_local_bsz
+    micro, accum = batch_split(cifar, (8,), None, None)  # no model yet: the initial batch size
+    assert 8 * micro * (accum + 1) >= cifar.init_batch_size and micro <= placement_max_local_bsz(cifar, (8,))
+
+
+def test_faithful_to_sia_reproduces_sias_simulator_on_a_two_job_workload(profiles):
+    """Sia's simulator (siasosp23/artifacts aaf7a0d, run_experiment.sh's settings) on saturn's 64 GPUs with
+    bert-0 (6 GPUs, batch 384) at 70 s and deepspeech2-1 (8 GPUs, batch 320) at 75 s: JCTs 900 s and
+    1,936 s. allocopt's simulator with ``faithful_to_sia`` steps the jobs as Sia does and finishes bert at
+    the same second; without Sia's job stepping, placement and policy batch cap it was 1.2% and 2.6% off."""
+    jobs = [SiaWorkloadJob("bert-0", 70.0, "bert", 6, 384, 2),
+            SiaWorkloadJob("deepspeech2-1", 75.0, "deepspeech2", 8, 320, 3)]
+    cluster = Cluster({"aws": 24, "dgx-ext": 16, "rtx": 24}, {"aws": 4, "dgx-ext": 8, "rtx": 8})
+    result = simulate(jobs, cluster, "sia", profiles=profiles, round_seconds=60.0, ftf=False,
+                      policy_options={"faithful_to_sia": True})
+    assert result.jobs["jct_s"][0] == pytest.approx(900.0, abs=0.5)
+    assert result.jobs["jct_s"][1] == pytest.approx(1936.0, rel=0.01)
+    older = simulate(jobs, cluster, "sia", profiles=profiles, round_seconds=60.0, ftf=False,
+                     policy_options={"faithful_to_sia": True, "sia_stepping": False, "packed_placement": False,
+                                     "cap_policy_batch": False})
+    assert abs(older.jobs["jct_s"][1] / 1936.0 - 1) > 0.01

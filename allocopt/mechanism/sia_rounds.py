@@ -53,11 +53,13 @@ from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
+from allocopt.mechanism.sia_job_steps import (MAX_EPOCHS, SIA_POLICY_MAX_LOCAL_BSZ, batch_split, epoch_ends,
+                                             step_round)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob
 from allocopt.mechanism.state import SimulationState
 from allocopt.mechanism.workload import Workload
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
-from allocopt.throughput.goodput import GoodputModel, PerfParams, fit_perf_params, goodput_matrix
+from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix
 from allocopt.throughput.profiles import ApplicationProfile
 
 
@@ -79,6 +81,8 @@ SIA_SIMULATOR_MAX_NODES: Mapping[str, int] = {"azure": 5, "aws": 16, "dgx": 2, "
 #: Smallest restart factor passed to the MILP (a factor of 0 would make every move worthless).
 MIN_RESTART_FACTOR = 1e-3
 SIA_MAX_REPLICAS = 64  # Sia's simulator caps a job at 64 replicas
+#: Requested global batch size Sia's simulator substitutes per application (``cluster.py``: ncf 32,768).
+SIA_SIMULATOR_TARGET_BATCH: Mapping[str, int] = {"ncf": 32768}
 
 
 def restart_delay_s(application: str) -> float:
@@ -288,6 +292,68 @@ def place_configurations(cluster: Cluster, allocation: ConfigurationAllocation,
     return SiaPlacement(gpu_ids, tuple(sorted(evicted, key=order.__getitem__)))
 
 
+def place_packed(cluster: Cluster, allocation: ConfigurationAllocation,
+                 previous_gpu_ids: Mapping[Hashable, Sequence[int]]) -> SiaPlacement:
+    """Place configurations as Sia's *simulator* does (``alloc_to_placement_fast``; its policy's
+    ``smart_placement`` is off in simulation): per GPU type, every round from empty nodes, jobs
+    by GPU count (largest first, ties in job order) are packed round-robin from where the
+    previous job stopped -- whole free nodes first for its whole-node share (checking each node
+    once), then any free GPUs node after node, so a job may straddle nodes. Previous placements
+    are not consulted: a job keeps its GPU ids (no restart) exactly when it lands on the same
+    nodes with the same GPUs per node as last round. Never evicts.
+    """
+    configs = allocation.problem.configurations
+    ids = allocation.job_ids
+    conf = np.asarray(allocation.configuration)
+    type_start = np.concatenate([[0], np.cumsum(cluster.capacity)])
+    gpu_ids: dict[Hashable, tuple[int, ...]] = {}
+    for j in range(cluster.num_gpu_types):
+        members = np.flatnonzero((conf >= 0) & (configs.gpu_type[np.maximum(conf, 0)] == j))
+        if not members.size:
+            continue
+        per_node = int(cluster.gpus_per_node[j])
+        n_nodes = -(-int(cluster.capacity[j]) // per_node)
+        free = np.minimum(per_node, int(cluster.capacity[j]) - per_node * np.arange(n_nodes))
+        sizes = configs.num_gpus[conf[members]]
+        nodes_of: dict[int, list[int]] = {}
+        node = 0
+        for k in np.argsort(-sizes, kind="stable").tolist():
+            need, whole, taken = int(sizes[k]), int(sizes[k]) // per_node, []
+            checked = 0
+            while checked < n_nodes and whole > 0:
+                if free[node] == per_node:
+                    free[node] = 0
+                    need -= per_node
+                    taken += [node] * per_node
+                    whole -= 1
+                node, checked = (node + 1) % n_nodes, checked + 1
+            while need > 0:
+                take = min(need, int(free[node]))
+                free[node] -= take
+                need -= take
+                taken += [node] * take
+                node = (node + 1) % n_nodes
+            nodes_of[k] = taken
+        # GPU ids: a job on the same nodes as last round keeps its ids; the others take free slots
+        owner = np.full(int(cluster.capacity[j]), -1)
+        previous = {k: np.asarray(previous_gpu_ids.get(ids[members[k]], ()), dtype=np.int64) - type_start[j]
+                    for k in nodes_of}
+        kept = {k for k, taken in nodes_of.items()
+                if previous[k].size == len(taken) and np.all((previous[k] >= 0) & (previous[k] < owner.size))
+                and sorted((previous[k] // per_node).tolist()) == sorted(taken)}
+        for k in kept:
+            owner[previous[k]] = k
+        for k, taken in nodes_of.items():
+            if k in kept:
+                local = previous[k]
+            else:
+                local = np.concatenate([np.flatnonzero((np.arange(owner.size) // per_node == n) & (owner < 0))[:c]
+                                        for n, c in zip(*np.unique(taken, return_counts=True))])
+                owner[local] = k
+            gpu_ids[ids[members[k]]] = tuple((np.sort(local) + type_start[j]).tolist())
+    return SiaPlacement(gpu_ids)
+
+
 class _TypePlacer:
     """Placement on the nodes of one GPU type; GPU ids local to the type (0 .. capacity - 1)."""
 
@@ -408,7 +474,7 @@ class _TypePlacer:
 def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Configurations, goodput: np.ndarray,
                previous_gpu_ids: Mapping[Hashable, Sequence[int]], *, round_index: int, start_s: float,
                round_seconds: float = 60.0, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0,
-               backend: str = "highs", **solve_options) -> SiaRoundPlan:
+               backend: str = "highs", packed_placement: bool = False, **solve_options) -> SiaRoundPlan:
     """One Sia round: :func:`sia_round`, :func:`place_configurations`, then leases.
 
     A lease is ``extended`` exactly when the job holds the same GPU ids as last
@@ -416,7 +482,10 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
     (``plan.restore_delay_s``, applied by :func:`commit_plan`). Jobs that held
     GPUs last round and hold none now are in ``plan.stop``. Parameters are
     those of :func:`sia_round` and :func:`place_configurations`, plus the
-    round's index, start time and length (seconds) for the :class:`RoundPlan`.
+    round's index, start time and length (seconds) for the :class:`RoundPlan`;
+    ``packed_placement`` places with :func:`place_packed` (Sia's simulator) instead, and then,
+    as Sia's ``Job.reallocate``, a job also continues without a restart (``extended``) when
+    only its nodes changed: same GPU type and the same GPUs per node.
 
     Returns
     -------
@@ -426,7 +495,7 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
         return SiaRoundPlan(round_index, start_s, round_seconds, ())
     allocation = sia_round(jobs, cluster, configurations, goodput, p=p, lambda_n=lambda_n, lambda_a=lambda_a,
                            backend=backend, **solve_options)
-    placement = place_configurations(cluster, allocation, previous_gpu_ids)
+    placement = (place_packed if packed_placement else place_configurations)(cluster, allocation, previous_gpu_ids)
     names = configurations.gpu_type_names
     leases, delays, configuration, stop = [], {}, {}, []
     for job, c in zip(jobs, allocation.configuration.tolist()):
@@ -437,12 +506,22 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
             if before:
                 stop.append(job.job_id)
             continue
-        extended = gpus == before
+        extended = gpus == before or (packed_placement and bool(before)
+                                      and _node_shape(cluster, gpus) == _node_shape(cluster, before))
         if not extended:
             delays[job.job_id] = job.restart_delay_s if job.restore_s is None else job.restore_s
         leases.append(Lease(job.job_id, names[c], gpus, float(round_seconds), extended=extended))
     return SiaRoundPlan(round_index, start_s, round_seconds, tuple(leases), tuple(stop), allocation=allocation,
                         configuration=configuration, restore_delay_s=delays, evicted=placement.evicted)
+
+
+def _node_shape(cluster: Cluster, gpu_ids: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+    """GPU type and GPUs per node (in node order) of cluster-wide ``gpu_ids``."""
+    ids = np.asarray(gpu_ids, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(cluster.capacity)])
+    t = int(np.searchsorted(starts, ids[0], side="right")) - 1
+    nodes = (ids - starts[t]) // int(cluster.gpus_per_node[t])
+    return t, tuple(np.unique(nodes, return_counts=True)[1].tolist())
 
 
 def commit_plan(jobs: Sequence[SiaJobState], plan: SiaRoundPlan) -> None:
@@ -528,9 +607,30 @@ class SiaPlanner:
         Rounds start only at multiples of ``round_seconds`` from time 0, as in Sia's simulator
         (a job that arrives at an idle cluster waits for the next one); without it a round
         starts at such an arrival.
+    sia_stepping : bool, optional (False)
+        With ``learn_throughputs``: each job trains through a round as Sia's ``Job.step``
+        (:func:`~allocopt.mechanism.sia_job_steps.step_round`): it re-chooses its batch size at
+        every epoch boundary from its refitted model and the gradient statistics of its last
+        stretch, within its placement's memory limits, and each stretch to an epoch boundary
+        takes whole seconds; its throughput models are fitted with Pollux's own optimizer
+        (``fit_perf_params(optimizer="pollux")``). Without it a job runs one batch size at one
+        rate per round.
+    batch_sizes : sequence of int, optional
+        Requested global batch size of each job (row order of the workload; ``simulate`` passes
+        the workload's ``batch_size`` column).
+    cap_policy_batch : bool, optional (False)
+        With ``learn_throughputs`` and ``batch_sizes``: the goodputs the policy sees cap each job's
+        batch size at its requested one (ncf: 32,768) and its micro-batch at Sia's policy-side
+        memory limit, as Sia's speedup functions (``max_batch_size=target_batch_size``); the job
+        itself still trains up to its application's largest batch size.
+    packed_placement : bool, optional (False)
+        Place configurations as Sia's simulator does (:func:`place_packed`: packed afresh each
+        round, jobs may straddle nodes, a job restarts whenever its nodes change) instead of
+        :func:`place_configurations` (Sia's policy's placement rules, keeping jobs where they are).
     faithful_to_sia : bool, default False
         Sia's simulator as published: its node cap (:data:`SIA_SIMULATOR_MAX_NODES`) unless
-        ``max_nodes`` is given, ``explore_replicas``, ``learn_throughputs`` and ``round_grid`` unless given False,
+        ``max_nodes`` is given, ``explore_replicas``, ``learn_throughputs``, ``round_grid``,
+        ``sia_stepping``, ``cap_policy_batch`` and ``packed_placement`` unless given False,
         its slowdowns and restore times unless given, and its MILP's rounding and tie-break
         (``utility_decimals=2, utility_clip=3000, prefer_later=True`` unless given).
     **solve_options
@@ -542,10 +642,15 @@ class SiaPlanner:
                  backend: str = "highs", max_nodes: int | Mapping[str, int] | None = None,
                  explore_replicas: bool | None = None, slowdowns: Mapping[str, float] | None = None,
                  restore_s: Mapping[str, float] | None = None, learn_throughputs: bool | None = None,
-                 round_grid: bool | None = None, faithful_to_sia: bool = False, **solve_options: Any):
+                 round_grid: bool | None = None, sia_stepping: bool | None = None,
+                 batch_sizes: Sequence[int] | None = None, cap_policy_batch: bool | None = None,
+                 packed_placement: bool | None = None, faithful_to_sia: bool = False, **solve_options: Any):
         self.cluster: Cluster = state.cluster
         if faithful_to_sia:
             round_grid = True if round_grid is None else round_grid
+            sia_stepping = True if sia_stepping is None else sia_stepping
+            cap_policy_batch = True if cap_policy_batch is None else cap_policy_batch
+            packed_placement = True if packed_placement is None else packed_placement
             if max_nodes is None:
                 max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types
                              if t in SIA_SIMULATOR_MAX_NODES}
@@ -559,6 +664,17 @@ class SiaPlanner:
         self.configurations = sia_configurations(self.cluster, max_nodes=max_nodes)
         self.explore_replicas = bool(explore_replicas)
         self.learn_throughputs = bool(learn_throughputs)
+        self.sia_stepping = bool(sia_stepping) and self.learn_throughputs
+        if batch_sizes is not None and len(batch_sizes) != state.workload.num_jobs:
+            raise InvalidOptionError(f"batch_sizes has {len(batch_sizes)} entries; the workload has "
+                                     f"{state.workload.num_jobs} jobs")
+        self.batch_sizes = None if batch_sizes is None else [
+            SIA_SIMULATOR_TARGET_BATCH.get(app, int(b)) if cap_policy_batch else int(b)
+            for app, b in zip(state.workload.models, batch_sizes)]
+        self.cap_policy_batch = bool(cap_policy_batch) and self.batch_sizes is not None
+        self._grad: dict[Hashable, GradParams] = {}  # per job: gradient statistics of its last stretch
+        self._progress: dict[Hashable, float] = {}  # per job: exact progress samples (sia_stepping)
+        self._epochs: dict[Hashable, int] = {}  # per job: epochs completed (sia_stepping)
         self._seen: dict[tuple[Hashable, int], dict[tuple[int, int, int], tuple[float, float]]] = {}
         self._learned: dict[tuple[Hashable, int], PerfParams] = {}  # per (job, type) with measurements
         self._batch: dict[Hashable, float] = {}  # per job: the global batch size it last ran with
@@ -566,7 +682,8 @@ class SiaPlanner:
         self.profiles = profiles
         self.round_seconds = float(round_seconds)
         self.round_grid_s = self.round_seconds if round_grid else None  # read by the simulator loop
-        self.options = dict(p=p, lambda_n=lambda_n, lambda_a=lambda_a, backend=backend, **solve_options)
+        self.options = dict(p=p, lambda_n=lambda_n, lambda_a=lambda_a, backend=backend,
+                            packed_placement=bool(packed_placement), **solve_options)
         self.solve_seconds: list[float] = []
         self._jobs: dict[int, SiaJobState] = {}
         self._gpu_ids: dict[Hashable, tuple[int, ...]] = {}
@@ -610,6 +727,9 @@ class SiaPlanner:
             self._gpu_ids.pop(row, None)
             self._most_gpus.pop(row, None)
             self._batch.pop(row, None)
+            self._grad.pop(row, None)
+            self._progress.pop(row, None)
+            self._epochs.pop(row, None)
             for t in range(self.cluster.num_gpu_types):
                 self._seen.pop((row, t), None)
                 self._learned.pop((row, t), None)
@@ -617,8 +737,10 @@ class SiaPlanner:
         names = self.cluster.gpu_types
         models, epochs = [], {}
         for job in jobs:
-            job.progress = job.total - float(state.remaining_steps[job.job_id])
-            epochs[job.job_id] = epoch = self._epoch(job)
+            job.progress = max(job.total - float(state.remaining_steps[job.job_id]),
+                               self._progress.get(job.job_id, 0.0))
+            epochs[job.job_id] = epoch = self._epochs[job.job_id] if job.job_id in self._epochs \
+                else self._epoch(job)
             models.append([self._model(job.application, t, epoch) for t in names])
         if self.learn_throughputs:
             goodput = self._learned_goodput(jobs, epochs)
@@ -639,8 +761,12 @@ class SiaPlanner:
         for lease in plan.leases:
             job, model = by_row[lease.job_id]
             t = names.index(lease.gpu_type)
-            rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids, epochs[lease.job_id],
-                                                  job_id=job.job_id)
+            if self.sia_stepping:
+                rates[lease.job_id] = self._step(job, t, model[t], lease.gpu_ids, epochs[lease.job_id],
+                                                 train_s[lease.job_id], float(state.remaining_steps[lease.job_id]))
+            else:
+                rates[lease.job_id] = self._true_rate(job.application, t, model[t], lease.gpu_ids,
+                                                      epochs[lease.job_id], job_id=job.job_id)
             leases.append(replace(lease, max_steps=int(state.remaining_steps[lease.job_id])))
         self._gpu_ids = plan.gpu_ids
         for lease in plan.leases:
@@ -649,10 +775,48 @@ class SiaPlanner:
                        train_s={job: train_s[job] for job in rates})
 
     def _replica_cap(self, job: SiaJobState) -> int:
-        """Sia's simulator's ``max_replicas``: ``min(max(2 * most GPUs held, 1), 64, max batch / min local batch)``."""
+        """Sia's simulator's ``max_replicas``: ``min(max(2 * most GPUs, 1), 64, max batch / min local batch)``,
+        most GPUs held (with ``sia_stepping``: most GPUs it measured a step time on, as Sia's
+        ``max_profiled_replicas``; a job restored but moved before it trained did not)."""
         profile = self._any_profile(job.application)
-        return min(max(2 * self._most_gpus.get(job.job_id, 0), 1), SIA_MAX_REPLICAS,
-                   profile.max_batch_size // profile.min_local_bsz)
+        most = self._most_gpus.get(job.job_id, 0)
+        if self.sia_stepping:
+            most = max((key[1] for t in range(self.cluster.num_gpu_types)
+                        for key in self._seen.get((job.job_id, t), ())), default=0)
+        return min(max(2 * most, 1), SIA_MAX_REPLICAS, profile.max_batch_size // profile.min_local_bsz)
+
+    def _placement(self, t: int, gpu_ids: tuple[int, ...]) -> tuple[int, ...]:
+        """GPUs per node (nodes in id order) of ``gpu_ids`` on type ``t``."""
+        local = np.asarray(gpu_ids) - self._type_start[t]
+        return tuple(int(c) for c in np.bincount(local // int(self.cluster.gpus_per_node[t])) if c)
+
+    def _step(self, job: SiaJobState, t: int, model: GoodputModel, gpu_ids: tuple[int, ...], epoch: int,
+              train_s: float, remaining: float) -> float:
+        """Step ``job`` through this round as Sia's job (``sia_stepping``); the progress rate (samples/s)
+        that makes :class:`SiaExecutor` reproduce it: its progress over ``train_s``, or its completion
+        time when it completes (a placeholder 1.0 when it does not train this round)."""
+        if train_s <= 0:
+            return 1.0
+        placement = self._placement(t, gpu_ids)
+        profile = self.profiles[job.application, self.cluster.gpu_types[t]]
+        nodes, replicas = len(placement), sum(placement)
+
+        def split() -> tuple[int, int]:
+            return batch_split(profile, placement, self._learned.get((job.job_id, t)), self._grad.get(job.job_id))
+
+        def measure(key: tuple[int, int, int], step: float, sync: float, grad: GradParams) -> None:
+            self._grad[job.job_id] = grad
+            self._measure(job.job_id, t, key, step, sync)
+
+        steps = step_round(profile, placement, job.progress, epoch, train_s, split, measure,
+                           slowdown=self.slowdowns.get(job.application, 1.0),
+                           fallback_rate=lambda m, s: float(model.throughput(nodes, replicas, m, s)))
+        self._batch[job.job_id] = steps.batch_size
+        self._progress[job.job_id] = steps.progress
+        self._epochs[job.job_id] = steps.epoch
+        if steps.done_s is not None:
+            return remaining * (1.0 + 1e-9) / max(steps.done_s, 1e-9)
+        return max(steps.progress - job.progress, 0.0) / train_s
 
     def _true_rate(self, application: str, t: int, model: GoodputModel, gpu_ids: tuple[int, ...],
                    epoch: int, job_id: Hashable = None) -> float:
@@ -662,9 +826,7 @@ class SiaPlanner:
         Where the profile has no step time for that placement and micro-batch
         (outside the measured range) the fitted model's step time stands in.
         """
-        local = np.asarray(gpu_ids) - self._type_start[t]
-        per_node = np.bincount(local // int(self.cluster.gpus_per_node[t]))
-        placement = tuple(int(c) for c in per_node if c)
+        placement = self._placement(t, gpu_ids)
         nodes, replicas = len(placement), int(sum(placement))
         profile = self.profiles[application, self.cluster.gpu_types[t]]
         learned = self._learned.get((job_id, t)) if self.learn_throughputs else None
@@ -696,14 +858,22 @@ class SiaPlanner:
         nodes, replicas, bsz = (np.array(v, dtype=np.float64) for v in zip(*seen))
         times = np.array(list(seen.values()))
         self._learned[job_id, t] = fit_perf_params(nodes, replicas, bsz, times[:, 0] - times[:, 1], times[:, 0],
-                                                   loss="rmse")
+                                                   loss="rmse", optimizer="pollux" if self.sia_stepping else "tnc")
 
-    def _learned_model(self, job_id: Hashable, t: int, epoch: int) -> GoodputModel:
+    def _learned_model(self, job_id: Hashable, t: int, epoch: int, *, policy: bool = False) -> GoodputModel:
         """The job's model on type ``t`` from its own measurements, with the gradient statistics
-        of its epoch at the batch size it last ran with (what Sia's job reports)."""
-        profile = self.profiles[self._jobs[job_id].application, self.cluster.gpu_types[t]]
-        return profile.goodput_model(self._learned[job_id, t],
-                                     grad_params=profile.grad_params(self._batch.get(job_id), epoch))
+        of its epoch at the batch size it last ran with (what Sia's job reports; with ``sia_stepping``
+        those of its last stretch). ``policy``: as the policy sees it (``cap_policy_batch``)."""
+        application = self._jobs[job_id].application
+        profile = self.profiles[application, self.cluster.gpu_types[t]]
+        grad = self._grad.get(job_id) if self.sia_stepping else None
+        grad = grad or profile.grad_params(self._batch.get(job_id), epoch)
+        if not (policy and self.cap_policy_batch):
+            return profile.goodput_model(self._learned[job_id, t], grad_params=grad)
+        local = SIA_POLICY_MAX_LOCAL_BSZ.get((application, self.cluster.gpu_types[t]), profile.max_local_bsz)
+        return GoodputModel(self._learned[job_id, t], grad, profile.init_batch_size,
+                            max(profile.init_batch_size, self.batch_sizes[job_id]),  # type: ignore[index]
+                            max(local, profile.min_local_bsz), min_local_bsz=profile.min_local_bsz)
 
     def _learned_goodput(self, jobs: Sequence[SiaJobState], epochs: Mapping[Hashable, int]) -> np.ndarray:
         """Goodput matrix from each job's own measurements (``learn_throughputs``), as Sia's policy sees it."""
@@ -717,7 +887,7 @@ class SiaPlanner:
                 continue
             source = known[0]
             src_profile = self.profiles[job.application, self.cluster.gpu_types[source]]
-            src_model = self._learned_model(job.job_id, source, epochs[job.job_id])
+            src_model = self._learned_model(job.job_id, source, epochs[job.job_id], policy=True)
             for t in range(k):
                 cols = np.flatnonzero(configs.gpu_type == t)
                 profile = self.profiles.get((job.application, self.cluster.gpu_types[t]))
@@ -725,7 +895,7 @@ class SiaPlanner:
                     continue
                 gpus = configs.num_gpus[cols]
                 if t in known:
-                    model = self._learned_model(job.job_id, t, epochs[job.job_id])
+                    model = self._learned_model(job.job_id, t, epochs[job.job_id], policy=True)
                     out[i, cols] = model.optimize(configs.num_nodes[cols], gpus)[0]
                 else:
                     nodes = np.ceil(gpus / int(self.cluster.gpus_per_node[source]))
@@ -810,17 +980,11 @@ class SiaExecutor(Executor):
         return results
 
 
-#: Epochs a job trains in Sia's simulator (``applications.py``); other applications: every validated epoch.
-MAX_EPOCHS: Mapping[str, int] = {"bert": 2, "cifar10": 100, "imagenet": 90}
-
-
 def total_progress(profile: ApplicationProfile) -> float:
     """Progress samples (``M0``-equivalent) a job of ``profile.application`` needs: Sia's
     ``get_progress(max_epochs)`` -- the smallest cumulative progress over the validation curves
     after :data:`MAX_EPOCHS` epochs, in iterations at the initial batch size ``M0`` -- times ``M0``."""
-    curves = profile.validation.values()
-    epochs = min(MAX_EPOCHS.get(profile.application, 10**9), *(c.progress.size for c in curves))
-    return float(min(c.progress[epochs - 1] for c in curves)) * profile.init_batch_size
+    return float(epoch_ends(profile)[-1])
 
 
 def sia_workload(jobs: Sequence[SiaWorkloadJob], profiles: Mapping[tuple[str, str], ApplicationProfile],
@@ -889,5 +1053,5 @@ def _mean_gain(profile: ApplicationProfile, batch: int) -> float:
 __all__ = ["DEFAULT_RESTART_DELAY_S", "MAX_EPOCHS", "MIN_RESTART_FACTOR", "RESTART_DELAY_S", "SIA_SIMULATOR_MAX_NODES",
            "SIA_SIMULATOR_RESTORE_S", "SIA_SIMULATOR_SLOWDOWNS", "SiaExecutor",
            "SiaJobState", "SiaPlacement", "SiaPlanner", "SiaRoundPlan", "advance", "commit_plan",
-           "place_configurations", "plan_round", "restart_delay_s", "rigid_throughputs", "sia_round", "sia_workload",
+           "place_configurations", "place_packed", "plan_round", "restart_delay_s", "rigid_throughputs", "sia_round", "sia_workload",
            "total_progress"]

@@ -611,7 +611,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
             raise InvalidOptionError(f"policy 'sia' runs in mode 'mechanism' only, got {mode!r}")
         state = SimulationState(workload, cluster, np.ones((workload.num_jobs, cluster.num_gpu_types)))
         planner = SiaPlanner(state, profiles, round_seconds=round_seconds, backend=backend,
-                             **dict(policy_options or {}))
+                             **{"batch_sizes": [j.batch_size for j in sia_jobs], **dict(policy_options or {})})
         executor = executor or SiaExecutor()
         name, options, agnostic = "sia", dict(policy_options or {}), False
     else:

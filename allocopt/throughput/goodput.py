@@ -159,7 +159,7 @@ def _efficiency(sqr: Any, var: Any, init_batch_size: Any, batch_size: Any) -> np
 # ----- fitting --------------------------------------------------------------------------------
 def fit_perf_params(num_nodes: Any, num_replicas: Any, local_bsz: Any, compute_time_s: Any, iter_time_s: Any,
                     *, initial: PerfParams | None = None, loss: str = DEFAULT_LOSS,
-                    loss_scale: float = DEFAULT_LOSS_SCALE) -> PerfParams:
+                    loss_scale: float = DEFAULT_LOSS_SCALE, optimizer: str = "tnc") -> PerfParams:
     """Fit :class:`PerfParams` to measured times, as Pollux does, optionally with a robust loss.
 
     Minimizes ``L(log T_acc) + L(log T_sync) + 1e-3 (gamma - 1)^2 +
@@ -199,10 +199,12 @@ def fit_perf_params(num_nodes: Any, num_replicas: Any, local_bsz: Any, compute_t
         Loss of the log-time residuals (see above).
     loss_scale : float, default 0.05
         Cauchy scale ``s``, a log-time residual (0.05: about 5% relative error); > 0.
-
-    Returns
-    -------
-    PerfParams
+    optimizer : {"tnc", "pollux"}, default "tnc"
+        ``"pollux"``: Pollux's (and Sia's simulator's) own minimization instead -- L-BFGS-B over
+        the raw parameters (time parameters >= 1e-8 s, unbounded above) from Pollux's starting
+        point, tolerance 1e-5, ignoring ``initial``. With few observations the fit is
+        underdetermined and the two optimizers end at different minimizers; this one lands
+        where Pollux's does (with ``loss="rmse"``).
 
     Raises
     ------
@@ -214,9 +216,13 @@ def fit_perf_params(num_nodes: Any, num_replicas: Any, local_bsz: Any, compute_t
     """
     if loss not in LOSSES:
         raise InvalidOptionError(f"loss must be one of {', '.join(LOSSES)}; got {loss!r}")
+    if optimizer not in ("tnc", "pollux"):
+        raise InvalidOptionError(f"optimizer must be 'tnc' or 'pollux'; got {optimizer!r}")
     if isinstance(loss_scale, bool) or not isinstance(loss_scale, Real) or not 0 < loss_scale < np.inf:
         raise InvalidOptionError(f"loss_scale must be a finite number > 0; got {loss_scale!r}")
-    if loss != "rmse" and initial is None:
+    if optimizer == "pollux":
+        initial = None
+    elif loss != "rmse" and initial is None:
         initial = fit_perf_params(num_nodes, num_replicas, local_bsz, compute_time_s, iter_time_s, loss="rmse")
     nodes, replicas, bsz, compute, iteration = _observations(num_nodes, num_replicas, local_bsz, compute_time_s,
                                                              iter_time_s)
@@ -238,17 +244,44 @@ def fit_perf_params(num_nodes: Any, num_replicas: Any, local_bsz: Any, compute_t
         start[k] = v
     free = np.array([k for k in range(7) if k not in fixed], dtype=np.int64)
     objective = _Objective(nodes, replicas, bsz, compute, iteration, start, loss, loss_scale)
+    if optimizer == "pollux":
+        params = _pollux_minimize(objective, start, fixed)
+    else:
+        params = _tnc_minimize(objective, start, free, ceiling)
+    if not multi_node:
+        params[2] = max(params[2], 1.1 * params[4])
+        params[3] = max(params[3], 1.1 * params[5])
+    return PerfParams(*map(float, params))
+
+
+def _pollux_minimize(objective: _Objective, start: np.ndarray, fixed: dict[int, float]) -> np.ndarray:
+    """Pollux's minimization: L-BFGS-B over the raw parameters, fixed ones as equal bounds, tolerance 1e-5."""
+    every = np.arange(7)
+    lower = np.array([PARAM_FLOOR_S] * 6 + [GAMMA_BOUNDS[0]])
+    upper = np.array([np.inf] * 6 + [GAMMA_BOUNDS[1]])
+    for k, v in fixed.items():
+        lower[k] = upper[k] = v
+
+    def value(p: np.ndarray) -> tuple[float, np.ndarray]:
+        p = np.clip(p, lower, upper)
+        v, g = objective(np.where(every < 6, np.log(p), p), every)
+        g[:6] /= p[:6]  # from log to raw parameters
+        return v, g
+
+    result = scipy.optimize.minimize(value, start, jac=True, method="L-BFGS-B",
+                                     bounds=scipy.optimize.Bounds(lower, upper, keep_feasible=True), tol=1e-5)
+    return np.clip(result.x, lower, upper)
+
+
+def _tnc_minimize(objective: _Objective, start: np.ndarray, free: np.ndarray, ceiling: float) -> np.ndarray:
+    """The default minimization: TNC over the logarithms of the time parameters (see fit_perf_params)."""
     x0 = np.where(free < 6, np.log(start[free]), start[free])
     bounds = [(np.log(PARAM_FLOOR_S), np.log(ceiling)) if k < 6 else GAMMA_BOUNDS for k in free]
     # Truncated Newton (TNC): for 7 variables L-BFGS-B spends far longer in its BLAS-based bookkeeping than in
     # the objective (0.5 ms per iteration with multi-threaded OpenBLAS), TNC needs no BLAS.
     result = scipy.optimize.minimize(objective, x0, args=(free,), jac=True, method="TNC", bounds=bounds,
                                      options={"maxfun": _MAX_EVALUATIONS})
-    params = objective.params(result.x, free)
-    if not multi_node:
-        params[2] = max(params[2], 1.1 * params[4])
-        params[3] = max(params[3], 1.1 * params[5])
-    return PerfParams(*map(float, params))
+    return objective.params(result.x, free)
 
 
 def _observations(*arrays: Any) -> tuple[np.ndarray, ...]:
