@@ -36,6 +36,9 @@ def read_text(path: str | os.PathLike, *, what: str = "the file", error: type[Da
             data = fh.read()
     except OSError as err:
         raise error(f"cannot read {what}: {err.strerror or err}", path=path) from None
+    except ValueError:  # open() refuses a path with a NUL character
+        raise error(f"cannot read {what}: its path holds a NUL character; pass a file path or a JSON document",
+                    path=repr(str(path))) from None
     return decode(data, path, error=error)
 
 

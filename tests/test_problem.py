@@ -209,6 +209,9 @@ def test_json_files_errors_are_typed(tmp_path):
         Problem.from_json(tmp_path / "list.json")
     with pytest.raises(InvalidProblemError, match="expected a JSON document .* or the path of a JSON file, got int"):
         Problem.from_json(3)
+    # a string with a NUL character is no path open() takes (it raised ValueError)
+    with pytest.raises(DataFileError, match="its path holds a NUL character"):
+        Problem.from_json("\x00")
 
 
 def test_json_errors_name_the_job():
