@@ -16,7 +16,10 @@ projected throughputs) three times: with Sia's ``SiaPolicy``, with the allocopt
 stand-in at Sia's MIP gap (1e-4) and with it exact (``mip_gap=0``). The
 stand-in is swapped in by a shim ``sia`` module first on ``sys.path`` that binds
 it as ``sia.SiaPolicy``, so Sia's ``Cluster`` treats it as its own; nothing of
-Sia's is modified. ``--max-jobs`` keeps the first jobs of a workload (by
+Sia's is modified. ``--sia-program CBC`` makes the stand-in solve Sia's own cvxpy
+program with CBC (``SiaSimulatorPolicy(sia_program="CBC")``, needs cylp) instead of
+allocopt's ``sia`` policy with HiGHS; ``--skip-sia`` leaves Sia's own run out.
+``--max-jobs`` keeps the first jobs of a workload (by
 submission) so runs stay short. Prints average JCT and makespan and the ratio
 of the stand-in's average JCT to Sia's. Then allocopt's own simulator
 (:func:`allocopt.mechanism.simulator.simulate` with ``policy="sia"`` and

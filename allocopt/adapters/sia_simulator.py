@@ -36,7 +36,12 @@ Differences from Sia's code, on purpose:
   (``prefer_later``): the larger of two GPU counts, the later GPU type, which is
   what Sia's CBC solve returns in effect; it matters, as a job that takes fewer
   GPUs explores larger configurations later (Sia's ``max_replicas`` doubles).
-  Ties across jobs are still broken by HiGHS, not CBC.
+  Ties across jobs are still broken by HiGHS, not CBC. With ``sia_program="CBC"``
+  the stand-in instead writes Sia's own program (float32 utilities with Sia's
+  1e-4 goodputs for unusable configurations, Sia's cvxpy expression and
+  constraint order; :mod:`allocopt.formulations.sia_programs`) and solves it with
+  CBC through cvxpy (needs cylp), so CBC sees Sia's matrices and returns Sia's
+  answers, ties included.
 * ``lambda_a`` is accepted and ignored, as in Sia's MILP.
 * Rigid jobs (``category == "rigid"``) are rejected with a clear error: Sia
   gives them GPU counts outside its configuration set.
