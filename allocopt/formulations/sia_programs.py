@@ -58,10 +58,11 @@ def sia_utilities(goodput: np.ndarray, previous: np.ndarray, realloc_factor: np.
     """
     mat = np.array(goodput, dtype=np.float32, copy=True)
     previous = np.asarray(previous, dtype=np.int64)
-    for i in np.flatnonzero(previous >= 0):  # one row at a time, as Sia does (a float32 scalar per row)
-        keep = mat[i, previous[i]]
-        mat[i, :] *= float(realloc_factor[i])
-        mat[i, previous[i]] = keep
+    rows = np.flatnonzero(previous >= 0)
+    keep = mat[rows, previous[rows]]
+    # Sia multiplies each float32 row by its factor as a float32 scalar
+    mat[rows] *= np.asarray(realloc_factor, dtype=np.float64)[rows].astype(np.float32)[:, None]
+    mat[rows, previous[rows]] = keep
     with np.errstate(divide="ignore", over="ignore"):
         utility = np.round(np.power(mat, p), decimals=decimals)
     utility[utility > clip] = clip
