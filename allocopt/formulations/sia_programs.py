@@ -27,8 +27,6 @@ import numpy as np
 
 from allocopt.errors import InvalidOptionError
 
-ZERO_GOODPUT = np.float32(1e-4)  # Sia's ZERO_ALLOC_GAIN: the goodput of a configuration a job cannot use
-
 
 @dataclass
 class SiaProgramResult:
@@ -122,4 +120,4 @@ def solve_sia_program(utility: np.ndarray, reduce_matrix: np.ndarray, total_gpus
                             solver, t1 - t0, t2 - t1, options)
 
 
-__all__ = ["SiaProgramResult", "ZERO_GOODPUT", "sia_utilities", "solve_sia_program"]
+__all__ = ["SiaProgramResult", "sia_utilities", "solve_sia_program"]
