@@ -16,7 +16,10 @@ projected throughputs) three times: with Sia's ``SiaPolicy``, with the allocopt
 stand-in at Sia's MIP gap (1e-4) and with it exact (``mip_gap=0``). The
 stand-in is swapped in by a shim ``sia`` module first on ``sys.path`` that binds
 it as ``sia.SiaPolicy``, so Sia's ``Cluster`` treats it as its own; nothing of
-Sia's is modified. ``--max-jobs`` keeps the first jobs of a workload (by
+Sia's is modified. ``--sia-program CBC`` makes the stand-in solve Sia's own cvxpy
+program with CBC (``SiaSimulatorPolicy(sia_program="CBC")``, needs cylp) instead of
+allocopt's ``sia`` policy with HiGHS; ``--skip-sia`` leaves Sia's own run out.
+``--max-jobs`` keeps the first jobs of a workload (by
 submission) so runs stay short. Prints average JCT and makespan and the ratio
 of the stand-in's average JCT to Sia's. Then allocopt's own simulator
 (:func:`allocopt.mechanism.simulator.simulate` with ``policy="sia"`` and
@@ -48,7 +51,8 @@ from allocopt.adapters.sia_simulator import SiaSimulatorPolicy, restart_penalty_
 
 class SiaPolicy(SiaSimulatorPolicy):
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, mip_gap=float(os.environ.get("ALLOCOPT_SIA_MIP_GAP", "1e-4")), **kwargs)
+        super().__init__(*args, mip_gap=float(os.environ.get("ALLOCOPT_SIA_MIP_GAP", "1e-4")),
+                         sia_program=os.environ.get("ALLOCOPT_SIA_PROGRAM") or None, **kwargs)
 '''
 
 RUN = """
@@ -94,11 +98,11 @@ print("CONFORMANCE " + json.dumps({{"average_jct_s": result.metrics["average_jct
 
 
 def run(simulator: Path, workload: Path, shim: Path | None, mip_gap: float, timeout_s: float,
-        nnodes: dict | None = None, code: str | None = None) -> dict:
+        nnodes: dict | None = None, code: str | None = None, sia_program: str | None = None) -> dict:
     nnodes = nnodes or CLUSTERS["saturn"]
     code = code or RUN.format(shim=str(shim) if shim else "", simulator=str(simulator), workload=str(workload),
                               nnodes=nnodes)
-    env = dict(os.environ, ALLOCOPT_SIA_MIP_GAP=repr(mip_gap))
+    env = dict(os.environ, ALLOCOPT_SIA_MIP_GAP=repr(mip_gap), ALLOCOPT_SIA_PROGRAM=sia_program or "")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -140,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-jobs", type=int, default=40, help="first jobs of each workload (0: all)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per simulation")
     parser.add_argument("--skip-exact", action="store_true", help="leave out the mip_gap=0 run")
+    parser.add_argument("--sia-program", metavar="SOLVER", default=None,
+                        help="the stand-in solves Sia's own cvxpy program with this cvxpy solver (Sia's: CBC) "
+                             "instead of allocopt's sia policy with HiGHS")
+    parser.add_argument("--skip-sia", action="store_true",
+                        help="leave out Sia's own policy (the ratio columns then show '-')")
     args = parser.parse_args(argv)
     simulator = args.sia_dir.resolve()
     if (simulator / "sia-simulator").is_dir():
@@ -168,9 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, path in workloads:
             workload = truncated(path, args.max_jobs, Path(tmp))
             t0 = time.perf_counter()
-            base = run(simulator, workload, None, 1e-4, args.timeout, nnodes)
-            ours = run(simulator, workload, shim, 1e-4, args.timeout, nnodes)
-            exact = {} if args.skip_exact else run(simulator, workload, shim, 0.0, args.timeout, nnodes)
+            base = {} if args.skip_sia else run(simulator, workload, None, 1e-4, args.timeout, nnodes)
+            ours = run(simulator, workload, shim, 1e-4, args.timeout, nnodes, sia_program=args.sia_program)
+            exact = {} if args.skip_exact else run(simulator, workload, shim, 0.0, args.timeout, nnodes,
+                                                   sia_program=args.sia_program)
             own = {} if args.skip_allocopt else run(
                 simulator, workload, None, 0.0, args.timeout, nnodes,
                 ALLOCOPT.format(nnodes=nnodes, per_node=GPUS_PER_NODE, workload=str(workload),

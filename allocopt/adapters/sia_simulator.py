@@ -36,7 +36,12 @@ Differences from Sia's code, on purpose:
   (``prefer_later``): the larger of two GPU counts, the later GPU type, which is
   what Sia's CBC solve returns in effect; it matters, as a job that takes fewer
   GPUs explores larger configurations later (Sia's ``max_replicas`` doubles).
-  Ties across jobs are still broken by HiGHS, not CBC.
+  Ties across jobs are still broken by HiGHS, not CBC. With ``sia_program="CBC"``
+  the stand-in instead writes Sia's own program (float32 utilities with Sia's
+  1e-4 goodputs for unusable configurations, Sia's cvxpy expression and
+  constraint order; :mod:`allocopt.formulations.sia_programs`) and solves it with
+  CBC through cvxpy (needs cylp), so CBC sees Sia's matrices and returns Sia's
+  answers, ties included.
 * ``lambda_a`` is accepted and ignored, as in Sia's MILP.
 * Rigid jobs (``category == "rigid"``) are rejected with a clear error: Sia
   gives them GPU counts outside its configuration set.
@@ -52,7 +57,8 @@ import numpy as np
 from allocopt.api import solve
 from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
-from allocopt.errors import InvalidOptionError, InvalidProblemError
+from allocopt.errors import InvalidOptionError, InvalidProblemError, SolverError
+from allocopt.formulations.sia_programs import sia_utilities, solve_sia_program
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
 from allocopt.mechanism.sia_rounds import restart_delay_s
 from allocopt.solution import Status
@@ -89,6 +95,13 @@ class SiaSimulatorPolicy:
         Decimals the MILP's utilities ``G ** p`` are rounded to (Sia: 2); None for exact values.
     utility_clip : float or None, default 3000
         Cap on the utilities (Sia's ``sia_goodput_clip_val``); None for none.
+    sia_program : str, optional
+        A cvxpy solver name (Sia's: "CBC", which needs cylp): solve Sia's own program
+        (:mod:`allocopt.formulations.sia_programs`: Sia's float32 utility matrix with its 1e-4 goodputs,
+        its cvxpy expression and constraint order) with it instead of allocopt's ``sia`` policy, so the
+        solver sees Sia's matrices and breaks ties as in Sia's runs. ``backend`` is then unused.
+    threads : int, default 8
+        CBC's ``numberThreads`` with ``sia_program`` (Sia's ``sia_solver_num_threads``).
 
     Attributes
     ----------
@@ -105,7 +118,7 @@ class SiaSimulatorPolicy:
                  share_max_replicas: bool = False, sched_interval: float = 60, enable_bsz_tuning: bool = True, *,
                  backend: str = "highs", mip_gap: float = 1e-4, time_limit_s: float | None = None,
                  read_throughputs_before_first_run: bool = False, utility_decimals: int | None = 2,
-                 utility_clip: float | None = 3000.0):
+                 utility_clip: float | None = 3000.0, sia_program: str | None = None, threads: int = 8):
         if p_fairness == 0:
             raise InvalidOptionError("p_fairness must not be 0 (Sia's fairness exponent)")
         self.p_fairness = float(p_fairness)
@@ -118,6 +131,10 @@ class SiaSimulatorPolicy:
         self.backend, self.mip_gap, self.time_limit_s = backend, float(mip_gap), time_limit_s
         self.read_throughputs_before_first_run = read_throughputs_before_first_run
         self.utility_decimals, self.utility_clip = utility_decimals, utility_clip
+        if sia_program is not None and (utility_decimals is None or utility_clip is None):
+            raise InvalidOptionError("sia_program writes Sia's program, which rounds and clips its utilities: "
+                                     "give utility_decimals and utility_clip (Sia: 2 and 3000)")
+        self.sia_program, self.threads = sia_program, int(threads)
         self.cluster: Cluster | None = None
         self.configurations: Configurations | None = None
         self.cluster_ordering: list[str] = []
@@ -161,6 +178,10 @@ class SiaSimulatorPolicy:
         goodput[rows, previous[rows]] = np.maximum(goodput[rows, previous[rows]], ZERO_GOODPUT)
         factor = restart_factor([jobs[n].age for n in names], [jobs[n].num_restarts for n in names],
                                 [restart_penalty_s(str(n)) for n in names])
+        if self.sia_program is not None:
+            configuration = self._solve_sia_program(names, jobs, previous, pinned, factor)
+            self.prev_configuration = {name: int(c) for name, c in zip(names, configuration) if c >= 0}
+            return self._place(names, configuration, nodes)
         problem = GoodputProblem(goodput, self.configurations, self.cluster, job_ids=names, previous=previous,
                                  restart_factor=np.maximum(factor, MIN_RESTART_FACTOR), pinned=pinned)
         allocation = solve(problem, "sia", p=self.p_fairness, lambda_n=self.lambda_n, lambda_a=0.0,
@@ -172,11 +193,43 @@ class SiaSimulatorPolicy:
         self.prev_configuration = {name: int(c) for name, c in zip(names, configuration) if c >= 0}
         return self._place(names, configuration, nodes)
 
+    def _solve_sia_program(self, names: Sequence[Hashable], jobs: Mapping[Hashable, Any], previous: np.ndarray,
+                           pinned: np.ndarray, factor: np.ndarray) -> np.ndarray:
+        """This round's configuration per job from Sia's own program (``sia_program``)."""
+        goodput = np.vstack([self._sia_goodput_row(name, jobs[name])[0] for name in names])
+        utility = sia_utilities(goodput, previous, factor, self.p_fairness, self.utility_decimals, self.utility_clip)
+        reduce_matrix = np.zeros((len(self.configurations), len(self.cluster_ordering)), dtype=np.uint32)
+        reduce_matrix[np.arange(len(self.configurations)), self._type] = self._gpus
+        total = np.asarray(self.cluster.capacity, dtype=np.uint32)
+        result = solve_sia_program(utility, reduce_matrix, total, [(int(i), int(previous[i]))
+                                                                   for i in np.flatnonzero(pinned)],
+                                   self.lambda_n, self.p_fairness < 0, solver=self.sia_program,
+                                   mip_gap=self.mip_gap, threads=self.threads)
+        self.last_allocation = None
+        exact = result.status == "optimal" and self.mip_gap == 0
+        self.last_status = {"status": "optimal" if exact else "within_gap" if result.status == "optimal"
+                            else result.status, "exact": exact, "mip_gap_limit": self.mip_gap,
+                            "mip_gap": self.mip_gap, "objective": result.objective, "solver": result.solver,
+                            "program": "sia", "build_s": result.build_s, "solve_s": result.solve_s,
+                            "message": f"Sia's program, {result.solver} through cvxpy: {result.status}"
+                            + ("" if exact else f", within a relative MIP gap of {self.mip_gap:g}.")}
+        if result.status != "optimal":
+            raise SolverError(f"Sia's program did not solve: {result.solver} through cvxpy says {result.status!r}")
+        return result.configuration
+
     # -- goodputs ---------------------------------------------------------------------------------
 
     def _goodput_row(self, name: Hashable, job: Any) -> np.ndarray:
         """Sia's normalized goodput of one job in every configuration (0 where it cannot run)."""
+        row, filled = self._sia_goodput_row(name, job)
+        return np.where(filled & (row > ZERO_GOODPUT), row, 0.0).astype(np.float64)
+
+    def _sia_goodput_row(self, name: Hashable, job: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The job's row of Sia's goodput matrix (float32, as Sia computes it: configurations the job
+        cannot use start at 1e-4 and are scaled with the row, then raised to at least 1e-4) and the
+        mask of the configurations the job can use."""
         row = np.zeros(len(self.configurations), dtype=np.float32)
+        filled = np.zeros(len(self.configurations), dtype=bool)
         missing = []  # types where the job gets only its smallest configuration, at goodput = scale unit
         for j, cluster in enumerate(self.cluster_ordering):
             fn = job.speedup_fn.get(cluster)
@@ -198,18 +251,25 @@ class SiaSimulatorPolicy:
                 missing.append(j)
                 continue
             row[cols] = self._goodputs(job, cluster, self._nodes[cols], self._gpus[cols] // unit)
+            filled[cols] = True
         counted = np.isin(self._type, [j for j in range(len(self.cluster_ordering)) if j not in missing])
         usable = counted & (row > ZERO_GOODPUT)
-        smallest = float(row[usable].min()) if usable.any() else 1.0
+        smallest = row[usable].min() if usable.any() else 1.0  # a float32 scalar, as Sia's
         unit_of_smallest = 1
         for j, cluster in enumerate(self.cluster_ordering):
             if j not in missing and np.any(row[self._type == j] == smallest):
                 unit_of_smallest = int(job.scale_unit[cluster])
-        row *= np.float32(unit_of_smallest / smallest)
+        scale = 1.0 / smallest  # Sia's order of operations, so the float32 row is Sia's to the bit
+        scale *= unit_of_smallest
+        row[~filled] = np.float32(ZERO_GOODPUT)
+        row *= scale
         for j in missing:
             unit = int(job.scale_unit[self.cluster_ordering[j]])
-            row[(self._type == j) & (self._gpus == unit)] = unit
-        return np.where(row > ZERO_GOODPUT, row, 0.0).astype(np.float64)
+            at_unit = (self._type == j) & (self._gpus == unit)
+            row[at_unit] = unit
+            filled |= at_unit
+        row[row <= ZERO_GOODPUT] = np.float32(ZERO_GOODPUT)
+        return row, filled
 
     def _goodputs(self, job: Any, cluster: str, num_nodes: np.ndarray, num_replicas: np.ndarray) -> np.ndarray:
         """Sia's ``_compute_goodputs_v2``: the job's model on ``cluster``, else projected from another type."""
