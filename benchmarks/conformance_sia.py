@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{cell(exact, 'average_jct_s', 10)} {ratio(exact, base)} "
                   f"{cell(own, 'average_jct_s', 10)} {ratio(own, base)} {makespan}   "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            if args.skip_sia and "makespan_s" in own:
+                print(f"    allocopt makespan: {own['makespan_s']:,.1f} s")
             for label, result in (("Sia", base), ("stand-in", ours), ("exact", exact), ("allocopt", own)):
                 if "error" in result:
                     print(f"    {label}: {result['error']}")
