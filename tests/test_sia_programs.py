@@ -141,5 +141,7 @@ def test_planner_sia_program_rejects_rigid_jobs_unrounded_utilities_and_unknown_
         sia_round(jobs, cluster, configs, goodput, sia_program="HIGHS")
     with pytest.raises(InvalidOptionError, match="utility_decimals"):
         sia_round(jobs[:1], cluster, configs, goodput[:1], sia_program="HIGHS", utility_decimals=None)
+    with pytest.raises(InvalidOptionError, match="takes no time_limit_s"):
+        sia_round(jobs[:1], cluster, configs, goodput[:1], sia_program="HIGHS", time_limit_s=5.0)
     with pytest.raises(InvalidOptionError, match="not installed"):
         sia_round(jobs[:1], cluster, configs, goodput[:1], sia_program="NO_SUCH_SOLVER")

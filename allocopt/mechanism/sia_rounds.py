@@ -258,8 +258,13 @@ def sia_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Con
 
 def _solve_sia_program(problem: GoodputProblem, realloc_factor: np.ndarray, p: float, lambda_n: float, solver: str,
                        threads: int, *, utility_decimals: int | None = 2, utility_clip: float | None = 3000.0,
-                       mip_gap: float = 1e-4, **_: Any) -> ConfigurationAllocation:
-    """:func:`sia_round` with ``sia_program``: Sia's own program, as a :class:`ConfigurationAllocation`."""
+                       mip_gap: float = 1e-4, **others: Any) -> ConfigurationAllocation:
+    """:func:`sia_round` with ``sia_program``: Sia's own program, as a :class:`ConfigurationAllocation`
+    (``prefer_later`` and ``relaxation_first``, options of allocopt's own MILP, do not apply)."""
+    unknown = sorted(set(others) - {"prefer_later", "relaxation_first"})
+    if unknown:
+        raise InvalidOptionError(f"sia_program solves Sia's own program, which takes no {', '.join(unknown)}; "
+                                 "leave them out or leave sia_program out")
     if utility_decimals is None or utility_clip is None:
         raise InvalidOptionError("sia_program writes Sia's program, which rounds and clips its utilities: "
                                  "give utility_decimals and utility_clip (Sia: 2 and 3000)")
