@@ -19,7 +19,9 @@ it as ``sia.SiaPolicy``, so Sia's ``Cluster`` treats it as its own; nothing of
 Sia's is modified. ``--sia-program CBC`` makes the stand-in solve Sia's own cvxpy
 program with CBC (``SiaSimulatorPolicy(sia_program="CBC")``, needs cylp) instead of
 allocopt's ``sia`` policy with HiGHS; ``--skip-sia`` leaves Sia's own run out.
-``--max-jobs`` keeps the first jobs of a workload (by
+``--allocopt-sia-program CBC`` has allocopt's own simulator solve Sia's program too
+(``policy_options={"faithful_to_sia": True, "sia_program": "CBC"}``); ``--skip-stand-in``
+leaves the stand-in out. ``--max-jobs`` keeps the first jobs of a workload (by
 submission) so runs stay short. Prints average JCT and makespan and the ratio
 of the stand-in's average JCT to Sia's. Then allocopt's own simulator
 (:func:`allocopt.mechanism.simulator.simulate` with ``policy="sia"`` and
@@ -90,7 +92,7 @@ nnodes = {nnodes!r}
 cluster = Cluster({{t: n * {per_node!r}[t] for t, n in nnodes.items()}}, {{t: {per_node!r}[t] for t in nnodes}})
 t0 = time.perf_counter()
 result = simulate({workload!r}, cluster, "sia", profiles=load_profiles({traces!r}), round_seconds=60.0,
-                  policy_options={{"faithful_to_sia": True}})
+                  policy_options={options!r})
 print("CONFORMANCE " + json.dumps({{"average_jct_s": result.metrics["average_jct_s"],
                                     "makespan_s": result.metrics["makespan_s"], "jobs": result.metrics["num_jobs"],
                                     "rounds": result.metrics["num_rounds"], "wall_s": time.perf_counter() - t0}}))
@@ -147,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sia-program", metavar="SOLVER", default=None,
                         help="the stand-in solves Sia's own cvxpy program with this cvxpy solver (Sia's: CBC) "
                              "instead of allocopt's sia policy with HiGHS")
+    parser.add_argument("--allocopt-sia-program", metavar="SOLVER", default=None,
+                        help="allocopt's own simulator solves Sia's own cvxpy program with this cvxpy solver "
+                             "(policy option sia_program; Sia's: CBC)")
+    parser.add_argument("--skip-stand-in", action="store_true", help="leave out the stand-in runs")
     parser.add_argument("--skip-sia", action="store_true",
                         help="leave out Sia's own policy (the ratio columns then show '-')")
     args = parser.parse_args(argv)
@@ -163,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         workloads = [(name, simulator / "workloads" / args.suite / f"{name}.csv") for name in args.workloads]
     if not (simulator / "multi_simulator.py").is_file():
         parser.error(f"{args.sia_dir} holds no sia-simulator/multi_simulator.py")
+    options = {"faithful_to_sia": True}
+    if args.allocopt_sia_program:
+        options["sia_program"] = args.allocopt_sia_program
     with tempfile.TemporaryDirectory(prefix="allocopt-sia-shim-") as tmp:
         shim = Path(tmp) / "shim"
         shim.mkdir()
@@ -178,13 +187,14 @@ def main(argv: list[str] | None = None) -> int:
             workload = truncated(path, args.max_jobs, Path(tmp))
             t0 = time.perf_counter()
             base = {} if args.skip_sia else run(simulator, workload, None, 1e-4, args.timeout, nnodes)
-            ours = run(simulator, workload, shim, 1e-4, args.timeout, nnodes, sia_program=args.sia_program)
-            exact = {} if args.skip_exact else run(simulator, workload, shim, 0.0, args.timeout, nnodes,
+            ours = {} if args.skip_stand_in else run(simulator, workload, shim, 1e-4, args.timeout, nnodes,
+                                                     sia_program=args.sia_program)
+            exact = {} if args.skip_exact or args.skip_stand_in else run(simulator, workload, shim, 0.0, args.timeout, nnodes,
                                                    sia_program=args.sia_program)
             own = {} if args.skip_allocopt else run(
                 simulator, workload, None, 0.0, args.timeout, nnodes,
                 ALLOCOPT.format(nnodes=nnodes, per_node=GPUS_PER_NODE, workload=str(workload),
-                                traces=str(simulator / "traces")))
+                                traces=str(simulator / "traces"), options=options))
             makespan = (f"{own['makespan_s'] / base['makespan_s']:>8.4f}" if "makespan_s" in own and
                         "makespan_s" in base else f"{'-':>8}")
             print(f"{name:<12} {base.get('jobs', ours.get('jobs', 0)):>4} {cell(base, 'average_jct_s', 10)} "
@@ -192,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{cell(exact, 'average_jct_s', 10)} {ratio(exact, base)} "
                   f"{cell(own, 'average_jct_s', 10)} {ratio(own, base)} {makespan}   "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            if args.skip_sia and "makespan_s" in own:
+                print(f"    allocopt makespan: {own['makespan_s']:,.1f} s")
             for label, result in (("Sia", base), ("stand-in", ours), ("exact", exact), ("allocopt", own)):
                 if "error" in result:
                     print(f"    {label}: {result['error']}")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from allocopt.errors import InvalidOptionError
-from allocopt.formulations.sia_programs import sia_utilities, solve_sia_program
+from allocopt.formulations.sia_programs import sia_goodput, sia_utilities, solve_sia_program
 from test_sia_adapter import Job, Speedup, sia_nodes, sia_policy
 
 cp = pytest.importorskip("cvxpy")
@@ -71,3 +71,77 @@ def test_sias_program_needs_an_installed_solver_and_sias_rounding():
                           np.ones(1, dtype=np.uint32), [], 1.1, True, solver="NO_SUCH_SOLVER")
     with pytest.raises(InvalidOptionError, match="utility_decimals"):
         sia_policy(sia_program="CBC", utility_decimals=None)
+
+
+# -- SiaPlanner (allocopt's own simulator) with ``sia_program`` ------------------------------------------------
+
+def test_sia_goodput_normalizes_as_sia():
+    raw = np.array([[0.0, 2.0, 4.0], [0.0, 0.0, 0.0], [5e-5, 0.5, 0.0]])
+    out = sia_goodput(raw)
+    assert out.dtype == np.float32
+    # row 0: smallest 2 -> 1; the unusable configuration starts at 1e-4, scaled by 1/2, then raised to 1e-4
+    np.testing.assert_array_equal(out[0], np.float32([1e-4, 1.0, 2.0]))
+    np.testing.assert_array_equal(out[1], np.float32([1e-4, 1e-4, 1e-4]))  # nothing usable: scale 1
+    # row 2: 5e-5 does not count for the smallest (0.5 does), so it is scaled by 2: 1e-4
+    np.testing.assert_allclose(out[2], np.float32([1e-4, 1.0, 2e-4]), rtol=1e-6)
+
+
+@pytest.mark.skipif(MILP is None, reason="cvxpy has no MILP solver here (CBC needs cylp)")
+def test_planner_sia_program_routes_each_round_to_sias_program():
+    """``policy_options={"faithful_to_sia": True, "sia_program": ...}``: every round of allocopt's simulator
+    is solved by Sia's cvxpy program with that solver, its answer is feasible and its objective is Sia's
+    rounded objective at the chosen configurations; jobs in checkpoint-restore keep theirs."""
+    from test_sia_simulation import CLUSTER, RecordingExecutor, small_workload
+
+    from allocopt.mechanism.simulator import simulate
+    from allocopt.throughput.profiles import load_profiles, shipped_profiles_dir
+
+    profiles = load_profiles(shipped_profiles_dir())
+    jobs = small_workload(4)
+    executor = RecordingExecutor()
+    result = simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=executor,
+                      policy_options={"faithful_to_sia": True, "sia_program": MILP})
+    assert result.metrics["num_jobs"] == 4 and all(np.isfinite(result.jobs["jct_s"]))
+    plans = [plan for plan in executor.plans if plan.allocation is not None]
+    moved = 0  # rounds where a job left its previous configuration
+    for plan in plans:
+        allocation = plan.allocation
+        assert allocation.backend == f"cvxpy-{MILP}" and allocation.extras["program"] == "sia"
+        problem, chosen = allocation.problem, allocation.configuration
+        configs = problem.configurations
+        used = np.bincount(configs.gpu_type[chosen[chosen >= 0]], weights=configs.num_gpus[chosen[chosen >= 0]],
+                           minlength=len(CLUSTER.capacity))
+        assert np.all(used <= np.asarray(CLUSTER.capacity))
+        assert np.all(chosen[problem.pinned] == problem.previous[problem.pinned])
+        # Sia's objective: rounded utility of each chosen configuration, lambda_n for each job without one
+        # (a pinned job keeps its previous configuration, whose utility no re-allocation factor scales)
+        utility = sia_utilities(sia_goodput(problem.goodput), problem.previous, problem.restart_factor, -0.5)
+        rows = np.flatnonzero(chosen >= 0)
+        value = float(utility[rows, chosen[rows]].sum()) + 1.1 * (chosen.size - rows.size)
+        assert value == pytest.approx(allocation.objective, abs=1e-4)
+        moved += int(np.any((problem.previous >= 0) & (chosen != problem.previous)))
+    assert len(plans) >= 5 and moved >= 1
+    # without the option the same run goes to allocopt's own sia policy (HiGHS)
+    plain = RecordingExecutor()
+    simulate(jobs, CLUSTER, "sia", profiles=profiles, round_seconds=60.0, executor=plain,
+             policy_options={"faithful_to_sia": True})
+    assert all(p.allocation.backend == "highs" for p in plain.plans if p.allocation is not None)
+
+
+def test_planner_sia_program_rejects_rigid_jobs_unrounded_utilities_and_unknown_solvers():
+    from allocopt.cluster import Cluster
+    from allocopt.configurations import sia_configurations
+    from allocopt.mechanism.sia_rounds import SiaJobState, sia_round
+
+    cluster = Cluster({"aws": 8}, {"aws": 4})
+    configs = sia_configurations(cluster)
+    goodput = np.tile(np.arange(1, len(configs) + 1, dtype=float), (2, 1))
+    jobs = [SiaJobState(0, "cifar10", 0.0), SiaJobState(1, "bert", 0.0, rigid_gpus=1)]
+    with pytest.raises(InvalidOptionError, match="job 1 is rigid"):
+        sia_round(jobs, cluster, configs, goodput, sia_program="HIGHS")
+    with pytest.raises(InvalidOptionError, match="utility_decimals"):
+        sia_round(jobs[:1], cluster, configs, goodput[:1], sia_program="HIGHS", utility_decimals=None)
+    with pytest.raises(InvalidOptionError, match="takes no time_limit_s"):
+        sia_round(jobs[:1], cluster, configs, goodput[:1], sia_program="HIGHS", time_limit_s=5.0)
+    with pytest.raises(InvalidOptionError, match="not installed"):
+        sia_round(jobs[:1], cluster, configs, goodput[:1], sia_program="NO_SUCH_SOLVER")

@@ -58,12 +58,11 @@ from allocopt.api import solve
 from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError, InvalidProblemError, SolverError
-from allocopt.formulations.sia_programs import sia_utilities, solve_sia_program
+from allocopt.formulations.sia_programs import ZERO_GOODPUT, solve_sia_round
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
 from allocopt.mechanism.sia_rounds import restart_delay_s
 from allocopt.solution import Status
 
-ZERO_GOODPUT = 1e-4  # Sia's ZERO_ALLOC_GAIN: goodputs at or below it do not count
 MIN_RESTART_FACTOR = 1e-6  # a restart factor of 0 (restarts ate the job's age) makes every move prohibitive
 SIA_MAX_GPUS = 64  # Sia's configuration tables end at 64 GPUs
 
@@ -197,14 +196,10 @@ class SiaSimulatorPolicy:
                            pinned: np.ndarray, factor: np.ndarray) -> np.ndarray:
         """This round's configuration per job from Sia's own program (``sia_program``)."""
         goodput = np.vstack([self._sia_goodput_row(name, jobs[name])[0] for name in names])
-        utility = sia_utilities(goodput, previous, factor, self.p_fairness, self.utility_decimals, self.utility_clip)
-        reduce_matrix = np.zeros((len(self.configurations), len(self.cluster_ordering)), dtype=np.uint32)
-        reduce_matrix[np.arange(len(self.configurations)), self._type] = self._gpus
-        total = np.asarray(self.cluster.capacity, dtype=np.uint32)
-        result = solve_sia_program(utility, reduce_matrix, total, [(int(i), int(previous[i]))
-                                                                   for i in np.flatnonzero(pinned)],
-                                   self.lambda_n, self.p_fairness < 0, solver=self.sia_program,
-                                   mip_gap=self.mip_gap, threads=self.threads)
+        result = solve_sia_round(goodput, self._type, self._gpus, self.cluster.capacity, previous, pinned, factor,
+                                 self.p_fairness, self.lambda_n, decimals=self.utility_decimals,
+                                 clip=self.utility_clip, solver=self.sia_program, mip_gap=self.mip_gap,
+                                 threads=self.threads)
         self.last_allocation = None
         exact = result.status == "optimal" and self.mip_gap == 0
         self.last_status = {"status": "optimal" if exact else "within_gap" if result.status == "optimal"

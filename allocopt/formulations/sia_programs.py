@@ -14,7 +14,9 @@ program around it: a binary (jobs x configurations) matrix variable, the
 objective ``sum(w @ (X * A)) + lambda_n * (jobs - sum(X))`` (minimized for
 ``p < 0``), and the constraints in Sia's order (``X >= 0``, ``X <= 1``, the
 GPUs of each type (at most the type's, at least 0), one configuration per job,
-then ``X[i, c] == 1`` for each job in checkpoint-restore).
+then ``X[i, c] == 1`` for each job in checkpoint-restore). :func:`solve_sia_round`
+does both for one round, from the goodput matrix, the configurations and the
+cluster; :func:`sia_goodput` normalizes raw goodputs as Sia does.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from allocopt.errors import InvalidOptionError
+
+ZERO_GOODPUT = 1e-4  # Sia's ZERO_ALLOC_GAIN: goodputs at or below it do not count
 
 
 @dataclass
@@ -65,6 +69,42 @@ def sia_utilities(goodput: np.ndarray, previous: np.ndarray, realloc_factor: np.
         utility = np.round(np.power(mat, p), decimals=decimals)
     utility[utility > clip] = clip
     return utility
+
+
+def sia_goodput(goodput: np.ndarray) -> np.ndarray:
+    """Sia's normalized float32 goodput matrix from raw goodputs (jobs x configurations, 0 where a job
+    cannot run): each row divided by its smallest goodput above 1e-4 (1 where there is none);
+    configurations a job cannot use start at 1e-4 and are scaled with the row; then at least 1e-4."""
+    mat = np.asarray(goodput, dtype=np.float32)
+    counted = np.where(mat > ZERO_GOODPUT, mat, np.float32(np.inf)).min(axis=1, initial=np.inf)
+    smallest = np.where(np.isfinite(counted), counted, np.float32(1.0)).astype(np.float32)
+    # Sia: ``scale = 1.0 / smallest`` (a float64), then the float32 row times it in float32
+    scale = (1.0 / smallest.astype(np.float64)).astype(np.float32)
+    out = np.where(mat > 0, mat, np.float32(ZERO_GOODPUT)) * scale[:, None]
+    out[out <= ZERO_GOODPUT] = np.float32(ZERO_GOODPUT)
+    return out.astype(np.float32, copy=False)
+
+
+def solve_sia_round(goodput: np.ndarray, gpu_type: np.ndarray, num_gpus: np.ndarray, capacity: np.ndarray,
+                    previous: np.ndarray, pinned: np.ndarray, realloc_factor: np.ndarray, p: float,
+                    lambda_n: float, *, decimals: int = 2, clip: float = 3000.0, solver: str = "CBC",
+                    mip_gap: float = 1e-4, threads: int = 8) -> SiaProgramResult:
+    """One round of Sia's policy as Sia's code solves it: :func:`sia_utilities` of Sia's normalized
+    float32 ``goodput`` (jobs x configurations), then :func:`solve_sia_program`.
+
+    ``gpu_type``, ``num_gpus`` : int arrays (n_configurations,), each configuration's GPU type and GPUs;
+    ``capacity`` : GPUs of each type; ``previous`` : each job's previous configuration (-1: none);
+    ``pinned`` : bool per job, kept at its previous configuration (checkpoint-restore);
+    ``realloc_factor`` : each job's re-allocation factor (Pollux's, unclipped, as Sia's).
+    """
+    previous = np.asarray(previous, dtype=np.int64)
+    utility = sia_utilities(goodput, previous, realloc_factor, p, decimals, clip)
+    gpu_type = np.asarray(gpu_type, dtype=np.int64)
+    reduce_matrix = np.zeros((gpu_type.size, len(capacity)), dtype=np.uint32)
+    reduce_matrix[np.arange(gpu_type.size), gpu_type] = np.asarray(num_gpus, dtype=np.uint32)
+    kept = [(int(i), int(previous[i])) for i in np.flatnonzero(np.asarray(pinned, dtype=bool))]
+    return solve_sia_program(utility, reduce_matrix, np.asarray(capacity, dtype=np.uint32), kept, lambda_n, p < 0,
+                             solver=solver, mip_gap=mip_gap, threads=threads)
 
 
 def solve_sia_program(utility: np.ndarray, reduce_matrix: np.ndarray, total_gpus: np.ndarray,
@@ -120,4 +160,4 @@ def solve_sia_program(utility: np.ndarray, reduce_matrix: np.ndarray, total_gpus
                             solver, t1 - t0, t2 - t1, options)
 
 
-__all__ = ["SiaProgramResult", "sia_utilities", "solve_sia_program"]
+__all__ = ["SiaProgramResult", "sia_goodput", "sia_utilities", "solve_sia_program", "solve_sia_round"]

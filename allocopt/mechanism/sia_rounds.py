@@ -48,10 +48,12 @@ from typing import Any
 
 import numpy as np
 
+from allocopt.allocation import Timings
 from allocopt.api import solve
 from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
-from allocopt.errors import InvalidOptionError
+from allocopt.errors import InvalidOptionError, SolverError
+from allocopt.formulations.sia_programs import sia_goodput, solve_sia_round
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
 from allocopt.mechanism.sia_job_steps import (MAX_EPOCHS, SIA_POLICY_MAX_LOCAL_BSZ, batch_split, epoch_ends,
                                              step_round)
@@ -59,6 +61,7 @@ from allocopt.mechanism.sia_workloads import SiaWorkloadJob
 from allocopt.mechanism.state import SimulationState
 from allocopt.mechanism.workload import Workload
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
+from allocopt.solution import Status
 from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix
 from allocopt.throughput.profiles import ApplicationProfile
 
@@ -194,7 +197,7 @@ class SiaRoundPlan(RoundPlan):
 
 def sia_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Configurations, goodput: np.ndarray,
               *, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0, backend: str = "highs",
-              **solve_options) -> ConfigurationAllocation:
+              sia_program: str | None = None, sia_threads: int = 8, **solve_options) -> ConfigurationAllocation:
     """Solve the ``sia`` policy for one round.
 
     Goodput outside a job's previous configuration is scaled by its restart
@@ -214,6 +217,15 @@ def sia_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Con
     p, lambda_n, lambda_a : float
         Options of the ``sia`` policy.
     backend : str, default "highs"
+    sia_program : str, optional
+        A cvxpy solver name (Sia's: "CBC", which needs cylp): solve Sia's own cvxpy program
+        (:func:`allocopt.formulations.sia_programs.solve_sia_round`: Sia's float32 normalized goodputs with
+        1e-4 where a job cannot run, its unclipped re-allocation factors, ``utility_decimals`` (2) and
+        ``utility_clip`` (3000)) with it instead of the ``sia`` policy, so the solver breaks ties as in
+        Sia's runs; ``lambda_a``, ``backend`` and ``prefer_later`` are then unused, ``mip_gap``
+        (default 1e-4, Sia's) is the solver's relative gap. No rigid jobs.
+    sia_threads : int, default 8
+        CBC's ``numberThreads`` with ``sia_program`` (Sia's ``sia_solver_num_threads``).
     **solve_options
         Passed to :func:`allocopt.solve` (``time_limit_s``, ``mip_gap``, ...).
 
@@ -234,11 +246,45 @@ def sia_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Con
     pinned = restoring & has_previous & (prev_goodput > 0)
     if rigid.size:
         pinned &= (rigid == 0) | (configurations.num_gpus[np.maximum(previous, 0)] == rigid)
-    factor = np.clip(restart_factor(age, restarts, delay), MIN_RESTART_FACTOR, 1.0) if len(jobs) else np.ones(0)
+    raw_factor = restart_factor(age, restarts, delay) if len(jobs) else np.ones(0)
+    factor = np.clip(raw_factor, MIN_RESTART_FACTOR, 1.0)
     factor[pinned] = 1.0
     problem = GoodputProblem(G, configurations, cluster, job_ids=[j.job_id for j in jobs], previous=previous,
                              restart_factor=factor, pinned=pinned, rigid_gpus=rigid)
+    if sia_program is not None:
+        return _solve_sia_program(problem, raw_factor, p, lambda_n, sia_program, sia_threads, **solve_options)
     return solve(problem, "sia", backend=backend, p=p, lambda_n=lambda_n, lambda_a=lambda_a, **solve_options)
+
+
+def _solve_sia_program(problem: GoodputProblem, realloc_factor: np.ndarray, p: float, lambda_n: float, solver: str,
+                       threads: int, *, utility_decimals: int | None = 2, utility_clip: float | None = 3000.0,
+                       mip_gap: float = 1e-4, **others: Any) -> ConfigurationAllocation:
+    """:func:`sia_round` with ``sia_program``: Sia's own program, as a :class:`ConfigurationAllocation`
+    (``prefer_later`` and ``relaxation_first``, options of allocopt's own MILP, do not apply)."""
+    unknown = sorted(set(others) - {"prefer_later", "relaxation_first"})
+    if unknown:
+        raise InvalidOptionError(f"sia_program solves Sia's own program, which takes no {', '.join(unknown)}; "
+                                 "leave them out or leave sia_program out")
+    if utility_decimals is None or utility_clip is None:
+        raise InvalidOptionError("sia_program writes Sia's program, which rounds and clips its utilities: "
+                                 "give utility_decimals and utility_clip (Sia: 2 and 3000)")
+    rigid = np.flatnonzero(problem.rigid_gpus > 0)
+    if rigid.size:
+        raise InvalidOptionError(f"job {problem.job_ids[rigid[0]]!r} is rigid; sia_program solves Sia's program, "
+                                 "which has no rigid jobs: leave sia_program out")
+    configs = problem.configurations
+    result = solve_sia_round(sia_goodput(problem.goodput), configs.gpu_type, configs.num_gpus,
+                             problem.cluster.capacity, problem.previous, problem.pinned, realloc_factor, p, lambda_n,
+                             decimals=utility_decimals, clip=utility_clip, solver=solver, mip_gap=float(mip_gap),
+                             threads=threads)
+    if result.status != "optimal":
+        raise SolverError(f"Sia's program did not solve: {result.solver} through cvxpy says {result.status!r}")
+    timings = Timings(model_build_s=result.build_s, solve_s=result.solve_s, total_s=result.build_s + result.solve_s,
+                      num_solves=1)
+    return ConfigurationAllocation(problem, result.configuration, "sia", f"cvxpy-{result.solver}", Status.OPTIMAL,
+                                   result.objective, f"Sia's program, {result.solver} through cvxpy: optimal within "
+                                   f"a relative MIP gap of {mip_gap:g}.", timings,
+                                   {"program": "sia", "solver": result.solver, "mip_gap": float(mip_gap)})
 
 
 def place_configurations(cluster: Cluster, allocation: ConfigurationAllocation,
@@ -633,6 +679,12 @@ class SiaPlanner:
         ``sia_stepping``, ``cap_policy_batch`` and ``packed_placement`` unless given False,
         its slowdowns and restore times unless given, and its MILP's rounding and tie-break
         (``utility_decimals=2, utility_clip=3000, prefer_later=True`` unless given).
+    sia_program : str, optional
+        A cvxpy solver name (Sia's: "CBC", needs cylp): each round solves Sia's own cvxpy program with it
+        (:func:`sia_round`), so ties in Sia's rounded MILP are broken as in Sia's runs. Off by default,
+        also with ``faithful_to_sia``.
+    sia_threads : int, default 8
+        CBC's ``numberThreads`` with ``sia_program``.
     **solve_options
         Passed to :func:`allocopt.solve`.
     """
@@ -644,7 +696,8 @@ class SiaPlanner:
                  restore_s: Mapping[str, float] | None = None, learn_throughputs: bool | None = None,
                  round_grid: bool | None = None, sia_stepping: bool | None = None,
                  batch_sizes: Sequence[int] | None = None, cap_policy_batch: bool | None = None,
-                 packed_placement: bool | None = None, faithful_to_sia: bool = False, **solve_options: Any):
+                 packed_placement: bool | None = None, faithful_to_sia: bool = False, sia_program: str | None = None,
+                 sia_threads: int = 8, **solve_options: Any):
         self.cluster: Cluster = state.cluster
         if faithful_to_sia:
             round_grid = True if round_grid is None else round_grid
@@ -684,6 +737,8 @@ class SiaPlanner:
         self.round_grid_s = self.round_seconds if round_grid else None  # read by the simulator loop
         self.options = dict(p=p, lambda_n=lambda_n, lambda_a=lambda_a, backend=backend,
                             packed_placement=bool(packed_placement), **solve_options)
+        if sia_program is not None:
+            self.options.update(sia_program=str(sia_program), sia_threads=int(sia_threads))
         self.solve_seconds: list[float] = []
         self._jobs: dict[int, SiaJobState] = {}
         self._gpu_ids: dict[Hashable, tuple[int, ...]] = {}
