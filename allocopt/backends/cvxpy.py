@@ -25,7 +25,7 @@ from allocopt.backends.base import Backend, RawResult, SolveOptions
 from allocopt.backends.gurobi import SIZE_LIMIT, license_error
 from allocopt.errors import InvalidOptionError
 from allocopt.model import CompiledModel
-from allocopt.solution import Status
+from allocopt.solution import STATUS_MESSAGES, Status
 
 STATUS_MAP = {  # cvxpy.settings status strings
     "optimal": Status.OPTIMAL,
@@ -64,6 +64,31 @@ class _Handle:
     solver_opts: dict[str, Any]
 
 
+def require_solver(name: str, hint: str = "") -> None:
+    """InvalidOptionError unless cvxpy has the solver ``name`` installed (``hint``: how to install it)."""
+    import cvxpy as cp
+
+    if name not in cp.installed_solvers():
+        raise InvalidOptionError(f"cvxpy solver {name!r} is not installed{hint}; installed: "
+                                 f"{', '.join(cp.installed_solvers())}")
+
+
+def solve_program(program: Any, name: str, verbose: bool, solver_opts: dict[str, Any]) -> tuple[str, Status, str]:
+    """Solve a cvxpy ``program`` written outside a :class:`CompiledModel` (conic programs, the programs
+    of other systems' code) with solver ``name``: cvxpy's status (``solver_error: ...`` when the solver
+    raised), allocopt's :class:`Status` and the message for the :class:`Solution`."""
+    import cvxpy as cp
+
+    try:
+        program.solve(solver=name, verbose=verbose, **solver_opts)
+        native = program.status
+    except cp.error.SolverError as err:
+        native = f"solver_error: {err}"
+    status = STATUS_MAP.get(native, Status.ERROR)
+    detail = f" {name} did not reach its accuracy tolerances." if native.endswith("_inaccurate") else ""
+    return native, status, f"{STATUS_MESSAGES[status]} (cvxpy: {native} ({name})){detail}"
+
+
 class CvxpyBackend(Backend):
     """cvxpy and the solver it picks (see the module docstring)."""
     name = "cvxpy"
@@ -75,9 +100,8 @@ class CvxpyBackend(Backend):
 
         solver_opts = dict(options.solver_options)
         solver = solver_opts.pop("solver", DEFAULT_SOLVER if DEFAULT_SOLVER in cp.installed_solvers() else None)
-        if solver is not None and solver not in cp.installed_solvers():
-            raise InvalidOptionError(f"cvxpy solver {solver!r} is not installed; installed: "
-                                     f"{', '.join(cp.installed_solvers())}")
+        if solver is not None:
+            require_solver(solver)
         integer = np.flatnonzero(model.integrality)
         bound_rows = []
         try:

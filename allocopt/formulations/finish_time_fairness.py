@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import brentq
 
-from allocopt.backends.cvxpy import STATUS_MAP, CvxpyBackend
+from allocopt.backends.cvxpy import CvxpyBackend, require_solver, solve_program
 from allocopt.backends.highs import IPM_MIN_COLUMNS
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
@@ -76,7 +76,7 @@ from allocopt.formulations.makespan import (SpeedupLP, evaluate, isolated_throug
                                             planning_model, policy_throughputs, previous_if_optimal,
                                             steps_remaining)
 from allocopt.problem import Problem
-from allocopt.solution import STATUS_MESSAGES, Solution, Status
+from allocopt.solution import Solution, Status
 from allocopt.warm_start import WarmStart
 
 RHO_RTOL = 1e-9
@@ -370,9 +370,7 @@ class FinishTimeFairness(Policy):
         active = steps > 0
         options = dict(solver.options.solver_options)
         name = options.pop("solver", DEFAULT_CONIC_SOLVER)
-        if name not in cp.installed_solvers():
-            raise InvalidOptionError(f"cvxpy solver {name!r} is not installed; installed: "
-                                     f"{', '.join(cp.installed_solvers())}")
+        require_solver(name)
         t0 = time.perf_counter()
         base, e = planning_model(problem, active, name=self.name, throughputs=throughputs,
                                  space_sharing=space_sharing)
@@ -390,19 +388,13 @@ class FinishTimeFairness(Policy):
         program = cp.Problem(cp.Minimize(rho), [*rows, finish <= rho])
         solver_opts = CvxpyBackend.solver_options_for(name, solver.options, options)
         t2 = time.perf_counter()
-        try:
-            program.solve(solver=name, verbose=solver.options.verbose, **solver_opts)
-            native = program.status
-        except cp.error.SolverError as err:
-            native = f"solver_error: {err}"
+        native, status, message = solve_program(program, name, solver.options.verbose, solver_opts)
         t3 = time.perf_counter()
-        status = STATUS_MAP.get(native, Status.ERROR)
-        detail = f" {name} did not reach its accuracy tolerances." if native.endswith("_inaccurate") else ""
         values = {}
         if x.value is not None:
             values = {block: x.value[cols].reshape(shape) for block, (cols, shape) in model.variables.items()}
         solution = solver.check(solver.record(Solution(
-            status=status, message=f"{STATUS_MESSAGES[status]} (cvxpy: {native} ({name})){detail}",
+            status=status, message=message,
             objective=None if rho.value is None else float(rho.value), x=x.value, backend="cvxpy",
             raw_status=f"{native} ({name})", build_seconds=t2 - t1, solve_seconds=t3 - t2, values=values),
             model_build_s=t1 - t0), f"{self.name} (conic)")

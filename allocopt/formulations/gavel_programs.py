@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from allocopt.backends.cvxpy import STATUS_MAP, CvxpyBackend
+from allocopt.backends.cvxpy import CvxpyBackend, require_solver, solve_program
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver
 from allocopt.formulations.shares import type_order
 from allocopt.problem import Problem
-from allocopt.solution import STATUS_MESSAGES, Solution, Status
+from allocopt.solution import Solution, Status
 
 
 def gavel_columns(problem: Problem) -> np.ndarray:
@@ -54,9 +54,7 @@ def solve_gavel_program(problem: Problem, solver: ModelSolver, rows: np.ndarray,
 
     options = dict(solver.options.solver_options)
     name = options.pop("solver", "ECOS" if "ECOS" in cp.installed_solvers() else "CLARABEL")
-    if name not in cp.installed_solvers():
-        raise InvalidOptionError(f"cvxpy solver {name!r} is not installed; installed: "
-                                 f"{', '.join(cp.installed_solvers())}")
+    require_solver(name)
     t0 = time.perf_counter()
     columns = gavel_columns(problem)
     x = cp.Variable((rows.size, columns.size))
@@ -66,15 +64,8 @@ def solve_gavel_program(problem: Problem, solver: ModelSolver, rows: np.ndarray,
                           cp.sum(x, axis=1) <= 1])
     solver_opts = CvxpyBackend.solver_options_for(name, solver.options, options)
     t1 = time.perf_counter()
-    try:
-        program.solve(solver=name, verbose=solver.options.verbose, **solver_opts)
-        native = program.status
-    except cp.error.SolverError as err:
-        native = f"solver_error: {err}"
+    native, status, message = solve_program(program, name, solver.options.verbose, solver_opts)
     t2 = time.perf_counter()
-    status = STATUS_MAP.get(native, Status.ERROR)
-    detail = f" {name} did not reach its accuracy tolerances." if native.endswith("_inaccurate") else ""
-    message = f"{STATUS_MESSAGES[status]} (cvxpy: {native} ({name})){detail}"
     X = np.zeros(problem.throughputs.shape)
     if x.value is not None:
         X[np.ix_(rows, columns)] = np.clip(x.value, 0.0, 1.0)

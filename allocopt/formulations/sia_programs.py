@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from allocopt.backends.cvxpy import require_solver
 from allocopt.errors import InvalidOptionError
 
 ZERO_GOODPUT = 1e-4  # Sia's ZERO_ALLOC_GAIN: goodputs at or below it do not count
@@ -128,10 +129,7 @@ def solve_sia_program(utility: np.ndarray, reduce_matrix: np.ndarray, total_gpus
         import cvxpy as cp
     except ImportError as err:  # pragma: no cover - cvxpy is a dev dependency
         raise InvalidOptionError("Sia's program needs cvxpy: pip install 'allocopt[cvxpy]'") from err
-    if solver not in cp.installed_solvers():
-        hint = " (CBC needs cylp: pip install cylp)" if solver == "CBC" else ""
-        raise InvalidOptionError(f"cvxpy solver {solver!r} is not installed{hint}; installed: "
-                                 f"{', '.join(cp.installed_solvers())}")
+    require_solver(solver, " (CBC needs cylp: pip install cylp)" if solver == "CBC" else "")
     t0 = time.perf_counter()
     n_jobs, n_configs = utility.shape
     weights = np.ones((1, n_jobs), dtype=np.float32)
