@@ -883,7 +883,9 @@ def test_a_full_solve_pool_answers_503():
     big = {**big_problem(10_000), "options": {"threads": 1, "technique": "plain"}}  # seconds of HiGHS each
     with AllocoptServer(("127.0.0.1", 0), options=options) as srv, ThreadPoolExecutor(2) as pool:
         slow = [pool.submit(request, f"{srv.url}/solve", "POST", big) for _ in range(2)]
-        time.sleep(0.5)  # both admitted: one solving, one waiting
+        deadline = time.monotonic() + 30  # both admitted (one solving, one waiting): the count the 503 reads
+        while srv.service._in_flight["solve"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         connection = http.client.HTTPConnection(*srv.server_address, timeout=60)
         connection.request("POST", "/solve", body=json.dumps(SMALL))
         response = connection.getresponse()
