@@ -95,3 +95,19 @@ def test_options_that_do_not_combine():
                         slos=np.full(1200, 1e9))
     assert allocopt.solve(with_slos, "max_throughput", warm_start=previous).extras["technique"] != \
         "price_decomposition"
+
+
+@pytest.mark.parametrize("family", ["random", "oversubscribed", "unequal"])
+def test_auto_prices_many_distinct_jobs_and_leaves_small_or_repeated_ones(family):
+    from allocopt.bench.instances import FAMILIES
+
+    problem = FAMILIES[family][1](2048, 1)
+    auto = allocopt.solve(problem, "max_throughput")
+    plain = allocopt.solve(problem, "max_throughput", technique="plain")
+    assert auto.extras["technique"] in ("price_decomposition", "closed_form"), auto.extras["technique_reason"]
+    assert auto.objective == pytest.approx(plain.objective, rel=1e-9)
+    assert_feasible(auto)
+    assert allocopt.solve(FAMILIES[family][1](500, 1), "max_throughput").extras["technique"] != \
+        "price_decomposition"  # below PRICE_DECOMPOSITION_MIN_JOBS the plain LP is as fast
+    assert allocopt.solve(FAMILIES["gavel_table"][1](2048, 1), "max_throughput").extras["technique"] == \
+        "aggregate_job_types"
