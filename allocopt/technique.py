@@ -171,7 +171,7 @@ def _throughput_prices(problem: Any, policy: str, options: Mapping[str, Any], wa
     """Price decomposition for max throughput without deadlines or space sharing over at least
     :data:`PRICE_DECOMPOSITION_MIN_JOBS` jobs on at most :data:`PRICE_DECOMPOSITION_MAX_TYPES` types,
     from a warm start's prices when it has them; None otherwise. Cold, 1,024-65,536 distinct jobs x 8
-    types on every bench family: 3-74x faster than the plain LP (same objective). From the previous
+    types on every bench family: 2.6-74x faster than the plain LP (same objective). From the previous
     prices after an arrival, a departure, new throughputs or a capacity change: one cutting-plane step
     and one or two small LPs, where the warm simplex refactorizes the whole basis (2,048 jobs x 8
     types: 9-26 ms against 25-37 ms)."""
