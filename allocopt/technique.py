@@ -18,9 +18,9 @@ choice and its reason in ``Allocation.extras["technique"]`` and
     LPs over job classes (:func:`~allocopt.formulations.water_filling.water_filling_by_job_class`).
 ``price_decomposition``
     prices on the GPU types, then a small LP over the jobs they leave
-    undecided (:mod:`allocopt.formulations.price_decomposition`), for many
-    distinct jobs and few types; falls back to the plain LP when it does not
-    certify quickly.
+    undecided (:mod:`allocopt.formulations.price_decomposition`; max throughput:
+    :mod:`allocopt.formulations.throughput_prices`), for many distinct jobs and
+    few types; falls back to the plain LP when it does not certify quickly.
 ``column_generation``
     pair columns priced by the duals (space sharing with distinct jobs).
 ``relaxation_first`` / ``whole_milp``
@@ -33,6 +33,9 @@ half as many job types as jobs; ``price_decomposition`` for at least
 :data:`PRICE_DECOMPOSITION_MIN_JOBS` distinct jobs on at most
 :data:`PRICE_DECOMPOSITION_MAX_TYPES` types, unless a warm start from a plain
 solve is given (its simplex basis makes the plain LP the faster re-solve);
+for max throughput (after the closed form and job types, without deadlines),
+``price_decomposition`` from the same size (from a warm start's GPU prices when
+it carries them);
 ``column_generation`` under space sharing with more than
 :data:`COLUMN_GENERATION_MIN_PAIRS` pairs; else ``plain``.
 """
@@ -59,7 +62,7 @@ TECHNIQUES: Mapping[str, tuple[str, ...]] = {
     "plain": ("max_min_fairness", "max_throughput", "water_filling"),
     "closed_form": ("max_min_fairness", "max_throughput"),
     "aggregate_job_types": ("max_min_fairness", "max_throughput", "water_filling"),
-    "price_decomposition": ("max_min_fairness",),
+    "price_decomposition": ("max_min_fairness", "max_throughput"),
     "column_generation": ("max_min_fairness",),
     "relaxation_first": ("sia",),
     "whole_milp": ("sia",),
@@ -138,6 +141,9 @@ def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explici
     if types <= n / 2:
         return Choice("aggregate_job_types", _options_for("aggregate_job_types", policy_options),
                       f"{n} jobs fall into {types} job types")
+    priced = _throughput_prices(problem, policy, policy_options, warm_start)
+    if priced is not None:
+        return priced
     warm_plain = warm_start is not None and getattr(warm_start, "extras", {}).get("technique") == "plain"
     if policy == "max_min_fairness" and not space_sharing:
         pricing = n >= PRICE_DECOMPOSITION_MIN_JOBS and k <= PRICE_DECOMPOSITION_MAX_TYPES
@@ -159,6 +165,29 @@ def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explici
         return Choice("column_generation", _options_for("column_generation", policy_options),
                       f"{problem.pairs.shape[0]} pairs of distinct jobs")
     return Choice("plain", _options_for("plain", policy_options), f"{n} distinct jobs, {k} GPU types")
+
+
+def _throughput_prices(problem: Any, policy: str, options: Mapping[str, Any], warm_start: Any) -> Choice | None:
+    """Price decomposition for max throughput without deadlines or space sharing over at least
+    :data:`PRICE_DECOMPOSITION_MIN_JOBS` jobs on at most :data:`PRICE_DECOMPOSITION_MAX_TYPES` types,
+    from a warm start's prices when it has them; None otherwise. Cold, 1,024-65,536 distinct jobs x 8
+    types on every bench family: 2.6-74x faster than the plain LP (same objective). From the previous
+    prices after an arrival, a departure, new throughputs or a capacity change: one cutting-plane step
+    and one or two small LPs, where the warm simplex refactorizes the whole basis (2,048 jobs x 8
+    types: 9-26 ms against 25-37 ms)."""
+    if policy != "max_throughput" or not isinstance(problem, Problem) or options.get("space_sharing"):
+        return None
+    if (problem.slos is not None and bool(np.isfinite(problem.slos).any())) or (
+            options.get("normalize_by_cost") and problem.costs is None):
+        return None
+    n, k = problem.num_jobs, problem.cluster.num_gpu_types
+    if n < PRICE_DECOMPOSITION_MIN_JOBS or k > PRICE_DECOMPOSITION_MAX_TYPES:
+        return None
+    hints = warm_start.warm_start.hints if warm_start is not None and warm_start.warm_start else {}
+    why = ("warm start: price decomposition from the previous GPU prices" if len(hints.get("prices", ())) == k
+           else "price decomposition")
+    return Choice("price_decomposition", _options_for("price_decomposition", options),
+                  f"{why} ({n} distinct jobs on {k} GPU types)")
 
 
 def _water_filling(problem: Problem, options: Mapping[str, Any]) -> Choice:

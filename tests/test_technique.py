@@ -38,7 +38,7 @@ def test_every_technique_agrees_with_the_plain_lp_on_every_family(family):
         assert normalized_minimum(problem, alloc.matrix) == pytest.approx(alloc.objective, rel=RTOL)
         assert alloc.extras["technique_reason"]
     throughput = allocopt.solve(problem, "max_throughput", technique="plain")
-    for technique in ("auto", "closed_form", "aggregate_job_types"):
+    for technique in ("auto", "closed_form", "aggregate_job_types", "price_decomposition"):
         alloc = allocopt.solve(problem, "max_throughput", technique=technique)
         assert alloc.objective == pytest.approx(throughput.objective, rel=RTOL), (family, technique)
         check_feasible(problem, alloc.matrix)
@@ -87,7 +87,7 @@ def test_names_options_and_errors():
     with pytest.raises(InvalidOptionError, match="unknown technique"):
         allocopt.solve(problem, technique="fastest")
     with pytest.raises(InvalidOptionError, match="applies to"):
-        allocopt.solve(problem, "max_throughput", technique="price_decomposition")
+        allocopt.solve(problem, "min_makespan", technique="price_decomposition")
     with pytest.raises(InvalidOptionError, match="both pick a technique"):
         allocopt.solve(problem, technique="plain", price_decomposition=True)
     explicit = allocopt.solve(problem, price_decomposition=True)

@@ -360,9 +360,10 @@ def test_finish_time_fairness_dual_bound_proves_every_rho_below_it_infeasible():
 @pytest.mark.parametrize("policy", ["finish_time_fairness", "min_makespan"])
 def test_a_warm_solve_keeps_the_previous_allocation_only_when_it_attains_the_bound(policy):
     """When one job's fastest type decides the optimum (the bench's instance), a warm re-solve after a
-    change that leaves that job alone keeps the previous allocation (a new job on spare GPUs) with no LP,
-    at the cold optimum, and passes the bases on; after other changes the answer is the cold one too, and
-    when the previous allocation does not fit, LPs are solved."""
+    change that leaves that job alone keeps the previous allocation (a new job, and jobs whose new
+    throughputs leave them short, on spare GPUs) with no LP, at the cold optimum, and passes the bases on;
+    after other changes the answer is the cold one too, and when the previous allocation does not fit,
+    LPs are solved."""
     from allocopt.bench.instances import random_problem
     from allocopt.bench.resolve import event_pair
 
@@ -379,7 +380,7 @@ def test_a_warm_solve_keeps_the_previous_allocation_only_when_it_attains_the_bou
             kept += 1
             assert warm.warm_start.solves == previous.warm_start.solves  # the bases carry on
             assert warm.warm_start.previous[1] is warm.matrix
-    assert kept >= 3
+    assert kept == 4
     if policy == "finish_time_fairness":
         bottleneck = int(np.nanargmax(previous.extras["rho"]))
     else:  # the job that needs longest on its fastest type (others may tie with it but have time to spare)
@@ -397,3 +398,34 @@ def test_a_warm_solve_keeps_the_previous_allocation_only_when_it_attains_the_bou
         assert warm.objective == pytest.approx(allocopt.solve(changed, policy).objective, rel=1e-8)
         assert warm.objective != pytest.approx(previous.objective, rel=1e-6)
     assert warm.timings.num_solves >= 1  # 8 GPUs per type: the previous allocation does not fit
+
+
+def test_finish_time_fairness_starts_cold_once_time_has_moved_every_rate():
+    """The previous basis starts the first LP of a warm search only while most jobs keep their rates:
+    after an arrival it does, after time passes (every job's rate moves) the LP starts cold; both reach
+    the cold solve's rho."""
+    from allocopt.bench.instances import random_problem
+    from allocopt.bench.resolve import event_pair
+    from allocopt.formulations.finish_time_fairness import previous_basis_near
+    from allocopt.formulations.makespan import isolated_throughputs
+
+    before, arrived = event_pair(random_problem(303, 4, 3), 300, "arrival", 0)
+    previous = allocopt.solve(before, "finish_time_fairness")
+    hints = previous.warm_start.hints
+    assert len(hints["basis_rates"]) == before.num_jobs and "basis_rho" in hints
+    later = before.with_progress(np.arange(before.num_jobs),
+                                 num_steps_remaining=np.ceil(0.9 * before.num_steps_remaining),
+                                 time_since_start=before.time_since_start + 600.0)
+
+    def near(problem):
+        steps = problem.num_steps_remaining
+        D = steps / isolated_throughputs(problem, None)  # time_isolated is 0
+        return previous_basis_near(problem, previous.warm_start, steps, problem.time_since_start, D)
+
+    assert near(before) and near(arrived)
+    assert not near(later)
+    for after in (arrived, later):
+        warm = allocopt.solve(after, "finish_time_fairness", warm_start=previous)
+        cold = allocopt.solve(after, "finish_time_fairness")
+        assert warm.objective == pytest.approx(cold.objective, rel=1e-8)
+        assert np.nanmax(warm.extras["rho"]) == pytest.approx(warm.objective, rel=1e-12)

@@ -54,6 +54,9 @@ from allocopt.warm_start import WarmStart
 
 #: How close (relative) an allocation's value must be to the lower bound for :func:`previous_if_optimal`.
 RELATIVE_TOLERANCE = 1e-9
+#: :func:`previous_if_optimal` gives time anew to at most this fraction of the jobs (new jobs, and jobs
+#: whose new throughputs leave them short of the bound); beyond, the LP is solved.
+MAX_REALLOCATED_FRACTION = 0.1
 
 
 def steps_remaining(problem: Problem, policy: str) -> np.ndarray:
@@ -222,11 +225,13 @@ def previous_if_optimal(problem: Problem, solver: ModelSolver, throughputs: np.n
     largest ``value`` (per job, increasing as its throughput falls: makespan, finish-time fairness).
 
     No job can beat its ``value`` at its fastest type's throughput (all its time there), so the
-    largest of those bounds the optimum from below; the previous allocation (jobs not in it first
-    get GPUs to spare, fastest types first, up to the throughput ``needed`` at that bound) is optimal
-    when it is feasible and attains the bound (relative 1e-9). Returns its time fractions, the value
-    it attains and the per-job values, and marks ``solver`` as having reused its warm start; None
-    when there is no warm start allocation or the certificate fails."""
+    largest of those bounds the optimum from below; the previous allocation is optimal when it is
+    feasible and attains the bound (relative 1e-9). The jobs it leaves short of the throughput
+    ``needed`` at that bound (new jobs, and jobs whose throughputs fell) first hand their time back
+    and get GPUs to spare, fastest types first, up to that throughput (at most
+    :data:`MAX_REALLOCATED_FRACTION` of the jobs). Returns its time fractions, the value it attains
+    and the per-job values, and marks ``solver`` as having reused its warm start; None when there is
+    no warm start allocation or the certificate fails."""
     warm = solver.warm_start
     X = warm.previous_matrix(problem.job_ids) if warm is not None else None
     if X is None or X.shape != throughputs.shape:
@@ -234,11 +239,14 @@ def previous_if_optimal(problem: Problem, solver: ModelSolver, throughputs: np.n
     T, sizes = throughputs, problem.scale_factors
     fastest = np.max(np.where(problem.runnable, T, 0.0), axis=1)
     bound = float(np.nanmax(value(fastest)))
-    new = np.flatnonzero((X.sum(axis=1) == 0.0) & (steps > 0))
-    if new.size:
+    want = needed(bound)
+    short = np.flatnonzero((steps > 0) & ~((X * T).sum(axis=1) >= want * (1.0 - RELATIVE_TOLERANCE)))
+    if short.size > MAX_REALLOCATED_FRACTION * max(np.count_nonzero(steps > 0), 10):
+        return None
+    if short.size:
+        X[short] = 0.0
         spare = np.maximum(problem.capacity - sizes @ X, 0.0)
-        want = needed(bound)
-        for i in new:  # a loop over the jobs new since the warm start (a few), and their types
+        for i in short:  # a loop over the few jobs short of the bound, and their types
             left = 1.0
             for j in np.argsort(-T[i], kind="stable"):
                 if not want[i] > 0.0 or T[i, j] <= 0.0 or left <= 0.0:

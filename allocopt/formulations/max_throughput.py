@@ -17,6 +17,15 @@ minimizes the total relative shortfall ``sum_i u_i`` (``e_i >= (1 - u_i) r_i / d
 then maximizes throughput at that shortfall; its status is ``infeasible`` and
 ``extras["deadline_met"]`` marks which jobs make their deadline.
 
+With ``price_decomposition=True`` (no deadlines, no space sharing) the LP is
+solved by pricing the GPU types (:mod:`allocopt.formulations.throughput_prices`):
+cutting planes on the ``k``-dimensional dual, from the previous solve's
+prices with a warm start, then a small LP over the jobs the prices leave
+undecided, certified against the dual bound; the plain LP is solved when
+certification fails. A plain solve leaves its capacity duals in the warm start
+(``hints["prices"]``, objective per GPU), where a warm price decomposition
+starts.
+
 With ``gavel_program=True`` (``backend="cvxpy"``, no deadlines, no space
 sharing) the LP is written as Gavel's cvxpy code writes it
 (:mod:`allocopt.formulations.gavel_programs`), so ECOS stops at Gavel's point
@@ -35,6 +44,7 @@ from allocopt.formulations.base import (AllocationModel, ModelSolver, Policy, Po
                                        objective_unit)
 from allocopt.formulations.gavel_programs import solve_gavel_program
 from allocopt.formulations.job_types import max_throughput_by_job_type
+from allocopt.formulations.throughput_prices import max_throughput_price_decomposition
 from allocopt.problem import Problem
 from allocopt.solution import Status
 
@@ -59,16 +69,19 @@ class MaxThroughput(Policy):
     """Gavel's ``max_sum_throughput_perf`` (see the module docstring)."""
     name = "max_throughput"
     options = {"normalize_by_cost": False, "space_sharing": False, "aggregate_job_types": False,
-               "gavel_program": False}
+               "price_decomposition": False, "gavel_program": False}
 
     def allocate(self, problem: Problem, solver: ModelSolver, *, normalize_by_cost: bool = False,
                  space_sharing: bool = False, aggregate_job_types: bool = False,
-                 gavel_program: bool = False) -> PolicyResult:
+                 price_decomposition: bool = False, gavel_program: bool = False) -> PolicyResult:
         if gavel_program:
-            if space_sharing or aggregate_job_types:
+            if space_sharing or aggregate_job_types or price_decomposition:
                 raise InvalidOptionError("gavel_program=True writes Gavel's LP over single jobs: it cannot be "
-                                         "combined with space_sharing or aggregate_job_types")
+                                         "combined with space_sharing, aggregate_job_types or price_decomposition")
             return self._gavel_program(problem, solver, normalize_by_cost)
+        if price_decomposition and (space_sharing or aggregate_job_types):
+            raise InvalidOptionError("price_decomposition=True solves the LP without space sharing over single "
+                                     "jobs: it cannot be combined with space_sharing or aggregate_job_types")
         if aggregate_job_types:
             return max_throughput_by_job_type(problem, solver, normalize_by_cost=normalize_by_cost,
                                               space_sharing=space_sharing)
@@ -85,6 +98,22 @@ class MaxThroughput(Policy):
         # relative to it (objective_unit)
         rates = problem.throughputs / problem.costs if normalize_by_cost else problem.throughputs
         unit = objective_unit(float(rates.max()))
+        fallback: dict[str, Any] = {}
+        if price_decomposition and has_deadline.any():
+            raise InvalidOptionError("price_decomposition=True prices the GPU types of the LP without deadlines; "
+                                     "this problem has SLOs: leave price_decomposition unset")
+        if price_decomposition:
+            hints = solver.warm_start.hints if solver.warm_start is not None else {}
+            warm = np.asarray(hints["prices"]) / unit if len(hints.get("prices", ())) == problem.cluster.num_gpu_types \
+                else None
+            result, fallback = max_throughput_price_decomposition(rates * problem.runnable / unit,
+                                                                 problem.scale_factors, problem.capacity, solver,
+                                                                 prices=warm)
+            solver.hints["prices"] = tuple((np.asarray(solver.hints["prices"]) * unit).tolist())
+            if result is not None:
+                result.objective *= unit
+                result.extras["deadline_met"] = np.ones(problem.num_jobs, dtype=bool)
+                return result
 
         def throughput_model(shortfall: np.ndarray | None) -> AllocationModel:
             base = base_model(problem, name=self.name, space_sharing=space_sharing)
@@ -126,9 +155,14 @@ class MaxThroughput(Policy):
                                 "shortfall, then maximizes throughput.",
                                 {"deadline_met": deadline_met})
         solution = solver.check(solution, "max_throughput")
+        if not space_sharing and "capacity" in solution.duals:
+            # objective per GPU of each type: the prices a warm-started price decomposition starts from
+            solver.hints["prices"] = tuple((np.maximum(solution.duals["capacity"], 0.0) * unit).tolist())
         X, P = base.matrices(solution)
-        return PolicyResult(X, solution.objective * unit, solution.status, P, solution.message,
-                            {"deadline_met": deadline_met})
+        extras: dict[str, Any] = {"deadline_met": deadline_met}
+        if fallback:
+            extras["price_decomposition"] = fallback
+        return PolicyResult(X, solution.objective * unit, solution.status, P, solution.message, extras)
 
     @staticmethod
     def _min_shortfall(problem: Problem, solver: ModelSolver, has_deadline: np.ndarray,
