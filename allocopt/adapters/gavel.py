@@ -304,8 +304,9 @@ class GavelPolicy:
             return self._gandiva(_sorted(throughputs), pairs, pair_keys, values)
         throughputs = _sorted(throughputs)  # Gavel orders jobs by id (fifo inside entities takes the lowest first)
         if self._faithful_agnostic:  # Gavel plans every type at the V100 speed, 0 steps/s included
-            throughputs = {job: {t: v if v > 0 else (row.get("v100", 0.0) or 1.0) for t, v in row.items()}
-                           for job, row in throughputs.items()}
+            throughputs = {job: dict(zip(row, gavel_agnostic_throughputs(
+                np.array([list(row.values())], dtype=np.float64), list(row))[0].tolist()))
+                for job, row in throughputs.items()}
         cluster = _cluster(values["cluster_spec"])
         slos = values.get("SLOs") or None
         steps = _current(values.get("num_steps_remaining"), throughputs)
@@ -568,6 +569,17 @@ class GavelPolicy:
             key = combination[0] if len(combination) == 1 else pair_keys[combination]
             allocation[key] = dict(zip(types, share.tolist()))
         return allocation
+
+
+def gavel_agnostic_throughputs(throughputs: np.ndarray, gpu_types: list[str]) -> np.ndarray:
+    """The throughputs Gavel's heterogeneity-agnostic policies plan with, shape (n_jobs, n_gpu_types),
+    steps/s: a type where a job cannot run (0 steps/s) counts at its ``v100`` throughput (1 where that is 0
+    or there is no ``v100`` type), so the policy may give it time there, which Gavel's mechanism never
+    uses (``faithful_agnostic=True``; the policy itself then plans every type at the V100 speed)."""
+    T = np.asarray(throughputs, dtype=np.float64)
+    reference = T[:, gpu_types.index("v100")] if "v100" in gpu_types else np.zeros(T.shape[0])
+    reference = np.where(reference > 0, reference, 1.0)
+    return np.where(T > 0, T, reference[:, None])
 
 
 def _tput(singles: Mapping, pairs: Mapping, combination: tuple, worker_type: str) -> list[bool]:

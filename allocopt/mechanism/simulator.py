@@ -84,6 +84,27 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
     return policy, extra, agnostic
 
 
+def _faithful_agnostic(name: str, options: dict[str, Any]) -> bool:
+    """Pop ``faithful_agnostic`` from ``options`` (:func:`resolve_policy`'s): True plans Gavel's
+    heterogeneity-agnostic policies (``gavel:max_min_fairness``, ``gavel:finish_time_fairness``,
+    ``gavel:min_total_duration``, ...) as Gavel's code does, on every GPU type at the job's V100
+    speed, also a type where the job cannot run (that time is then lost: the mechanism never runs
+    a job where its throughput is 0); allocopt never plans such time."""
+    from allocopt.adapters.gavel import POLICY_NAMES
+
+    faithful = options.pop("faithful_agnostic", False)
+    if not isinstance(faithful, bool):
+        raise InvalidOptionError(f"faithful_agnostic must be True or False, got {faithful!r}")
+    gavel_name = name.removeprefix("gavel:")
+    agnostic = (gavel_name != name or name not in POLICIES) and gavel_name in POLICY_NAMES \
+        and POLICY_NAMES[gavel_name][2].get("heterogeneity_aware", True) is False
+    if faithful and not agnostic:
+        raise InvalidOptionError(f"faithful_agnostic only applies to Gavel's heterogeneity-agnostic policies "
+                                 f"(gavel:max_min_fairness, gavel:finish_time_fairness, gavel:min_total_duration, "
+                                 f"...), not {name!r}")
+    return faithful
+
+
 def gavel_policy_for(name: str, options: Mapping[str, Any], backend: str, seed: int) -> GavelPolicy | None:
     """The adapter's Gavel policy object for ``gavel:NAME`` when Gavel's policy keeps state between
     calls (:data:`allocopt.adapters.gavel.STATEFUL_POLICIES`: ``fifo``, ``gandiva``, ``allox``),
@@ -563,7 +584,11 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         Measure the JCT metrics over jobs ``a .. b - 1`` (arrival order) only.
     backend : str, default "highs"
     policy_options : mapping, optional
-        Extra options of the policy.
+        Extra options of the policy. For Gavel's heterogeneity-agnostic names
+        (``gavel:max_min_fairness``, ``gavel:finish_time_fairness``, ...)
+        ``faithful_agnostic=True`` plans as Gavel's code does, also on a type where a
+        job cannot run (at its V100 speed; that time is lost), as the Gavel adapter's
+        flag of that name; allocopt never plans such time.
     executor : Executor, optional
         Default: a :class:`SimulatedExecutor` over the table's throughputs
         (with ``profiles``: a :class:`~allocopt.mechanism.sia_rounds.SiaExecutor`).
@@ -616,6 +641,10 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         name, options, agnostic = "sia", dict(policy_options or {}), False
     else:
         name, options, agnostic = resolve_policy(policy, policy_options)
+        faithful_agnostic = _faithful_agnostic(policy, options)
+        if faithful_agnostic and mode != "mechanism":  # a job planned only where it cannot run would never progress
+            raise InvalidOptionError("faithful_agnostic=True reproduces Gavel's round mechanism: mode='mechanism' "
+                                     f"only, got mode={mode!r}")
         if profiles is not None:
             T = rigid_throughputs(workload, [j.batch_size for j in sia_jobs], profiles, cluster)
         else:
@@ -624,7 +653,11 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                 workload = read_gavel_trace(workload, table)
             T = workload.throughputs(table, cluster.gpu_types)
         workload.check_fits(T, cluster)
-        state = SimulationState(workload, cluster, T, None if profiles is not None else table)
+        planned = None
+        if faithful_agnostic:
+            from allocopt.adapters.gavel import gavel_agnostic_throughputs
+            planned = gavel_agnostic_throughputs(T, list(cluster.gpu_types))
+        state = SimulationState(workload, cluster, T, None if profiles is not None else table, planned)
     # Gavel's FIFO policies run only allocated entries (priority > 0)
     # Gavel's names (gavel:NAME, or a name allocopt has no policy of) get Gavel's simulator's accounting
     gavel = policy.startswith("gavel:") or policy not in POLICIES
