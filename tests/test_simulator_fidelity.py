@@ -346,3 +346,24 @@ def test_faithful_agnostic_plans_types_a_job_cannot_run_on_as_gavel():
     for policy in ("gavel:max_min_fairness_perf", "max_min_fairness", "gavel:fifo"):
         with pytest.raises(InvalidOptionError, match="faithful_agnostic only applies"):
             simulate(wl, cluster, policy, ftf=False, policy_options={"faithful_agnostic": True})
+
+
+def test_gavel_lp_policies_default_to_highs_interior_point():
+    """Under Gavel's names with HiGHS, Gavel's LP policies get HiGHS's interior point without crossover
+    (the Gavel adapter's HiGHS path: a point inside the optimal face, as Gavel's ECOS returns), recorded
+    in the config; explicit solver_options and allocopt's own names keep what they ask for."""
+    from allocopt.adapters.gavel import HIGHS_IPM
+
+    wl = read_gavel_trace(shipped_trace("small_test"), TABLE)
+    cluster = {"v100": 2, "p100": 2, "k80": 2}
+    default = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False)
+    assert default.config["policy_options"]["solver_options"] == HIGHS_IPM
+    assert "interior point without crossover" in default.config["solver_path"]
+    ipm = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False, policy_options={"solver_options": HIGHS_IPM})
+    simplex = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False,
+                       policy_options={"solver_options": {"solver": "simplex"}})
+    np.testing.assert_array_equal(default.jobs["finish_s"], ipm.jobs["finish_s"])
+    assert not np.array_equal(default.jobs["finish_s"], simplex.jobs["finish_s"])  # another optimum, another run
+    assert "solver_path" not in simplex.config and "solver_path" not in ipm.config
+    for policy in ("max_throughput", "gavel:fifo"):
+        assert "solver_path" not in simulate(wl, cluster, policy, ftf=False).config

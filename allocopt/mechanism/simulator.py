@@ -52,8 +52,16 @@ class SimulationError(AllocoptError, RuntimeError):
     """The simulation cannot make progress (e.g. jobs no planner ever schedules)."""
 
 
-def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any], bool]:
+def resolve_policy(name: str, options: Mapping[str, Any] | None = None,
+                   backend: str | None = None) -> tuple[str, dict[str, Any], bool]:
     """An allocopt or Gavel policy name -> (allocopt policy, options, heterogeneity-agnostic).
+
+    Gavel's ``min_total_duration*`` names bisect as Gavel's code does (``method="bisection"``,
+    the Gavel adapter's ``faithful_bisection``; ``method="lp"``: allocopt's exact LP).
+    Under a Gavel name with ``backend="highs"`` and no ``solver_options``, Gavel's LP
+    policies (:data:`allocopt.adapters.gavel.CENTRAL_POINT_POLICIES`) get HiGHS's
+    interior point without crossover, as the Gavel adapter's HiGHS path
+    (:func:`allocopt.adapters.gavel.highs_options_for`).
 
     Gavel names map through :data:`allocopt.adapters.gavel.POLICY_NAMES`; like
     Gavel, their types are visited in random order unless Gavel's class name
@@ -63,7 +71,7 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
     (``gavel:max_min_fairness`` is heterogeneity-agnostic). An allocopt policy
     is agnostic when its ``heterogeneity_aware`` option is False.
     """
-    from allocopt.adapters.gavel import GAVEL_CLASS_NAMES, POLICY_NAMES
+    from allocopt.adapters.gavel import CENTRAL_POINT_POLICIES, GAVEL_CLASS_NAMES, POLICY_NAMES, highs_options_for
 
     extra = dict(options or {})
     gavel_name = name.removeprefix("gavel:")
@@ -75,6 +83,10 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
         merged = {**POLICIES[policy].options, **gavel_options, **extra}
         extra = {**gavel_options, **extra}
         agnostic = not any(tag in GAVEL_CLASS_NAMES[gavel_name] for tag in ("Perf", "Packing"))
+        if policy == "min_makespan":  # Gavel's MinTotalDuration search, to 5% (the adapter's faithful_bisection)
+            extra.setdefault("method", "bisection")
+        if backend == "highs" and "solver_options" not in extra and policy in CENTRAL_POINT_POLICIES:
+            extra["solver_options"] = highs_options_for(policy)
     else:
         raise InvalidOptionError(f"unknown policy {name!r}; allocopt policies: {', '.join(sorted(POLICIES))}; "
                                  f"Gavel names: {', '.join(sorted(POLICY_NAMES))}")
@@ -584,7 +596,13 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         Measure the JCT metrics over jobs ``a .. b - 1`` (arrival order) only.
     backend : str, default "highs"
     policy_options : mapping, optional
-        Extra options of the policy. For Gavel's heterogeneity-agnostic names
+        Extra options of the policy. Under Gavel's names with ``backend="highs"``,
+        Gavel's LP policies (max-min fairness, max-sum throughput, finish-time
+        fairness, min total duration) default to ``solver_options={"solver": "ipm",
+        "run_crossover": "off"}``, the Gavel adapter's HiGHS path (a point inside
+        the optimal face, as Gavel's ECOS returns; ``config["solver_path"]`` says
+        so); ``solver_options={"solver": "simplex"}`` for dual simplex's vertex.
+        For Gavel's heterogeneity-agnostic names
         (``gavel:max_min_fairness``, ``gavel:finish_time_fairness``, ...)
         ``faithful_agnostic=True`` plans as Gavel's code does, also on a type where a
         job cannot run (at its V100 speed; that time is lost), as the Gavel adapter's
@@ -639,9 +657,14 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                              **{"batch_sizes": [j.batch_size for j in sia_jobs], **dict(policy_options or {})})
         executor = executor or SiaExecutor()
         name, options, agnostic = "sia", dict(policy_options or {}), False
+        solver_path = None
     else:
-        name, options, agnostic = resolve_policy(policy, policy_options)
+        name, options, agnostic = resolve_policy(policy, policy_options, backend)
         faithful_agnostic = _faithful_agnostic(policy, options)
+        solver_path = None
+        if "solver_options" in options and "solver_options" not in (policy_options or {}):  # resolve_policy's
+            from allocopt.adapters.gavel import HIGHS_IPM_REASON
+            solver_path = HIGHS_IPM_REASON
         if faithful_agnostic and mode != "mechanism":  # a job planned only where it cannot run would never progress
             raise InvalidOptionError("faithful_agnostic=True reproduces Gavel's round mechanism: mode='mechanism' "
                                      f"only, got mode={mode!r}")
@@ -716,6 +739,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
               "type_order": mech.type_order
               if isinstance(mech.type_order, str) else list(mech.type_order), "seed": seed,
               "restart_overhead_s": restart_overhead_s, "workload": workload.source}
+    if solver_path is not None:
+        config["solver_path"] = solver_path
     return SimulationResult(metrics, jobs, {k: np.asarray(v) for k, v in rounds.items()}, config)
 
 
