@@ -17,8 +17,9 @@ the optimal face, dual simplex a vertex; the mechanism then turns different
 allocopt solvers of ``--solvers``, each against Gavel with ECOS: ``ECOS``
 (``backend="cvxpy"`` with ECOS, CLARABEL when cvxpy has no ECOS; finish-time
 fairness as one conic program written as Gavel writes it,
-``method="conic_gavel"``; max-min fairness and max-sum throughput as Gavel
-writes their LPs, ``gavel_program=True``), ``HIGHS`` (allocopt's default
+``method="conic_gavel"``; max-min fairness, max-sum throughput and the
+bisection of min total duration as Gavel writes their LPs,
+``gavel_program=True``), ``HIGHS`` (allocopt's default
 backend; under Gavel's names its LP policies run HiGHS's interior point
 without crossover, the Gavel adapter's HiGHS path) and ``HIGHS-SIMPLEX`` (dual
 simplex, ``solver_options={"solver": "simplex"}``; also compared with Gavel's
@@ -177,8 +178,9 @@ def settings_for(solver: str, policy: str) -> dict:
     settings = SOLVERS[solver]
     if solver == "ECOS" and "finish_time_fairness" in policy:  # one conic program, written as Gavel's
         settings = {**settings, "policy_options": {**settings["policy_options"], "method": "conic_gavel"}}
-    if solver == "ECOS" and policy in ("max_min_fairness", "max_min_fairness_perf", "max_sum_throughput_perf"):
-        # Gavel's LP, as Gavel writes it
+    if solver == "ECOS" and policy in ("max_min_fairness", "max_min_fairness_perf", "max_sum_throughput_perf",
+                                       "min_total_duration_perf"):
+        # Gavel's LP (min total duration: each LP of Gavel's bisection), as Gavel writes it
         settings = {**settings, "policy_options": {**settings["policy_options"], "gavel_program": True}}
     return settings
 

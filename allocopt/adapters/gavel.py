@@ -35,8 +35,10 @@ as Gavel's code writes it (``method="conic_gavel"``; ``method="conic"`` for
 ``finish_time_fairness_packed``), so ECOS returns Gavel's point of a
 degenerate optimum to the last bit; with an LP backend it is a bisection over
 LPs. Likewise ``max_min_fairness``, ``max_min_fairness_perf``,
-``max_sum_throughput_perf`` and ``max_sum_throughput_normalized_by_cost_perf``
-with a cvxpy solver are Gavel's LP as Gavel writes it (``gavel_program=True``).
+``max_sum_throughput_perf``, ``max_sum_throughput_normalized_by_cost_perf``
+and, with ``faithful_bisection=True``, ``min_total_duration`` and
+``min_total_duration_perf`` with a cvxpy solver are Gavel's LPs as Gavel
+writes them (``gavel_program=True``).
 ``"highs"`` solves Gavel's LP policies (max-min fairness, max-sum throughput,
 finish-time fairness, min total duration: :data:`CENTRAL_POINT_POLICIES`)
 with HiGHS's interior point without crossover (:data:`HIGHS_IPM`,
@@ -269,7 +271,7 @@ class GavelPolicy:
             # one conic program, as Gavel solves it; written as Gavel writes it (ECOS: Gavel's bits) without pairs
             self._options.setdefault("method", "conic" if self._options.get("space_sharing") else "conic_gavel")
         if (self._backend == "cvxpy" and not self._options.get("space_sharing")
-                and (self._policy == "max_min_fairness"
+                and (self._policy == "max_min_fairness" or self._options.get("method") == "bisection"
                      or (self._policy == "max_throughput" and self._signature in ("unweighted", "cost")))):
             self._options.setdefault("gavel_program", True)  # Gavel's LP as Gavel writes it (ECOS: Gavel's bits)
         self._rng = random.Random(0 if seed is None else seed)
