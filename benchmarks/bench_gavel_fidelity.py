@@ -198,7 +198,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown solver(s) {', '.join(unknown)}; choose from {', '.join(SOLVERS)}")
     print(f"{'trace':20s} {'policy':26s} {'cluster':7s} {'allocopt':13s} {'vs Gavel':8s} {'Gavel JCT':>10s} "
-          f"{'allocopt':>10s} {'diff':>7s} {'Gavel mksp':>11s} {'allocopt':>10s} {'diff':>7s}  verdict  wall")
+          f"{'allocopt':>10s} {'ratio':>7s} {'Gavel mksp':>11s} {'allocopt':>10s} {'ratio':>7s}  verdict  wall")
     counts = {}
     for (trace, policy, spec, gavel_solver), (g_jct, g_makespan) in GAVEL.items():
         for solver in solvers:
@@ -225,9 +225,9 @@ def main() -> int:
             count[1] += worst <= 0.01
             count[2] += ok
             label = f"{interior_point_solver()} (cvxpy)" if solver == "ECOS" else solver
-            print(f"{trace:20s} {policy:26s} {spec:7s} {label:13s} {gavel_solver:8s} {g_jct:10.0f} {jct:10.0f} "
-                  f"{d_jct:+7.1%} {g_makespan:11.0f} {makespan:10.0f} {d_makespan:+7.1%}  {'OK  ' if ok else 'DIFF'}"
-                  f"     {wall:.1f}s")
+            print(f"{trace:20s} {policy:26s} {spec:7s} {label:13s} {gavel_solver:8s} {g_jct:10.1f} {jct:10.1f} "
+                  f"{jct / g_jct:7.4f} {g_makespan:11.1f} {makespan:10.1f} {makespan / g_makespan:7.4f}  "
+                  f"{'OK  ' if ok else 'DIFF'}     {wall:.1f}s")
             sys.stdout.flush()
     for (solver, gavel_solver), (total, one, within) in counts.items():
         print(f"allocopt {solver} vs Gavel {gavel_solver}: {within}/{total} cases within {args.threshold:.0%}, "
