@@ -359,7 +359,8 @@ def test_gavel_lp_policies_default_to_highs_interior_point():
     default = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False)
     assert default.config["policy_options"]["solver_options"] == HIGHS_IPM
     assert "interior point without crossover" in default.config["solver_path"]
-    ipm = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False, policy_options={"solver_options": HIGHS_IPM})
+    ipm = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False,
+                   policy_options={"solver_options": HIGHS_IPM})
     simplex = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False,
                        policy_options={"solver_options": {"solver": "simplex"}})
     np.testing.assert_array_equal(default.jobs["finish_s"], ipm.jobs["finish_s"])
