@@ -333,6 +333,7 @@ def test_faithful_agnostic_plans_types_a_job_cannot_run_on_as_gavel():
         ours = simulate(wl, cluster, policy, ftf=False)
         faithful = simulate(wl, cluster, policy, ftf=False, policy_options={"faithful_agnostic": True})
         assert not np.array_equal(faithful.jobs["finish_s"], ours.jobs["finish_s"])
+        assert faithful.config["faithful_agnostic"] is True and "faithful_agnostic" not in ours.config
         # the policy's problems carry the planned throughputs; the mechanism and the executor T
         name, options, _ = resolve_policy(policy)
         state = SimulationState(wl, cluster, T, TABLE, planned_throughputs=planned)

@@ -241,7 +241,7 @@ def gavel_bisection_program(problem: Problem, solver: ModelSolver, steps: np.nda
             X, solution, native = gavel_program(problem, solver, rows, throughputs, lambda x, c: cp.Maximize(1),
                                                 f"{name} (gavel_program)", finish_by(makespan))
             if native == "optimal":  # Gavel's test: "optimal_inaccurate" counts as infeasible
-                feasible, high = (X, dataclasses.replace(solution, status=Status.OPTIMAL)), makespan
+                feasible, high = (X, solution), makespan
             else:
                 low = makespan
         high, low, last_high = last_high * 10.0, last_high, last_high * 10.0

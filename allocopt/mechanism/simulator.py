@@ -657,7 +657,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                              **{"batch_sizes": [j.batch_size for j in sia_jobs], **dict(policy_options or {})})
         executor = executor or SiaExecutor()
         name, options, agnostic = "sia", dict(policy_options or {}), False
-        solver_path = None
+        solver_path, faithful_agnostic = None, False
     else:
         name, options, agnostic = resolve_policy(policy, policy_options, backend)
         faithful_agnostic = _faithful_agnostic(policy, options)
@@ -741,6 +741,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
               "restart_overhead_s": restart_overhead_s, "workload": workload.source}
     if solver_path is not None:
         config["solver_path"] = solver_path
+    if faithful_agnostic:
+        config["faithful_agnostic"] = True
     return SimulationResult(metrics, jobs, {k: np.asarray(v) for k, v in rounds.items()}, config)
 
 

@@ -32,7 +32,8 @@ class SimulationState:
         Where pair (co-located) throughputs come from under space sharing.
     planned_throughputs : ndarray of shape (n_jobs, n_gpu_types) or None
         The throughputs the policy's problems carry, when they are not ``throughputs``
-        (Gavel's agnostic planning, :func:`gavel_agnostic_throughputs`); jobs still run
+        (Gavel's agnostic planning,
+        :func:`allocopt.adapters.gavel.gavel_agnostic_throughputs`); jobs still run
         at ``throughputs``.
     """
 
