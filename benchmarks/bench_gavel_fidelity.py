@@ -12,18 +12,24 @@ solver of allocopt's default backend). Average JCT is Gavel's
 Gavel's LPs have many optimal solutions (max-min fairness leaves every job
 above the bottleneck free; the heterogeneity-agnostic policies do not care on
 which type a job runs). ECOS, an interior-point solver, returns a point inside
-the optimal face, HiGHS a vertex; the mechanism then turns different (equally
-optimal) allocations into different JCTs. So each case runs twice: allocopt
-with ``backend="cvxpy"`` and ECOS (CLARABEL when cvxpy has no ECOS;
-finish-time fairness as one conic program written as Gavel writes it,
-``method="conic_gavel"``; max-min fairness and max-sum throughput as Gavel
-writes their LPs, ``gavel_program=True``) against Gavel with ECOS, and allocopt's default HiGHS backend
-against Gavel with HiGHS. Where several jobs are entitled to equal shares,
-Gavel's own result depends on the solver's digits beyond 1e-6 (rounding its
-allocations to 6 decimals moves its JCT by up to 4%; ``benchmarks/README.md``,
-"Conformance"), which bounds how closely any other solver path can follow it.
+the optimal face, dual simplex a vertex; the mechanism then turns different
+(equally optimal) allocations into different JCTs. Each case runs with the
+allocopt solvers of ``--solvers``, each against Gavel with ECOS: ``ECOS``
+(``backend="cvxpy"`` with ECOS, CLARABEL when cvxpy has no ECOS; finish-time
+fairness as one conic program written as Gavel writes it,
+``method="conic_gavel"``; max-min fairness, max-sum throughput and the
+bisection of min total duration as Gavel writes their LPs,
+``gavel_program=True``), ``HIGHS`` (allocopt's default
+backend; under Gavel's names its LP policies run HiGHS's interior point
+without crossover, the Gavel adapter's HiGHS path) and ``HIGHS-SIMPLEX`` (dual
+simplex, ``solver_options={"solver": "simplex"}``; also compared with Gavel's
+own code run with ``--solver HIGHS``, cvxpy's HiGHS, where measured). Where
+several jobs are entitled to equal shares, Gavel's own result depends on the
+solver's digits beyond 1e-6 (rounding its allocations to 6 decimals moves its
+JCT by up to 4%; ``benchmarks/README.md``, "Conformance"), which bounds how
+closely any other solver can follow it.
 
-Run: ``python benchmarks/bench_gavel_fidelity.py [--traces DIR] [--threshold 0.05]``.
+Run: ``python benchmarks/bench_gavel_fidelity.py [--traces DIR] [--threshold 0.05] [--solvers ECOS,HIGHS]``.
 ``artifact_evaluation`` and ``small_test`` ship with allocopt; the other
 physical-cluster traces are read from ``--traces`` (default
 ``../shared/data/gavel/traces``) and skipped when absent.
@@ -155,9 +161,10 @@ def interior_point_solver() -> str:
     return "ECOS" if "ECOS" in cvxpy.installed_solvers() else "CLARABEL"
 
 
-# allocopt settings mirroring each Gavel solver
+# allocopt settings per --solvers name
 SOLVERS = {"ECOS": {"backend": "cvxpy", "policy_options": {"solver_options": {"solver": interior_point_solver()}}},
-           "HIGHS": {"backend": "highs"}}
+           "HIGHS": {"backend": "highs"},
+           "HIGHS-SIMPLEX": {"backend": "highs", "policy_options": {"solver_options": {"solver": "simplex"}}}}
 
 
 def trace_path(name: str, traces: Path) -> Path | None:
@@ -167,44 +174,64 @@ def trace_path(name: str, traces: Path) -> Path | None:
     return path if path.is_file() else None
 
 
+def settings_for(solver: str, policy: str) -> dict:
+    settings = SOLVERS[solver]
+    if solver == "ECOS" and "finish_time_fairness" in policy:  # one conic program, written as Gavel's
+        settings = {**settings, "policy_options": {**settings["policy_options"], "method": "conic_gavel"}}
+    if solver == "ECOS" and policy in ("max_min_fairness", "max_min_fairness_perf", "max_sum_throughput_perf",
+                                       "min_total_duration_perf"):
+        # Gavel's LP (min total duration: each LP of Gavel's bisection), as Gavel writes it
+        settings = {**settings, "policy_options": {**settings["policy_options"], "gavel_program": True}}
+    return settings
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     here = Path(__file__).resolve().parent.parent
     parser.add_argument("--traces", type=Path, default=here.parent / "shared" / "data" / "gavel" / "traces")
     parser.add_argument("--threshold", type=float, default=0.05, help="relative difference for OK (default 0.05)")
+    parser.add_argument("--solvers", default="ECOS,HIGHS", help=f"comma-separated, of {', '.join(SOLVERS)}")
     parser.add_argument("--only", default="", help="run the cases whose key contains this text")
     args = parser.parse_args()
-    print(f"{'trace':20s} {'policy':26s} {'cluster':7s} {'solver':11s} {'Gavel JCT':>10s} {'allocopt':>10s} "
-          f"{'diff':>7s} {'Gavel mksp':>11s} {'allocopt':>10s} {'diff':>7s}  verdict  wall")
-    within = total = 0
-    for (trace, policy, spec, solver), (g_jct, g_makespan) in GAVEL.items():
-        if args.only not in f"{trace} {policy} {spec} {solver}":
-            continue
-        path = trace_path(trace, args.traces)
-        if path is None:
-            print(f"{trace:20s} {policy:26s} {spec:7s} skipped: {args.traces / trace}.trace not found")
-            continue
-        cluster = dict(zip(("v100", "p100", "k80"), (int(v) for v in spec.split(":"))))
-        started = time.perf_counter()
-        settings = SOLVERS[solver]
-        if solver == "ECOS" and "finish_time_fairness" in policy:  # one conic program, written as Gavel's
-            settings = {**settings, "policy_options": {**settings["policy_options"], "method": "conic_gavel"}}
-        if solver == "ECOS" and policy in ("max_min_fairness", "max_min_fairness_perf", "max_sum_throughput_perf"):
-            # Gavel's LP, as Gavel writes it
-            settings = {**settings, "policy_options": {**settings["policy_options"], "gavel_program": True}}
-        result = allocopt.simulate(path, cluster, "gavel:" + policy, seed=0,
-                                   round_seconds=360.0, ftf=False, **settings)
-        wall = time.perf_counter() - started
-        jct, makespan = result.metrics["average_jct_s"], result.metrics["makespan_s"]
-        d_jct, d_makespan = jct / g_jct - 1, makespan / g_makespan - 1
-        ok = abs(d_jct) <= args.threshold and abs(d_makespan) <= args.threshold
-        within += ok
-        total += 1
-        label = f"{solver}/{interior_point_solver() if solver == 'ECOS' else 'HiGHS'}"
-        print(f"{trace:20s} {policy:26s} {spec:7s} {label:11s} {g_jct:10.0f} {jct:10.0f} {d_jct:+7.1%} "
-              f"{g_makespan:11.0f} {makespan:10.0f} {d_makespan:+7.1%}  {'OK  ' if ok else 'DIFF'}     {wall:.1f}s")
-        sys.stdout.flush()
-    print(f"{within}/{total} cases within {args.threshold:.0%} of Gavel (average JCT and makespan)")
+    solvers = [s.strip().upper() for s in args.solvers.split(",") if s.strip()]
+    unknown = [s for s in solvers if s not in SOLVERS]
+    if unknown:
+        parser.error(f"unknown solver(s) {', '.join(unknown)}; choose from {', '.join(SOLVERS)}")
+    print(f"{'trace':20s} {'policy':26s} {'cluster':7s} {'allocopt':13s} {'vs Gavel':8s} {'Gavel JCT':>10s} "
+          f"{'allocopt':>10s} {'ratio':>7s} {'Gavel mksp':>11s} {'allocopt':>10s} {'ratio':>7s}  verdict  wall")
+    counts = {}
+    for (trace, policy, spec, gavel_solver), (g_jct, g_makespan) in GAVEL.items():
+        for solver in solvers:
+            # every allocopt solver against Gavel with ECOS; dual simplex also against Gavel with HiGHS
+            if gavel_solver == "HIGHS" and solver != "HIGHS-SIMPLEX":
+                continue
+            if args.only not in f"{trace} {policy} {spec} {solver}":
+                continue
+            path = trace_path(trace, args.traces)
+            if path is None:
+                print(f"{trace:20s} {policy:26s} {spec:7s} skipped: {args.traces / trace}.trace not found")
+                break
+            cluster = dict(zip(("v100", "p100", "k80"), (int(v) for v in spec.split(":"))))
+            started = time.perf_counter()
+            result = allocopt.simulate(path, cluster, "gavel:" + policy, seed=0,
+                                       round_seconds=360.0, ftf=False, **settings_for(solver, policy))
+            wall = time.perf_counter() - started
+            jct, makespan = result.metrics["average_jct_s"], result.metrics["makespan_s"]
+            d_jct, d_makespan = jct / g_jct - 1, makespan / g_makespan - 1
+            worst = max(abs(d_jct), abs(d_makespan))
+            ok = worst <= args.threshold
+            count = counts.setdefault((solver, gavel_solver), [0, 0, 0])
+            count[0] += 1
+            count[1] += worst <= 0.01
+            count[2] += ok
+            label = f"{interior_point_solver()} (cvxpy)" if solver == "ECOS" else solver
+            print(f"{trace:20s} {policy:26s} {spec:7s} {label:13s} {gavel_solver:8s} {g_jct:10.1f} {jct:10.1f} "
+                  f"{jct / g_jct:7.4f} {g_makespan:11.1f} {makespan:10.1f} {makespan / g_makespan:7.4f}  "
+                  f"{'OK  ' if ok else 'DIFF'}     {wall:.1f}s")
+            sys.stdout.flush()
+    for (solver, gavel_solver), (total, one, within) in counts.items():
+        print(f"allocopt {solver} vs Gavel {gavel_solver}: {within}/{total} cases within {args.threshold:.0%}, "
+              f"{one}/{total} within 1% (average JCT and makespan)")
     return 0
 
 

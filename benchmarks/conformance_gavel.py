@@ -19,10 +19,10 @@ tests import allocopt where they imported Gavel's policies.
 2. Gavel's simulator (``scripts/drivers/simulate_scheduler_with_trace.py``'s
    ``main``) on physical-cluster traces: each policy with Gavel's own code
    (ECOS), the adapter with ECOS (through allocopt's cvxpy backend), with
-   HiGHS (allocopt's default, dual simplex: an optimal vertex) and with
-   ``highs-ipm`` (HiGHS's interior point without crossover: a point inside the
-   optimal face, as ECOS returns). Prints average JCT and makespan and their
-   ratio to Gavel's. ``--round-allocations 6`` rounds every policy's answer
+   ``highs`` (the adapter's default: on Gavel's LP policies HiGHS's interior
+   point without crossover, a point inside the optimal face, as ECOS returns)
+   and with ``highs-simplex`` (dual simplex: an optimal vertex). Prints average
+   JCT and makespan and their ratio to Gavel's. ``--round-allocations 6`` rounds every policy's answer
    (Gavel's too) before Gavel's mechanism reads it: where a policy gives jobs
    equal shares, the mechanism orders them by the solver's last digits, and the
    rounded runs show which differences are that noise.
@@ -207,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="physical-cluster traces (names without .trace)")
     parser.add_argument("--policies", nargs="*", default=list(DEFAULT_POLICIES))
     parser.add_argument("--clusters", nargs="*", default=["2:2:2"], help="v100:p100:k80 GPU counts")
-    parser.add_argument("--adapter-solvers", nargs="*", default=["ECOS", "highs", "highs-ipm"],
+    parser.add_argument("--adapter-solvers", nargs="*", default=["ECOS", "highs", "highs-simplex"],
                         help="the adapter's solver per column (Gavel's solver argument: a cvxpy solver name, "
-                             "an allocopt backend, or highs-ipm)")
+                             "an allocopt backend, highs-ipm or highs-simplex)")
     parser.add_argument("--round-allocations", type=int, default=None, metavar="DIGITS",
                         help="round every allocation (Gavel's and the adapter's) to DIGITS decimals before "
                              "Gavel's mechanism reads it: shows which differences are solver noise")

@@ -434,17 +434,29 @@ def _max_sum_throughput(solver: str, T: np.ndarray) -> np.ndarray:
     return np.array([[alloc[j][t] for t in _DEGENERATE_TYPES] for j in _DEGENERATE_JOBS])
 
 
-def test_highs_ipm_returns_a_point_inside_the_optimal_face():
-    """highs: an optimal vertex (each job on one type); highs-ipm (interior point, no crossover):
-    every job shares the V100s and P100s, as an interior-point solver (Gavel's ECOS) answers."""
+def test_highs_returns_a_point_inside_the_optimal_face_on_gavels_lps():
+    """highs-simplex: an optimal vertex (each job on one type); highs (the default: HiGHS's interior
+    point without crossover on Gavel's LP policies) and highs-ipm: every job shares the V100s and
+    P100s, as an interior-point solver (Gavel's ECOS) answers; the reason is in the extras."""
     T = _degenerate_throughputs()
-    vertex, inside = _max_sum_throughput("highs", T), _max_sum_throughput("highs-ipm", T)
-    assert (T * vertex).sum() == pytest.approx((T * inside).sum(), rel=1e-6)
+    vertex = _max_sum_throughput("highs-simplex", T)
+    for solver in (None, "highs", "highs-ipm", "HIGHS_IPM"):
+        inside = _max_sum_throughput(solver, T)
+        assert (T * vertex).sum() == pytest.approx((T * inside).sum(), rel=1e-6)
+        assert (inside[:, 1:] > 0.3).all() and (inside[:, 1:] < 0.7).all()
+        assert inside[:, 0] == pytest.approx(0.0, abs=1e-6)
     assert np.isin(np.round(vertex, 6), (0.0, 1.0)).all()
-    assert (inside[:, 1:] > 0.3).all() and (inside[:, 1:] < 0.7).all()
-    assert inside[:, 0] == pytest.approx(0.0, abs=1e-6)
-    assert gavel.get_policy("max_min_fairness", solver="HIGHS_IPM").get_allocation(
-        THROUGHPUTS, ONES, ONES, SPEC) is not None
+    policy = gavel.get_policy("max_min_fairness")
+    assert policy.last_allocation is None
+    assert policy.get_allocation(THROUGHPUTS, ONES, ONES, SPEC) is not None
+    assert "interior point without crossover" in policy.last_allocation.extras["solver_path"]
+    assert policy.last_allocation.status.value == "optimal"
+    for solver in ("highs-simplex", "highs-ipm"):  # chosen by the caller: no reason to give
+        explicit = gavel.get_policy("max_min_fairness", solver=solver)
+        explicit.get_allocation(THROUGHPUTS, ONES, ONES, SPEC)
+        assert "solver_path" not in explicit.last_allocation.extras
+    assert gavel.highs_options_for("allox") == {}  # AlloX's matching keeps HiGHS's vertex
+    assert gavel.highs_options_for("finish_time_fairness") == gavel.HIGHS_IPM
 
 
 @pytest.mark.parametrize("mult", [1.0, 100.0])

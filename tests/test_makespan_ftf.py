@@ -347,3 +347,44 @@ def test_ftf_conic_gavel_plans_gavels_program():
     with pytest.raises(InvalidOptionError, match="conic_gavel.*without pairs"):
         allocopt.solve(Problem(T, cluster, num_steps_remaining=[1.0, 1.0, 1.0], pair_throughputs=pairs),
                        "finish_time_fairness", backend="cvxpy", method="conic_gavel", space_sharing=True)
+
+
+def test_makespan_gavel_program_is_gavels_bisection_as_gavel_writes_it():
+    """``gavel_program=True``: each feasibility LP of Gavel's bisection as Gavel's cvxpy code writes it
+    (types with GPUs in name order, no bound on a type a job cannot use, ``Maximize(1)``): the point the
+    same loop over Gavel's own program returns, to the solver's bits; errors elsewhere."""
+    cp = pytest.importorskip("cvxpy")
+    cluster = Cluster({"v100": 2, "p100": 0, "k80": 3})
+    T = np.array([[40.0, 20.0, 10.0], [12.0, 6.0, 0.0], [100.0, 60.0, 50.0], [30.0, 25.0, 20.0]])
+    steps = np.array([200_000.0, 50_000.0, 900_000.0, 300_000.0])
+    problem = Problem(T, cluster, num_steps_remaining=steps, scale_factors=[1, 1, 2, 1])
+    ours = allocopt.solve(problem, "min_makespan", backend="cvxpy", method="bisection", gavel_program=True,
+                          solver_options={"solver": "CLARABEL"})
+    # Gavel's MinTotalDurationPolicyWithPerf over its flattened matrix (v100 and k80, name order: k80, v100)
+    columns = [2, 0]
+    scale = np.repeat(np.array([1.0, 1.0, 2.0, 1.0])[:, None], 2, axis=1)
+    high, low, last_high, found = 1e6, 100.0, 1e6, None
+    while found is None:
+        while 1.05 * low < high:
+            makespan = (low + high) / 2
+            x = cp.Variable((4, 2))
+            program = cp.Problem(cp.Maximize(1), [x >= 0, cp.sum(cp.multiply(scale, x), axis=0) <= [3, 2],
+                                                  cp.sum(x, axis=1) <= 1,
+                                                  cp.sum(cp.multiply(T[:, columns], x), axis=1) >= steps / makespan])
+            program.solve(solver="CLARABEL")
+            if program.status == "optimal":
+                found, high = x.value.clip(0.0, 1.0), makespan
+            else:
+                low = makespan
+        high, low, last_high = last_high * 10, last_high, last_high * 10
+    expected = np.zeros(T.shape)
+    expected[:, columns] = found
+    expected[1, 2] = 0.0  # job 1 cannot run on a K80: Gavel's mechanism never uses that time
+    np.testing.assert_array_equal(ours.matrix, expected)
+    assert ours.status is Status.OPTIMAL
+    exact = allocopt.solve(problem, "min_makespan").objective
+    assert exact * (1 - 1e-6) <= ours.objective <= 1.05 * exact * (1 + 1e-6)
+    with pytest.raises(InvalidOptionError, match="gavel_program=True .* needs method='bisection'"):
+        allocopt.solve(problem, "min_makespan", backend="cvxpy", gavel_program=True)
+    with pytest.raises(InvalidOptionError, match="needs backend='cvxpy'"):
+        allocopt.solve(problem, "min_makespan", method="bisection", gavel_program=True)

@@ -124,6 +124,20 @@ def test_policy_names():
     assert resolve_policy("allox")[2] is False and resolve_policy("gavel:fifo")[2] is True
     with pytest.raises(InvalidOptionError, match="unknown policy"):
         resolve_policy("nope")
+    # with HiGHS, Gavel's LP policies under Gavel's names: HiGHS's interior point without crossover
+    ipm = {"solver": "ipm", "run_crossover": "off"}
+    assert resolve_policy("max_min_fairness_perf", None, "highs")[1] == {"solver_options": ipm}
+    # Gavel's min total duration bisects to 5% as Gavel's code (the adapter's faithful_bisection)
+    assert resolve_policy("gavel:min_total_duration_perf", None, "highs")[1] == {"method": "bisection",
+                                                                                 "solver_options": ipm}
+    assert resolve_policy("min_total_duration", {"method": "lp"})[1] == {"method": "lp", "heterogeneity_aware": False,
+                                                                         "reference_gpu_type": "v100"}
+    assert resolve_policy("min_makespan")[1] == {}  # allocopt's name: the exact LP
+    assert resolve_policy("max_min_fairness_perf", None, "cvxpy")[1] == {}
+    assert resolve_policy("max_min_fairness", None, "highs")[1] == {}  # allocopt's name
+    assert "solver_options" not in resolve_policy("gavel:allox", None, "highs")[1]
+    simplex = {"solver_options": {"solver": "simplex"}}
+    assert resolve_policy("gavel:max_sum_throughput_perf", simplex, "highs")[1] == simplex
 
 
 @pytest.mark.parametrize("policy", ["min_total_duration_perf", "finish_time_fairness_perf", "isolated"])
@@ -271,7 +285,7 @@ def test_rounds_as_arrays_equal_rounds_of_lease_objects(policy, options, overhea
     cluster = allocopt.Cluster({"v100": 4, "p100": 4, "k80": 4})
     wl = generate_workload(TABLE, 40, jobs_per_hour=12, seed=5, cluster=cluster)
     arrays = simulate(wl, cluster, policy, policy_options=options, restart_overhead_s=overhead, ftf=False)
-    name, resolved, _ = resolve_policy(policy, options)
+    name, resolved, _ = resolve_policy(policy, options, "highs")  # as simulate resolves it
     T = wl.throughputs(TABLE, cluster.gpu_types)
     planner = PriorityPlanner(SimulationState(wl, cluster, T, TABLE), name, resolved, MechanismOptions())
     executor = SimulatedExecutor(lambda job, gpu_type, _n: float(T[job, cluster.index(gpu_type)]),

@@ -309,3 +309,63 @@ def test_programs_as_gavel_writes_them_reproduce_gavel_with_ecos(trace, spec, po
     jct, makespan = GAVEL_ECOS[(trace, spec, policy)]
     assert result.metrics["average_jct_s"] == pytest.approx(jct, abs=1e-3)
     assert result.metrics["makespan_s"] == pytest.approx(makespan, abs=1e-3)
+
+
+def test_faithful_agnostic_plans_types_a_job_cannot_run_on_as_gavel():
+    """Gavel's agnostic policies plan every type at the job's V100 speed, also one where it cannot run
+    (ResNet-50, batch 128, on 2 K80s: 0 steps/s); ``faithful_agnostic=True`` gives the policy those
+    throughputs (the adapter's rule, :func:`gavel_agnostic_throughputs`) while jobs run at their own."""
+    from allocopt.adapters.gavel import gavel_agnostic_throughputs
+    from allocopt.errors import InvalidOptionError
+    from allocopt.mechanism.simulator import resolve_policy
+
+    models = ("ResNet-50 (batch size 128)",) * 2 + (MODEL,) * 2
+    wl = Workload(models, np.full(4, 2), np.array([30_000, 20_000, 40_000, 30_000]), np.array([0.0, 0.0, 0.0, 900.0]),
+                  np.ones(4), "hand-made")
+    cluster = Cluster({"v100": 2, "k80": 2})
+    T = wl.throughputs(TABLE, cluster.gpu_types)
+    assert T[0, 1] == T[1, 1] == 0.0 and T[2, 1] > 0
+    planned = gavel_agnostic_throughputs(T, list(cluster.gpu_types))
+    np.testing.assert_array_equal(planned, np.where(T > 0, T, T[:, [0]]))
+    np.testing.assert_array_equal(gavel_agnostic_throughputs(np.array([[0.0, 0.0, 2.0]]), ["v100", "p100", "k80"]),
+                                  [[1.0, 1.0, 2.0]])  # no V100 speed either: 1 step/s, as Gavel's adapter
+    for policy in ("gavel:max_min_fairness", "gavel:finish_time_fairness"):
+        ours = simulate(wl, cluster, policy, ftf=False)
+        faithful = simulate(wl, cluster, policy, ftf=False, policy_options={"faithful_agnostic": True})
+        assert not np.array_equal(faithful.jobs["finish_s"], ours.jobs["finish_s"])
+        assert faithful.config["faithful_agnostic"] is True and "faithful_agnostic" not in ours.config
+        # the policy's problems carry the planned throughputs; the mechanism and the executor T
+        name, options, _ = resolve_policy(policy)
+        state = SimulationState(wl, cluster, T, TABLE, planned_throughputs=planned)
+        problem = state.problem(np.arange(3), 0.0, name, options=options)
+        np.testing.assert_array_equal(problem.throughputs, planned[:3])
+        assert problem.runnable[:2, 1].all() and state.throughputs[0, 1] == 0.0
+        planner = PriorityPlanner(state, name, options, MechanismOptions(type_order="random"))
+        np.testing.assert_array_equal(planner.mechanism.throughputs, T)
+        with pytest.raises(InvalidOptionError, match="mode='mechanism' only"):
+            simulate(wl, cluster, policy, mode="ideal", ftf=False, policy_options={"faithful_agnostic": True})
+    for policy in ("gavel:max_min_fairness_perf", "max_min_fairness", "gavel:fifo"):
+        with pytest.raises(InvalidOptionError, match="faithful_agnostic only applies"):
+            simulate(wl, cluster, policy, ftf=False, policy_options={"faithful_agnostic": True})
+
+
+def test_gavel_lp_policies_default_to_highs_interior_point():
+    """Under Gavel's names with HiGHS, Gavel's LP policies get HiGHS's interior point without crossover
+    (the Gavel adapter's HiGHS path: a point inside the optimal face, as Gavel's ECOS returns), recorded
+    in the config; explicit solver_options and allocopt's own names keep what they ask for."""
+    from allocopt.adapters.gavel import HIGHS_IPM
+
+    wl = read_gavel_trace(shipped_trace("small_test"), TABLE)
+    cluster = {"v100": 2, "p100": 2, "k80": 2}
+    default = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False)
+    assert default.config["policy_options"]["solver_options"] == HIGHS_IPM
+    assert "interior point without crossover" in default.config["solver_path"]
+    ipm = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False,
+                   policy_options={"solver_options": HIGHS_IPM})
+    simplex = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False,
+                       policy_options={"solver_options": {"solver": "simplex"}})
+    np.testing.assert_array_equal(default.jobs["finish_s"], ipm.jobs["finish_s"])
+    assert not np.array_equal(default.jobs["finish_s"], simplex.jobs["finish_s"])  # another optimum, another run
+    assert "solver_path" not in simplex.config and "solver_path" not in ipm.config
+    for policy in ("max_throughput", "gavel:fifo"):
+        assert "solver_path" not in simulate(wl, cluster, policy, ftf=False).config

@@ -27,21 +27,30 @@ and ``gandiva`` read pairs from the same throughputs dict: a key that is a
 per worker type; their time fractions come back under the same key.
 
 ``solver``: an allocopt backend name (``"highs"``, ``"gurobi"``, ...) or a cvxpy
-solver name as Gavel passes them (``"ECOS"``, ``"SCS"``, ...), which runs
+solver name as Gavel passes them (``"ECOS"``, ``"SCS"``, ``"HIGHS"``, ...), which runs
 through the ``cvxpy`` backend with that solver; ``"GUROBI"`` uses the native
-Gurobi backend. None means HiGHS (Gavel's default is ECOS). With a cvxpy
+Gurobi backend. None means ``"highs"`` (Gavel's default is ECOS). With a cvxpy
 solver, finish-time fairness is one conic program, as Gavel solves it, written
 as Gavel's code writes it (``method="conic_gavel"``; ``method="conic"`` for
 ``finish_time_fairness_packed``), so ECOS returns Gavel's point of a
 degenerate optimum to the last bit; with an LP backend it is a bisection over
 LPs. Likewise ``max_min_fairness``, ``max_min_fairness_perf``,
-``max_sum_throughput_perf`` and ``max_sum_throughput_normalized_by_cost_perf``
-with a cvxpy solver are Gavel's LP as Gavel writes it (``gavel_program=True``). ``"highs-ipm"`` is HiGHS's interior
-point without crossover (``solver_options={"solver": "ipm", "run_crossover":
-"off"}``): where an LP has many optima it returns a point inside the optimal
-face, as ECOS does, where the default dual simplex returns a vertex; Gavel's
-mechanism turns different optima into different JCTs (measured in
-``benchmarks/README.md``).
+``max_sum_throughput_perf``, ``max_sum_throughput_normalized_by_cost_perf``
+and, with ``faithful_bisection=True``, ``min_total_duration`` and
+``min_total_duration_perf`` with a cvxpy solver are Gavel's LPs as Gavel
+writes them (``gavel_program=True``).
+``"highs"`` solves Gavel's LP policies (max-min fairness, max-sum throughput,
+finish-time fairness, min total duration: :data:`CENTRAL_POINT_POLICIES`)
+with HiGHS's interior point without crossover (:data:`HIGHS_IPM`,
+``solver_options={"solver": "ipm", "run_crossover": "off"}``; ``"highs-ipm"``
+forces it for every policy): where an LP has many optima it returns a point
+inside the optimal face, as ECOS does, where dual simplex (``"highs-simplex"``,
+and HiGHS's default for the other policies) returns a vertex, and Gavel's
+mechanism turns different optima into different JCTs. In Gavel's simulator on
+its 92 physical-cluster cases this brought the adapter with HiGHS within 1% of
+Gavel with ECOS on 68 cases against 51 with dual simplex (within 5%: 79
+against 78); see ``benchmarks/README.md``. ``last_allocation.extras["solver_path"]``
+records the choice.
 
 State kept between calls, as Gavel's policies keep it
 ------------------------------------------------------
@@ -99,6 +108,7 @@ from typing import Any
 
 import numpy as np
 
+from allocopt.allocation import Allocation as AllocoptAllocation
 from allocopt.api import solve
 from allocopt.backends import BACKENDS
 from allocopt.cluster import Cluster
@@ -196,7 +206,8 @@ class GavelPolicy:
     policy_name : str
         Gavel's policy name (a key of :data:`POLICY_NAMES`).
     solver : str, optional
-        allocopt backend, cvxpy solver name or ``"highs-ipm"`` (module docstring); None: HiGHS.
+        allocopt backend, cvxpy solver name, ``"highs-ipm"`` or ``"highs-simplex"`` (module
+        docstring); None: ``"highs"``, with HiGHS's interior point on Gavel's LP policies.
     seed : int, optional
         Seed of ``fifo``'s and ``gandiva``'s random choices (None: 0).
     priority_reweighting_policies : mapping, optional
@@ -252,12 +263,15 @@ class GavelPolicy:
             if self._policy != "min_makespan":
                 raise TypeError(f"faithful_bisection only applies to min_total_duration*, not {policy_name!r}")
             self._options["method"] = "bisection"
-        self._backend, self._solver_options = _backend_for(solver)
+        self._backend, self._solver_options = _backend_for(solver, self._policy)
+        default_highs = (solver is None or solver == "highs") and bool(self._solver_options)
+        self._solver_reason = HIGHS_IPM_REASON if default_highs else None
+        self._last_allocation: AllocoptAllocation | None = None
         if self._backend == "cvxpy" and self._policy == "finish_time_fairness":
             # one conic program, as Gavel solves it; written as Gavel writes it (ECOS: Gavel's bits) without pairs
             self._options.setdefault("method", "conic" if self._options.get("space_sharing") else "conic_gavel")
         if (self._backend == "cvxpy" and not self._options.get("space_sharing")
-                and (self._policy == "max_min_fairness"
+                and (self._policy == "max_min_fairness" or self._options.get("method") == "bisection"
                      or (self._policy == "max_throughput" and self._signature in ("unweighted", "cost")))):
             self._options.setdefault("gavel_program", True)  # Gavel's LP as Gavel writes it (ECOS: Gavel's bits)
         self._rng = random.Random(0 if seed is None else seed)
@@ -304,8 +318,9 @@ class GavelPolicy:
             return self._gandiva(_sorted(throughputs), pairs, pair_keys, values)
         throughputs = _sorted(throughputs)  # Gavel orders jobs by id (fifo inside entities takes the lowest first)
         if self._faithful_agnostic:  # Gavel plans every type at the V100 speed, 0 steps/s included
-            throughputs = {job: {t: v if v > 0 else (row.get("v100", 0.0) or 1.0) for t, v in row.items()}
-                           for job, row in throughputs.items()}
+            throughputs = {job: dict(zip(row, gavel_agnostic_throughputs(
+                np.array([list(row.values())], dtype=np.float64), list(row))[0].tolist()))
+                for job, row in throughputs.items()}
         cluster = _cluster(values["cluster_spec"])
         slos = values.get("SLOs") or None
         steps = _current(values.get("num_steps_remaining"), throughputs)
@@ -406,9 +421,18 @@ class GavelPolicy:
             raise TypeError(f"{self._name}.get_allocation is missing {', '.join(missing)}")
         return values
 
+    @property
+    def last_allocation(self) -> AllocoptAllocation | None:
+        """The :class:`allocopt.Allocation` of the last solve (status, message, ``extras``; with the
+        HiGHS interior point chosen for Gavel's LPs, ``extras["solver_path"]`` says why); None before one."""
+        return self._last_allocation
+
     def _solve(self, problem: Problem, **options: Any) -> Allocation:
         allocation = solve(problem, self._policy, backend=self._backend, solver_options=self._solver_options,
                            **options)
+        if self._solver_reason:
+            allocation.extras["solver_path"] = self._solver_reason
+        self._last_allocation = allocation
         if allocation.status is not Status.OPTIMAL:
             warnings.warn(f"{self._name}: {allocation.message}", AllocoptWarning, stacklevel=3)
         return allocation.to_dict()
@@ -570,6 +594,17 @@ class GavelPolicy:
         return allocation
 
 
+def gavel_agnostic_throughputs(throughputs: np.ndarray, gpu_types: list[str]) -> np.ndarray:
+    """The throughputs Gavel's heterogeneity-agnostic policies plan with, shape (n_jobs, n_gpu_types),
+    steps/s: a type where a job cannot run (0 steps/s) counts at its ``v100`` throughput (1 where that is 0
+    or there is no ``v100`` type), so the policy may give it time there, which Gavel's mechanism never
+    uses (``faithful_agnostic=True``; the policy itself then plans every type at the V100 speed)."""
+    T = np.asarray(throughputs, dtype=np.float64)
+    reference = T[:, gpu_types.index("v100")] if "v100" in gpu_types else np.zeros(T.shape[0])
+    reference = np.where(reference > 0, reference, 1.0)
+    return np.where(T > 0, T, reference[:, None])
+
+
 def _tput(singles: Mapping, pairs: Mapping, combination: tuple, worker_type: str) -> list[bool]:
     """Whether every member of ``combination`` runs (throughput > 0) on ``worker_type``."""
     if len(combination) == 1:
@@ -651,13 +686,28 @@ def _deadline_steps(slos: Mapping | None, steps: dict | None, jobs: Mapping) -> 
 
 # HiGHS's interior point without crossover: a point inside the optimal face, as ECOS returns
 HIGHS_IPM = {"solver": "ipm", "run_crossover": "off"}
+# allocopt policies behind Gavel's LP policies: LPs with many optima, of which ECOS (Gavel's default solver)
+# returns a point inside the optimal face; on them the adapter's HiGHS path is HIGHS_IPM
+CENTRAL_POINT_POLICIES = frozenset({"max_min_fairness", "max_throughput", "finish_time_fairness", "min_makespan"})
+HIGHS_IPM_REASON = ("HiGHS interior point without crossover (highs-simplex: dual simplex): Gavel's LPs have many "
+                    "optima and Gavel's mechanism turns different optima into different runs; ECOS, Gavel's solver, "
+                    "returns a point inside the optimal face, as this does, where dual simplex returns a vertex "
+                    "(benchmarks/README.md, Conformance)")
 
 
-def _backend_for(solver: str | None) -> tuple[str, dict[str, Any]]:
-    if solver is None:
-        return "highs", {}
+def highs_options_for(policy: str) -> dict[str, Any]:
+    """HiGHS's ``solver_options`` for allocopt ``policy`` standing in for Gavel's: :data:`HIGHS_IPM` for
+    :data:`CENTRAL_POINT_POLICIES`, else HiGHS's defaults (a vertex; AlloX's matching needs one)."""
+    return dict(HIGHS_IPM) if policy in CENTRAL_POINT_POLICIES else {}
+
+
+def _backend_for(solver: str | None, policy: str) -> tuple[str, dict[str, Any]]:
+    if solver is None or solver == "highs":  # "HIGHS", as Gavel passes cvxpy's names: cvxpy's HiGHS
+        return "highs", highs_options_for(policy)
     if solver.lower() in ("highs-ipm", "highs_ipm"):
         return "highs", dict(HIGHS_IPM)
+    if solver.lower() in ("highs-simplex", "highs_simplex"):
+        return "highs", {}
     if solver in BACKENDS or solver == "auto":
         return solver, {}
     if solver.upper() == "GUROBI":

@@ -36,22 +36,30 @@ def gavel_columns(problem: Problem) -> np.ndarray:
     return columns[problem.capacity[columns] > 0]
 
 
-def solve_gavel_program(problem: Problem, solver: ModelSolver, rows: np.ndarray, planned: np.ndarray,
-                        objective: Callable[[Any, np.ndarray], Any], what: str) -> tuple[np.ndarray, Status, str]:
-    """Solve ``objective(x, columns)`` (a cvxpy ``Minimize``/``Maximize`` over the matrix variable ``x`` of
-    ``rows`` x :func:`gavel_columns`) under Gavel's base constraints with ``backend="cvxpy"``'s solver
-    (``solver_options["solver"]``; default ECOS, Gavel's, when cvxpy has it, else CLARABEL).
-
-    Returns the time fractions, shape (n_jobs, n_gpu_types) (0 outside ``rows``, where ``planned``
-    throughputs are 0, and where a job's scale factor exceeds the type's GPUs), the status and message.
-    Raises the solver's typed error unless it is optimal (or ``best_effort`` with a point).
-    """
+def require_cvxpy(solver: ModelSolver, what: str) -> Any:
+    """The ``cvxpy`` module, or a typed error unless ``solver`` is the installed cvxpy backend."""
     if solver.backend != "cvxpy":
         raise InvalidOptionError(f"{what} writes Gavel's cvxpy program and needs backend='cvxpy', "
                                  f"got backend={solver.backend!r}")
     CvxpyBackend.check_installed()
-    import cvxpy as cp
+    import cvxpy
 
+    return cvxpy
+
+
+def gavel_program(problem: Problem, solver: ModelSolver, rows: np.ndarray, planned: np.ndarray,
+                  objective: Callable[[Any, np.ndarray], Any], what: str,
+                  constraints: Callable[[Any, np.ndarray], list] | None = None) -> tuple[np.ndarray, Solution, str]:
+    """Solve ``objective(x, columns)`` (a cvxpy ``Minimize``/``Maximize`` over the matrix variable ``x`` of
+    ``rows`` x :func:`gavel_columns`) under Gavel's base constraints, then ``constraints(x, columns)``,
+    with ``backend="cvxpy"``'s solver (``solver_options["solver"]``; default ECOS, Gavel's, when cvxpy has
+    it, else CLARABEL), whatever the outcome.
+
+    Returns the time fractions, shape (n_jobs, n_gpu_types) (0 outside ``rows``, where ``planned``
+    throughputs are 0, and where a job's scale factor exceeds the type's GPUs), the recorded
+    :class:`Solution` and cvxpy's own status (``"optimal"``, ``"infeasible"``, ...).
+    """
+    cp = require_cvxpy(solver, what)
     options = dict(solver.options.solver_options)
     name = options.pop("solver", "ECOS" if "ECOS" in cp.installed_solvers() else "CLARABEL")
     require_solver(name)
@@ -61,7 +69,7 @@ def solve_gavel_program(problem: Problem, solver: ModelSolver, rows: np.ndarray,
     scale = np.repeat(problem.scale_factors[rows].astype(np.float64)[:, None], columns.size, axis=1)
     program = cp.Problem(objective(x, columns),
                          [x >= 0, cp.sum(cp.multiply(scale, x), axis=0) <= problem.capacity[columns],
-                          cp.sum(x, axis=1) <= 1])
+                          cp.sum(x, axis=1) <= 1] + (constraints(x, columns) if constraints else []))
     solver_opts = CvxpyBackend.solver_options_for(name, solver.options, options)
     t1 = time.perf_counter()
     native, status, message = solve_program(program, name, solver.options.verbose, solver_opts)
@@ -70,11 +78,20 @@ def solve_gavel_program(problem: Problem, solver: ModelSolver, rows: np.ndarray,
     if x.value is not None:
         X[np.ix_(rows, columns)] = np.clip(x.value, 0.0, 1.0)
     X[(planned <= 0) | (problem.scale_factors[:, None] > problem.capacity[None, :])] = 0.0
-    solver.check(solver.record(Solution(
+    solution = solver.record(Solution(
         status=status, message=message, objective=None if program.value is None else float(program.value),
         x=None if x.value is None else X.ravel(), backend="cvxpy", raw_status=f"{native} ({name})",
-        build_seconds=t1 - t0, solve_seconds=t2 - t1), model_build_s=t1 - t0), what)
-    return X, status, message
+        build_seconds=t1 - t0, solve_seconds=t2 - t1), model_build_s=t1 - t0)
+    return X, solution, native
 
 
-__all__ = ["gavel_columns", "solve_gavel_program"]
+def solve_gavel_program(problem: Problem, solver: ModelSolver, rows: np.ndarray, planned: np.ndarray,
+                        objective: Callable[[Any, np.ndarray], Any], what: str) -> tuple[np.ndarray, Status, str]:
+    """:func:`gavel_program`, raising the solver's typed error unless it is optimal (or ``best_effort``
+    with a point); returns the time fractions, the status and the message."""
+    X, solution, _ = gavel_program(problem, solver, rows, planned, objective, what)
+    solver.check(solution, what)
+    return X, solution.status, solution.message
+
+
+__all__ = ["gavel_columns", "gavel_program", "require_cvxpy", "solve_gavel_program"]

@@ -20,7 +20,13 @@ over feasibility LPs in ``M`` and stops within 5%: ``method="bisection"``
 runs Gavel's search (``M`` from 100 s to 10^6 s, widened tenfold until
 feasible, halving while ``1.05 M_low < M_high``; each step a feasibility LP
 ``e_i >= r_i / M`` with no objective) and returns the last feasible point, so
-an interior-point solver returns Gavel's allocation. Finished jobs
+an interior-point solver returns Gavel's allocation. With ``gavel_program=True``
+(``backend="cvxpy"``, ``method="bisection"``, no space sharing) each feasibility
+LP is written as Gavel's cvxpy code writes it
+(:mod:`allocopt.formulations.gavel_programs`: only the types with GPUs, no bound
+keeping time off a type a job cannot use, ``Maximize(1)``; a step is feasible
+when cvxpy says ``"optimal"``), so ECOS stops at Gavel's point to the last bit.
+Finished jobs
 (``r_i = 0``) impose nothing and get no time; when every job has finished the
 makespan is 0 and no solver is called.
 
@@ -39,12 +45,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from allocopt.errors import InfeasibleError, InvalidOptionError, InvalidProblemError
 from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
+from allocopt.formulations.gavel_programs import gavel_program, require_cvxpy
 from allocopt.formulations.shares import isolated_matrix, type_order
 from allocopt.model import CompiledModel, LinExpr
 from allocopt.problem import Problem
@@ -218,6 +226,34 @@ def gavel_bisection(problem: Problem, solver: ModelSolver, steps: np.ndarray, *,
     return X, P, evaluate(e, base, X, P), solution
 
 
+def gavel_bisection_program(problem: Problem, solver: ModelSolver, steps: np.ndarray, throughputs: np.ndarray, *,
+                            name: str) -> tuple[np.ndarray, Solution]:
+    """:func:`gavel_bisection` with each feasibility LP written as Gavel's cvxpy code writes it
+    (``gavel_program=True``, module docstring). Returns ``X`` and the last feasible solve."""
+    cp = require_cvxpy(solver, f"{name} (gavel_program)")
+    rows = np.arange(problem.num_jobs)
+
+    def finish_by(makespan: float) -> Callable[[Any, np.ndarray], list]:
+        return lambda x, columns: [cp.sum(cp.multiply(throughputs[:, columns], x), axis=1) >= steps / makespan]
+
+    high, low, last_high = 1e6, 100.0, 1e6
+    feasible: tuple[np.ndarray, Solution] | None = None
+    while feasible is None:
+        while 1.05 * low < high:
+            makespan = (low + high) / 2.0
+            X, solution, native = gavel_program(problem, solver, rows, throughputs, lambda x, c: cp.Maximize(1),
+                                                f"{name} (gavel_program)", finish_by(makespan))
+            if native == "optimal":  # Gavel's test: "optimal_inaccurate" counts as infeasible
+                feasible, high = (X, solution), makespan
+            else:
+                low = makespan
+        high, low, last_high = last_high * 10.0, last_high, last_high * 10.0
+        if low > 1e15:
+            raise InfeasibleError(f"{name}: no makespan up to 1e15 s is feasible with method='bisection'",
+                                  status=Status.INFEASIBLE)
+    return feasible
+
+
 def previous_if_optimal(problem: Problem, solver: ModelSolver, throughputs: np.ndarray, steps: np.ndarray,
                         value: Callable[[np.ndarray], np.ndarray], needed: Callable[[float], np.ndarray]
                         ) -> tuple[np.ndarray, float, np.ndarray] | None:
@@ -278,14 +314,19 @@ def isolated_throughputs(problem: Problem, throughputs: np.ndarray | None) -> np
 class MinMakespan(Policy):
     """Gavel's ``min_total_duration_perf``: minimize the time the last job finishes (module docstring)."""
     name = "min_makespan"
-    options = {"heterogeneity_aware": True, "reference_gpu_type": None, "space_sharing": False, "method": "lp"}
+    options = {"heterogeneity_aware": True, "reference_gpu_type": None, "space_sharing": False, "method": "lp",
+               "gavel_program": False}
 
     def allocate(self, problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
                  reference_gpu_type: str | None = None, space_sharing: bool = False,
-                 method: str = "lp") -> PolicyResult:
+                 method: str = "lp", gavel_program: bool = False) -> PolicyResult:
         if method not in ("lp", "bisection"):
             raise InvalidOptionError(f"min_makespan method must be 'lp' (one exact LP) or 'bisection' "
                                      f"(Gavel's search, within 5%), got {method!r}")
+        if gavel_program and (method != "bisection" or space_sharing):
+            raise InvalidOptionError("gavel_program=True writes Gavel's bisection over single jobs: it needs "
+                                     f"method='bisection' and no space_sharing (got method={method!r}, "
+                                     f"space_sharing={space_sharing})")
         steps = steps_remaining(problem, self.name)
         active = steps > 0
         throughputs = policy_throughputs(problem, active, heterogeneity_aware=heterogeneity_aware,
@@ -303,7 +344,11 @@ class MinMakespan(Policy):
                 return PolicyResult(X, makespan, Status.OPTIMAL, None,
                                     "Optimal solution found (the previous allocation still attains the bound every "
                                     "job's fastest GPU type sets: no LP solved).", {"makespan_s": makespan})
-        if method == "bisection":
+        if gavel_program:
+            T = problem.throughputs if throughputs is None else throughputs
+            X, solution = gavel_bisection_program(problem, solver, steps, T, name=self.name)
+            P, e = None, (X * T).sum(axis=1)
+        elif method == "bisection":
             X, P, e, solution = gavel_bisection(problem, solver, steps, name=self.name, throughputs=throughputs,
                                                 space_sharing=space_sharing)
         else:

@@ -52,8 +52,16 @@ class SimulationError(AllocoptError, RuntimeError):
     """The simulation cannot make progress (e.g. jobs no planner ever schedules)."""
 
 
-def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any], bool]:
+def resolve_policy(name: str, options: Mapping[str, Any] | None = None,
+                   backend: str | None = None) -> tuple[str, dict[str, Any], bool]:
     """An allocopt or Gavel policy name -> (allocopt policy, options, heterogeneity-agnostic).
+
+    Gavel's ``min_total_duration*`` names bisect as Gavel's code does (``method="bisection"``,
+    the Gavel adapter's ``faithful_bisection``; ``method="lp"``: allocopt's exact LP).
+    Under a Gavel name with ``backend="highs"`` and no ``solver_options``, Gavel's LP
+    policies (:data:`allocopt.adapters.gavel.CENTRAL_POINT_POLICIES`) get HiGHS's
+    interior point without crossover, as the Gavel adapter's HiGHS path
+    (:func:`allocopt.adapters.gavel.highs_options_for`).
 
     Gavel names map through :data:`allocopt.adapters.gavel.POLICY_NAMES`; like
     Gavel, their types are visited in random order unless Gavel's class name
@@ -63,7 +71,7 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
     (``gavel:max_min_fairness`` is heterogeneity-agnostic). An allocopt policy
     is agnostic when its ``heterogeneity_aware`` option is False.
     """
-    from allocopt.adapters.gavel import GAVEL_CLASS_NAMES, POLICY_NAMES
+    from allocopt.adapters.gavel import CENTRAL_POINT_POLICIES, GAVEL_CLASS_NAMES, POLICY_NAMES, highs_options_for
 
     extra = dict(options or {})
     gavel_name = name.removeprefix("gavel:")
@@ -75,6 +83,10 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
         merged = {**POLICIES[policy].options, **gavel_options, **extra}
         extra = {**gavel_options, **extra}
         agnostic = not any(tag in GAVEL_CLASS_NAMES[gavel_name] for tag in ("Perf", "Packing"))
+        if policy == "min_makespan":  # Gavel's MinTotalDuration search, to 5% (the adapter's faithful_bisection)
+            extra.setdefault("method", "bisection")
+        if backend == "highs" and "solver_options" not in extra and policy in CENTRAL_POINT_POLICIES:
+            extra["solver_options"] = highs_options_for(policy)
     else:
         raise InvalidOptionError(f"unknown policy {name!r}; allocopt policies: {', '.join(sorted(POLICIES))}; "
                                  f"Gavel names: {', '.join(sorted(POLICY_NAMES))}")
@@ -82,6 +94,27 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None) -> tuple
         raise InvalidOptionError(f"policy {name!r} allocates configurations, not time fractions; the "
                                  "priority-round simulator needs a policy over an allocopt.Problem")
     return policy, extra, agnostic
+
+
+def _faithful_agnostic(name: str, options: dict[str, Any]) -> bool:
+    """Pop ``faithful_agnostic`` from ``options`` (:func:`resolve_policy`'s): True plans Gavel's
+    heterogeneity-agnostic policies (``gavel:max_min_fairness``, ``gavel:finish_time_fairness``,
+    ``gavel:min_total_duration``, ...) as Gavel's code does, on every GPU type at the job's V100
+    speed, also a type where the job cannot run (that time is then lost: the mechanism never runs
+    a job where its throughput is 0); allocopt never plans such time."""
+    from allocopt.adapters.gavel import POLICY_NAMES
+
+    faithful = options.pop("faithful_agnostic", False)
+    if not isinstance(faithful, bool):
+        raise InvalidOptionError(f"faithful_agnostic must be True or False, got {faithful!r}")
+    gavel_name = name.removeprefix("gavel:")
+    agnostic = (gavel_name != name or name not in POLICIES) and gavel_name in POLICY_NAMES \
+        and POLICY_NAMES[gavel_name][2].get("heterogeneity_aware", True) is False
+    if faithful and not agnostic:
+        raise InvalidOptionError(f"faithful_agnostic only applies to Gavel's heterogeneity-agnostic policies "
+                                 f"(gavel:max_min_fairness, gavel:finish_time_fairness, gavel:min_total_duration, "
+                                 f"...), not {name!r}")
+    return faithful
 
 
 def gavel_policy_for(name: str, options: Mapping[str, Any], backend: str, seed: int) -> GavelPolicy | None:
@@ -563,7 +596,17 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         Measure the JCT metrics over jobs ``a .. b - 1`` (arrival order) only.
     backend : str, default "highs"
     policy_options : mapping, optional
-        Extra options of the policy.
+        Extra options of the policy. Under Gavel's names with ``backend="highs"``,
+        Gavel's LP policies (max-min fairness, max-sum throughput, finish-time
+        fairness, min total duration) default to ``solver_options={"solver": "ipm",
+        "run_crossover": "off"}``, the Gavel adapter's HiGHS path (a point inside
+        the optimal face, as Gavel's ECOS returns; ``config["solver_path"]`` says
+        so); ``solver_options={"solver": "simplex"}`` for dual simplex's vertex.
+        For Gavel's heterogeneity-agnostic names
+        (``gavel:max_min_fairness``, ``gavel:finish_time_fairness``, ...)
+        ``faithful_agnostic=True`` plans as Gavel's code does, also on a type where a
+        job cannot run (at its V100 speed; that time is lost), as the Gavel adapter's
+        flag of that name; allocopt never plans such time.
     executor : Executor, optional
         Default: a :class:`SimulatedExecutor` over the table's throughputs
         (with ``profiles``: a :class:`~allocopt.mechanism.sia_rounds.SiaExecutor`).
@@ -614,8 +657,17 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                              **{"batch_sizes": [j.batch_size for j in sia_jobs], **dict(policy_options or {})})
         executor = executor or SiaExecutor()
         name, options, agnostic = "sia", dict(policy_options or {}), False
+        solver_path, faithful_agnostic = None, False
     else:
-        name, options, agnostic = resolve_policy(policy, policy_options)
+        name, options, agnostic = resolve_policy(policy, policy_options, backend)
+        faithful_agnostic = _faithful_agnostic(policy, options)
+        solver_path = None
+        if "solver_options" in options and "solver_options" not in (policy_options or {}):  # resolve_policy's
+            from allocopt.adapters.gavel import HIGHS_IPM_REASON
+            solver_path = HIGHS_IPM_REASON
+        if faithful_agnostic and mode != "mechanism":  # a job planned only where it cannot run would never progress
+            raise InvalidOptionError("faithful_agnostic=True reproduces Gavel's round mechanism: mode='mechanism' "
+                                     f"only, got mode={mode!r}")
         if profiles is not None:
             T = rigid_throughputs(workload, [j.batch_size for j in sia_jobs], profiles, cluster)
         else:
@@ -624,7 +676,11 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                 workload = read_gavel_trace(workload, table)
             T = workload.throughputs(table, cluster.gpu_types)
         workload.check_fits(T, cluster)
-        state = SimulationState(workload, cluster, T, None if profiles is not None else table)
+        planned = None
+        if faithful_agnostic:
+            from allocopt.adapters.gavel import gavel_agnostic_throughputs
+            planned = gavel_agnostic_throughputs(T, list(cluster.gpu_types))
+        state = SimulationState(workload, cluster, T, None if profiles is not None else table, planned)
     # Gavel's FIFO policies run only allocated entries (priority > 0)
     # Gavel's names (gavel:NAME, or a name allocopt has no policy of) get Gavel's simulator's accounting
     gavel = policy.startswith("gavel:") or policy not in POLICIES
@@ -683,6 +739,10 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
               "type_order": mech.type_order
               if isinstance(mech.type_order, str) else list(mech.type_order), "seed": seed,
               "restart_overhead_s": restart_overhead_s, "workload": workload.source}
+    if solver_path is not None:
+        config["solver_path"] = solver_path
+    if faithful_agnostic:
+        config["faithful_agnostic"] = True
     return SimulationResult(metrics, jobs, {k: np.asarray(v) for k, v in rounds.items()}, config)
 
 

@@ -30,14 +30,20 @@ class SimulationState:
         Jobs arrived or left since the planner last looked.
     table : ThroughputTable or None
         Where pair (co-located) throughputs come from under space sharing.
+    planned_throughputs : ndarray of shape (n_jobs, n_gpu_types) or None
+        The throughputs the policy's problems carry, when they are not ``throughputs``
+        (Gavel's agnostic planning,
+        :func:`allocopt.adapters.gavel.gavel_agnostic_throughputs`); jobs still run
+        at ``throughputs``.
     """
 
     def __init__(self, workload: Workload, cluster: Cluster, throughputs: np.ndarray,
-                 table: ThroughputTable | None = None):
+                 table: ThroughputTable | None = None, planned_throughputs: np.ndarray | None = None):
         self.workload = workload
         self.cluster = cluster
         self.throughputs = throughputs
         self.table = table
+        self.planned_throughputs = planned_throughputs
         self.remaining_steps = workload.total_steps.astype(np.int64).copy()
         self.active = np.zeros(workload.num_jobs, dtype=bool)
         self.changed = False
@@ -55,7 +61,8 @@ class SimulationState:
     def jobs(self) -> Problem:
         """Every job (throughputs, scale factors, weights) as one problem, checked at the first call."""
         if self._jobs is None:
-            self._jobs = Problem(self.throughputs, self.cluster, scale_factors=self.workload.scale_factors,
+            planned = self.throughputs if self.planned_throughputs is None else self.planned_throughputs
+            self._jobs = Problem(planned, self.cluster, scale_factors=self.workload.scale_factors,
                                  priority_weights=self.workload.priority_weights)
         return self._jobs
 
