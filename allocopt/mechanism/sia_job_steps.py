@@ -29,12 +29,18 @@ MAX_EPOCHS: dict[str, int] = {"bert": 2, "cifar10": 100, "imagenet": 90}
 SIA_POLICY_MAX_LOCAL_BSZ: dict[tuple[str, str], int] = {("deepspeech2", "rtx"): 57}
 
 
-def epoch_ends(profile: ApplicationProfile) -> np.ndarray:
-    """Progress samples (``M0``-equivalent) at the end of each epoch the job trains: Sia's
-    ``get_progress(e + 1)`` (the smallest over the validation curves) times ``M0``."""
+def sia_epoch_ends(profile: ApplicationProfile) -> np.ndarray:
+    """Sia's progress (the validation files' ``progress`` column) at the end of each epoch the job
+    trains: ``get_progress(e + 1)``, the smallest over the validation curves."""
     curves = list(profile.validation.values())
     epochs = min(MAX_EPOCHS.get(profile.application, 10**9), *(c.progress.size for c in curves))
-    return np.min([c.progress[:epochs] for c in curves], axis=0) * float(profile.init_batch_size)
+    return np.min([c.progress[:epochs] for c in curves], axis=0)
+
+
+def epoch_ends(profile: ApplicationProfile) -> np.ndarray:
+    """Progress samples (``M0``-equivalent) at the end of each epoch the job trains:
+    :func:`sia_epoch_ends` times ``M0``."""
+    return sia_epoch_ends(profile) * float(profile.init_batch_size)
 
 
 def placement_max_local_bsz(profile: ApplicationProfile, placement: tuple[int, ...]) -> int:
@@ -90,7 +96,7 @@ class RoundSteps:
     Attributes
     ----------
     progress : float
-        Progress samples at the end (``M0``-equivalent).
+        Progress at the end in Sia's units (``M0``-equivalent samples / ``M0``).
     epoch : int
         Epochs completed.
     done_s : float or None
@@ -112,37 +118,43 @@ def step_round(profile: ApplicationProfile, placement: tuple[int, ...], progress
                seconds: float, split: Callable[[], tuple[int, int]],
                measure: Callable[[tuple[int, int, int], float, float, GradParams], None], *,
                slowdown: float = 1.0, fallback_rate: Callable[[int, int], float] | None = None) -> RoundSteps:
-    """Train one job for ``seconds`` on ``placement`` as Sia's ``Job.step``.
+    """Train one job for ``seconds`` on ``placement`` as Sia's ``Job.step``, in Sia's units and arithmetic.
 
-    Each stretch runs the split ``split()`` returns at the profiled step time of
-    the placement (:meth:`ApplicationProfile.true_times`) times the statistical
-    gain of the gradient statistics at that batch size and epoch, divided by
-    ``slowdown``; each stretch is reported to ``measure((nodes, replicas, micro),
-    step_s, sync_s, grad)`` before it runs (the job's model learns from it), and
-    the split is chosen again after it. A stretch that reaches the end of the
-    epoch takes the rounded seconds to get there. ``fallback_rate(micro, accum)``
-    (samples/s before the gain) stands in where the profile has no step time.
+    ``progress`` (and :attr:`RoundSteps.progress`) is Sia's: the validation
+    files' ``progress`` column (samples of the initial batch size ``M0``,
+    divided by ``M0``); times ``M0`` it is allocopt's. Each stretch runs the
+    split ``split()`` returns at the step time Sia's simulator looks up for
+    the placement (:meth:`ApplicationProfile.sia_times`), at the rate
+    ``gain / (T_step + s (T_step - T_sync)) * (1 / slowdown)`` with ``gain``
+    the statistical gain of the gradient statistics at that batch size and
+    epoch; each stretch is reported to ``measure((nodes, replicas, micro),
+    step_s, sync_s, grad)`` before it runs (the job's model learns from it),
+    and the split is chosen again after it. A stretch that reaches the end
+    of the epoch takes the rounded seconds to get there.
+    ``fallback_rate(micro, accum)`` (samples/s before the gain) stands in
+    where the profile has no step time.
     """
-    ends = epoch_ends(profile)
+    ends = sia_epoch_ends(profile)
     m0 = float(profile.init_batch_size)
+    calibration = 1.0 / slowdown
     nodes, replicas = len(placement), int(sum(placement))
     micro, accum = split()
     batch, grad, elapsed = replicas * micro * (accum + 1), None, 0.0
     while seconds > 0 and epoch < ends.size:
         batch = replicas * micro * (accum + 1)
         grad = profile.grad_params(batch, min(epoch, ends.size - 1))
-        step, sync = (float(a) for a in profile.true_times(placement, micro))
+        step, sync = profile.sia_times(placement, micro)
         if math.isfinite(step) and math.isfinite(sync):
             measure((nodes, replicas, micro), step, sync, grad)
-            samples_per_s = m0 / (step + accum * (step - sync))
-        elif fallback_rate is not None:
-            samples_per_s = fallback_rate(micro, accum) * m0 / batch
+            iteration_s = step + (step - sync) * accum
+        elif fallback_rate is not None and fallback_rate(micro, accum) > 0:
+            iteration_s = batch / fallback_rate(micro, accum)
         else:
-            samples_per_s = 0.0
+            break
         scale = batch / m0
         denom = grad.var / scale + grad.sqr
         gain = (grad.var + grad.sqr) / denom if denom > 0 else 1.0
-        rate = samples_per_s * gain / slowdown
+        rate = gain / iteration_s * 1.0 * calibration
         if not rate > 0:
             break
         if progress + rate * seconds < ends[epoch]:
@@ -150,7 +162,7 @@ def step_round(profile: ApplicationProfile, placement: tuple[int, ...], progress
             elapsed += seconds
             seconds = 0.0
         else:
-            delta = float(round((ends[epoch] - progress) / rate))
+            delta = float(round(float((ends[epoch] - progress) / rate)))
             progress = float(ends[epoch])
             epoch += 1
             elapsed += delta
@@ -161,5 +173,5 @@ def step_round(profile: ApplicationProfile, placement: tuple[int, ...], progress
     return RoundSteps(progress, epoch, None, batch, grad)
 
 
-__all__ = ["MAX_EPOCHS", "SIA_POLICY_MAX_LOCAL_BSZ", "RoundSteps", "batch_split", "epoch_ends",
+__all__ = ["MAX_EPOCHS", "SIA_POLICY_MAX_LOCAL_BSZ", "RoundSteps", "batch_split", "epoch_ends", "sia_epoch_ends",
            "placement_max_local_bsz", "step_round"]

@@ -726,7 +726,7 @@ class SiaPlanner:
             for app, b in zip(state.workload.models, batch_sizes)]
         self.cap_policy_batch = bool(cap_policy_batch) and self.batch_sizes is not None
         self._grad: dict[Hashable, GradParams] = {}  # per job: gradient statistics of its last stretch
-        self._progress: dict[Hashable, float] = {}  # per job: exact progress samples (sia_stepping)
+        self._progress: dict[Hashable, float] = {}  # per job: exact progress in Sia's units (sia_stepping)
         self._epochs: dict[Hashable, int] = {}  # per job: epochs completed (sia_stepping)
         self._seen: dict[tuple[Hashable, int], dict[tuple[int, int, int], tuple[float, float]]] = {}
         self._learned: dict[tuple[Hashable, int], PerfParams] = {}  # per (job, type) with measurements
@@ -792,8 +792,9 @@ class SiaPlanner:
         names = self.cluster.gpu_types
         models, epochs = [], {}
         for job in jobs:
+            m0 = float(self._any_profile(job.application).init_batch_size)
             job.progress = max(job.total - float(state.remaining_steps[job.job_id]),
-                               self._progress.get(job.job_id, 0.0))
+                               self._progress.get(job.job_id, 0.0) * m0)
             epochs[job.job_id] = epoch = self._epochs[job.job_id] if job.job_id in self._epochs \
                 else self._epoch(job)
             models.append([self._model(job.application, t, epoch) for t in names])
@@ -863,7 +864,9 @@ class SiaPlanner:
             self._grad[job.job_id] = grad
             self._measure(job.job_id, t, key, step, sync)
 
-        steps = step_round(profile, placement, job.progress, epoch, train_s, split, measure,
+        m0 = float(profile.init_batch_size)
+        steps = step_round(profile, placement, self._progress.get(job.job_id, job.progress / m0), epoch, train_s,
+                           split, measure,
                            slowdown=self.slowdowns.get(job.application, 1.0),
                            fallback_rate=lambda m, s: float(model.throughput(nodes, replicas, m, s)))
         self._batch[job.job_id] = steps.batch_size
@@ -871,7 +874,7 @@ class SiaPlanner:
         self._epochs[job.job_id] = steps.epoch
         if steps.done_s is not None:
             return remaining * (1.0 + 1e-9) / max(steps.done_s, 1e-9)
-        return max(steps.progress - job.progress, 0.0) / train_s
+        return max(steps.progress * m0 - job.progress, 0.0) / train_s
 
     def _true_rate(self, application: str, t: int, model: GoodputModel, gpu_ids: tuple[int, ...],
                    epoch: int, job_id: Hashable = None) -> float:
