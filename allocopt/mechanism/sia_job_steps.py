@@ -16,10 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams
+
+_EPS = 1e-8  # Pollux's tolerance of ceil on batch sizes
 from allocopt.throughput.profiles import ApplicationProfile, normalize_placement
 
 #: Epochs a job trains in Sia's simulator (``applications.py``); other applications: every validated epoch.
@@ -58,6 +61,45 @@ def placement_max_local_bsz(profile: ApplicationProfile, placement: tuple[int, .
     return profile.max_local_bsz
 
 
+def sia_optimize(model: GoodputModel, num_nodes: Any, num_replicas: Any, *, float32: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:meth:`GoodputModel.optimize` in the arithmetic of Sia's simulator (Pollux's ``GoodputFunction.optimize``).
+
+    Sia's search differs from allocopt's in details that move goodputs by up to
+    1e-3: its 50 candidate batch sizes are ``numpy.geomspace`` values (in
+    float32 when the policy passes float32 GPU counts, ``float32=True``; the
+    job itself passes integers), the micro-batch is not capped so that the
+    batch stays within ``max_batch_size``, a replica's network time is 1e-8 s
+    and the retrogression factor ``max(K - 2, 1e-8)``, and the iteration time
+    is ``exp(log(T_acc^g + T_net^g) / g)``. Returns (goodput, micro-batch,
+    accumulation steps) of each (nodes, replicas), 0 where no candidate fits.
+    """
+    f = np.float32 if float32 else np.float64
+    nodes, replicas = (np.asarray(a, dtype=f).ravel() for a in np.broadcast_arrays(num_nodes, num_replicas))
+    perf, grad = model.perf_params, model.grad_params
+    m0, lo, hi = model.init_batch_size, model.min_local_bsz, model.max_local_bsz
+    smallest = np.maximum(f(m0), f(lo) * replicas)
+    batch = np.geomspace(smallest, f(model.max_batch_size))  # (50, configurations), dtype f
+    local = batch / replicas
+    accum = np.ceil(local / f(hi) - f(_EPS)) - 1
+    accum = np.where((replicas == 1) & (local > f(m0 + _EPS)), np.maximum(accum, 1), accum).astype(np.int64)
+    micro = np.ceil(local.astype(np.float64) / (accum + 1) - _EPS).astype(np.int64)
+    total = replicas.astype(np.float64) * micro * (accum + 1)
+    t_acc = perf.alpha_c + perf.beta_c * micro
+    inter, multi = nodes > 1, replicas > 1
+    retro = np.maximum(replicas - 2, f(1e-8)).astype(np.float64)
+    t_net = np.select([inter, multi], [perf.alpha_n, perf.alpha_r], 1e-8) + \
+        np.select([inter, multi], [perf.beta_n, perf.beta_r], 1e-8) * retro
+    t_iter = accum * t_acc + np.exp(np.log(t_acc ** perf.gamma + t_net ** perf.gamma) / perf.gamma)
+    scale = total / m0
+    denom = grad.var / scale + grad.sqr
+    gain = np.where(denom > 0, (grad.var + grad.sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+    goodput = np.where((lo <= micro) & (micro <= hi), total / t_iter * (gain / scale), 0.0)
+    best = np.argmax(goodput, axis=0)
+    pick = np.arange(best.size)
+    return goodput[best, pick], micro[best, pick], accum[best, pick]
+
+
 def batch_split(profile: ApplicationProfile, placement: tuple[int, ...], perf: PerfParams | None,
                 grad: GradParams | None) -> tuple[int, int]:
     """Sia's ``update_local_bsz``: (micro-batch, accumulation steps) of a job on ``placement``.
@@ -74,8 +116,8 @@ def batch_split(profile: ApplicationProfile, placement: tuple[int, ...], perf: P
     micro = accum = 0
     if perf is not None and grad is not None:
         model = GoodputModel(perf, grad, m0, profile.max_batch_size, max(max_local, lo), min_local_bsz=lo)
-        _, m, s = model.optimize(nodes, replicas)
-        micro, accum = int(m), int(s)
+        _, m, s = sia_optimize(model, nodes, replicas)
+        micro, accum = int(m[0]), int(s[0])
     if micro <= 0:
         batch = max(m0, lo * replicas)
         local = math.ceil(batch / replicas - 1e-8)
@@ -174,4 +216,4 @@ def step_round(profile: ApplicationProfile, placement: tuple[int, ...], progress
 
 
 __all__ = ["MAX_EPOCHS", "SIA_POLICY_MAX_LOCAL_BSZ", "RoundSteps", "batch_split", "epoch_ends", "sia_epoch_ends",
-           "placement_max_local_bsz", "step_round"]
+           "placement_max_local_bsz", "sia_optimize", "step_round"]

@@ -56,7 +56,7 @@ from allocopt.errors import InvalidOptionError, SolverError
 from allocopt.formulations.sia_programs import sia_goodput, solve_sia_round
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
 from allocopt.mechanism.sia_job_steps import (MAX_EPOCHS, SIA_POLICY_MAX_LOCAL_BSZ, batch_split, epoch_ends,
-                                             step_round)
+                                              sia_optimize, step_round)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob
 from allocopt.mechanism.state import SimulationState
 from allocopt.mechanism.workload import Workload
@@ -954,12 +954,22 @@ class SiaPlanner:
                 gpus = configs.num_gpus[cols]
                 if t in known:
                     model = self._learned_model(job.job_id, t, epochs[job.job_id], policy=True)
-                    out[i, cols] = model.optimize(configs.num_nodes[cols], gpus)[0]
+                    out[i, cols] = self._policy_goodput(model, configs.num_nodes[cols], gpus)
                 else:
                     nodes = np.ceil(gpus / int(self.cluster.gpus_per_node[source]))
                     ratio = _one_gpu_throughput(profile) / _one_gpu_throughput(src_profile)
-                    out[i, cols] = src_model.optimize(np.minimum(nodes, gpus), gpus)[0] * ratio
+                    goodput = self._policy_goodput(src_model, np.minimum(nodes, gpus), gpus)
+                    # Sia's simulator scales its float32 goodputs in float32
+                    out[i, cols] = goodput * (np.float32(ratio) if self.sia_stepping else ratio)
         return np.where(np.isfinite(out) & (out > 0), out, 0.0)
+
+    def _policy_goodput(self, model: GoodputModel, nodes: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+        """Goodputs of ``model`` at (nodes, GPUs) as the policy sees them: with ``sia_stepping`` in the
+        arithmetic of Sia's policy (:func:`~allocopt.mechanism.sia_job_steps.sia_optimize` on float32 GPU
+        counts, rounded to float32)."""
+        if self.sia_stepping:
+            return sia_optimize(model, nodes, gpus, float32=True)[0].astype(np.float32)
+        return model.optimize(nodes, gpus)[0]
 
     def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
         """Nothing to learn: the job states were updated when the round was planned."""
