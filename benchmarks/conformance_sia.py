@@ -91,8 +91,8 @@ from allocopt.throughput.profiles import load_profiles
 nnodes = {nnodes!r}
 cluster = Cluster({{t: n * {per_node!r}[t] for t, n in nnodes.items()}}, {{t: {per_node!r}[t] for t in nnodes}})
 t0 = time.perf_counter()
-result = simulate({workload!r}, cluster, "sia", profiles=load_profiles({traces!r}, sia_numbers=True), round_seconds=60.0,
-                  policy_options={options!r})
+result = simulate({workload!r}, cluster, "sia", profiles=load_profiles({traces!r}, sia_numbers=True),
+                  round_seconds=60.0, policy_options={options!r})
 print("CONFORMANCE " + json.dumps({{"average_jct_s": result.metrics["average_jct_s"],
                                     "makespan_s": result.metrics["makespan_s"], "jobs": result.metrics["num_jobs"],
                                     "rounds": result.metrics["num_rounds"], "wall_s": time.perf_counter() - t0}}))

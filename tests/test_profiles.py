@@ -16,7 +16,8 @@ from allocopt.errors import AllocoptError
 from allocopt.throughput import BootstrappedJob, GoodputModel, goodput_matrix, project, throughput_ratio
 from allocopt.throughput.profiles import (SEED_GPU_TYPES, ApplicationProfile, Observations, ProfileFormatError,
                                           discover, load_application, load_profiles, load_seed_profiles,
-                                          normalize_placement, pandas_float, read_placements, read_scalability, read_seed_profile,
+                                          normalize_placement, pandas_float, read_placements, read_scalability,
+                                          read_seed_profile,
                                           read_validation, shipped_profiles_dir)
 
 ROOT = shipped_profiles_dir()

@@ -659,8 +659,13 @@ class SiaPlanner:
         every epoch boundary from its refitted model and the gradient statistics of its last
         stretch, within its placement's memory limits, and each stretch to an epoch boundary
         takes whole seconds; its throughput models are fitted with Pollux's own optimizer
-        (``fit_perf_params(optimizer="pollux")``). Without it a job runs one batch size at one
-        rate per round.
+        (``fit_perf_params(optimizer="pollux")``). Everything in Sia's arithmetic: step times as
+        Sia looks them up (:meth:`~allocopt.throughput.profiles.ApplicationProfile.sia_times`),
+        progress in Sia's units, batch sizes and the policy's goodputs from Sia's goodput search
+        (:func:`~allocopt.mechanism.sia_job_steps.sia_optimize`, float32 on the policy's side);
+        with profiles read as Sia reads them (``load_profiles(..., sia_numbers=True)``) the
+        simulation is Sia's to the bit up to the MILP's answers. Without it a job runs one batch
+        size at one rate per round.
     batch_sizes : sequence of int, optional
         Requested global batch size of each job (row order of the workload; ``simulate`` passes
         the workload's ``batch_size`` column).

@@ -651,5 +651,6 @@ def load_seed_profiles(seed_dir: str | Path) -> dict[str, dict[str, Observations
 
 __all__ = ["SEED_GPU_TYPES", "ApplicationProfile", "HeldOutError", "Observations", "ProfileFormatError",
            "ValidationCurve", "discover", "load_application", "load_profiles", "load_seed_profiles",
-           "normalize_placement", "pandas_float", "read_placements", "read_scalability", "read_seed_profile", "read_validation",
+           "normalize_placement", "pandas_float", "read_placements", "read_scalability", "read_seed_profile",
+           "read_validation",
            "shipped_profiles_dir"]
