@@ -527,13 +527,15 @@ class ApplicationProfile:
                 out = (y[hi] - y[hi - 1]) / float(x[hi] - x[hi - 1]) * float(m - x[hi - 1]) + y[hi - 1]
                 return float(out[0]), float(out[1])
             return along_bsz
-        keys = np.stack([pl.num_nodes, pl.num_replicas, pl.local_bsz], axis=1)
-        points, mean = _kahan_group_mean(keys, np.stack([pl.iter_time_s, pl.sync_time_s], axis=1))
-        sc = self.scalability
-        if sc is not None:
-            points = np.concatenate([points, np.stack([sc.num_nodes, sc.num_replicas, sc.local_bsz], axis=1)])
-            mean = np.concatenate([mean, np.stack([sc.iter_time_s, sc.sync_time_s], axis=1)])
-        nd = LinearNDInterpolator(points.astype(np.float64), mean)
+        nd = self._interpolators.get(("sia", None))
+        if nd is None:  # one triangulation for every placement that is not profiled
+            keys = np.stack([pl.num_nodes, pl.num_replicas, pl.local_bsz], axis=1)
+            points, mean = _kahan_group_mean(keys, np.stack([pl.iter_time_s, pl.sync_time_s], axis=1))
+            sc = self.scalability
+            if sc is not None:
+                points = np.concatenate([points, np.stack([sc.num_nodes, sc.num_replicas, sc.local_bsz], axis=1)])
+                mean = np.concatenate([mean, np.stack([sc.iter_time_s, sc.sync_time_s], axis=1)])
+            nd = self._interpolators["sia", None] = LinearNDInterpolator(points.astype(np.float64), mean)
         where = (min(len(key), 16), sum(map(int, key)))
 
         def across(m: int) -> tuple[float, float]:
