@@ -26,8 +26,10 @@ submission) so runs stay short. Prints average JCT and makespan and the ratio
 of the stand-in's average JCT to Sia's. Then allocopt's own simulator
 (:func:`allocopt.mechanism.simulator.simulate` with ``policy="sia"`` and
 ``policy_options={"faithful_to_sia": True}``, on the profiles in the simulator's
-``traces/`` and the same cluster) runs the same workload: its average JCT and
-makespan against Sia's simulator with Sia's policy.
+``traces/`` read as Sia reads them (``load_profiles(..., sia_numbers=True)``) and the
+same cluster) runs the same workload: its average JCT and makespan against Sia's
+simulator with Sia's policy (with ``--allocopt-sia-program CBC`` identical to it on
+the saturn 10-job samples and phoebe).
 """
 
 from __future__ import annotations
