@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams
+from allocopt.throughput.profiles import ApplicationProfile, normalize_placement
 
 _EPS = 1e-8  # Pollux's tolerance of ceil on batch sizes
-from allocopt.throughput.profiles import ApplicationProfile, normalize_placement
 
 #: Epochs a job trains in Sia's simulator (``applications.py``); other applications: every validated epoch.
 MAX_EPOCHS: dict[str, int] = {"bert": 2, "cifar10": 100, "imagenet": 90}
@@ -106,9 +106,9 @@ def batch_split(profile: ApplicationProfile, placement: tuple[int, ...], perf: P
 
     Without a throughput model (``perf``) or gradient statistics the job runs its
     initial batch size (at least ``min_local_bsz`` per GPU) in the fewest
-    accumulation steps that fit; with them, the goodput-optimal split. Then the
-    micro-batch is cut to the largest profiled at this many GPUs and to
-    ``max_batch_size / (GPUs x (steps + 1))``.
+    accumulation steps that fit; with them, the goodput-optimal split of Sia's
+    search (:func:`sia_optimize`). Then the micro-batch is cut to the largest
+    profiled at this many GPUs and to ``max_batch_size / (GPUs x (steps + 1))``.
     """
     nodes, replicas = len(placement), int(sum(placement))
     max_local = placement_max_local_bsz(profile, placement)
