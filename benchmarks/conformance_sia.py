@@ -26,8 +26,10 @@ submission) so runs stay short. Prints average JCT and makespan and the ratio
 of the stand-in's average JCT to Sia's. Then allocopt's own simulator
 (:func:`allocopt.mechanism.simulator.simulate` with ``policy="sia"`` and
 ``policy_options={"faithful_to_sia": True}``, on the profiles in the simulator's
-``traces/`` and the same cluster) runs the same workload: its average JCT and
-makespan against Sia's simulator with Sia's policy.
+``traces/`` read as Sia reads them (``load_profiles(..., sia_numbers=True)``) and the
+same cluster) runs the same workload: its average JCT and makespan against Sia's
+simulator with Sia's policy (with ``--allocopt-sia-program CBC`` identical to it on
+the saturn 10-job samples and phoebe).
 """
 
 from __future__ import annotations
@@ -91,8 +93,8 @@ from allocopt.throughput.profiles import load_profiles
 nnodes = {nnodes!r}
 cluster = Cluster({{t: n * {per_node!r}[t] for t, n in nnodes.items()}}, {{t: {per_node!r}[t] for t in nnodes}})
 t0 = time.perf_counter()
-result = simulate({workload!r}, cluster, "sia", profiles=load_profiles({traces!r}), round_seconds=60.0,
-                  policy_options={options!r})
+result = simulate({workload!r}, cluster, "sia", profiles=load_profiles({traces!r}, sia_numbers=True),
+                  round_seconds=60.0, policy_options={options!r})
 print("CONFORMANCE " + json.dumps({{"average_jct_s": result.metrics["average_jct_s"],
                                     "makespan_s": result.metrics["makespan_s"], "jobs": result.metrics["num_jobs"],
                                     "rounds": result.metrics["num_rounds"], "wall_s": time.perf_counter() - t0}}))

@@ -6,6 +6,7 @@ import math
 from dataclasses import astuple, replace
 
 import numpy as np
+import scipy
 import pytest
 
 from allocopt import Cluster
@@ -192,6 +193,65 @@ def test_pollux_optimizer_lands_where_pollux_does(case):
     np.testing.assert_allclose(astuple(pollux), expected, rtol=1e-4)
     if case != "one_gpu":  # one GPU, two batch sizes: both optimizers find the same line
         assert not np.allclose(astuple(fit_perf_params(*observations, loss="rmse")), expected, rtol=1e-2)
+
+
+#: (nodes, replicas, micro-batch, step s, sync s) and the PerfParams Sia's simulator's fit_perf_params returned
+#: (siasosp23/artifacts aaf7a0d: autograd 1.9.1, numpy 1.23.5, scipy 1.15.3), printed to the last digit.
+POLLUX_EXACT = [
+    (([1, 1, 1, 1, 1, 1],
+      [2, 2, 2, 2, 2, 2],
+      [1, 32, 52, 9, 51, 8],
+      [0.165456, 0.153644, 0.142337, 0.233637, 0.262183, 0.285679],
+      [0.098834, 0.073391, 0.053673, 0.13866, 0.035927, 0.029861]),
+     (0.11523667126947774, 8.09220345444524e-05, 0.12069300291913325,
+      1.1000000000000001e-08, 0.10972091174466658, 1e-08,
+      1.2274153086539596)),
+    (([2, 2, 1, 1],
+      [2, 2, 1, 4],
+      [62, 30, 51, 58],
+      [0.322029, 0.266776, 0.258499, 0.138807],
+      [0.005461, 0.032951, 0.10813, 0.017817]),
+     (0.19046632441648542, 1e-08, 0.14782270645657553,
+      0.0026825864109694245, 3.6189498288620687e-06, 1e-08,
+      1.2590940413301386)),
+    (([1, 1, 1, 2, 2],
+      [4, 1, 4, 2, 8],
+      [56, 12, 33, 60, 54],
+      [0.327064, 0.37605, 0.063918, 0.279749, 0.263731],
+      [0.171411, 0.083914, 0.023198, 0.012577, 0.062953]),
+     (0.17347652481029172, 3.18632944390375e-08, 0.11680621242457888,
+      1e-08, 3.1107643779982196e-06, 1e-08,
+      1.1048684825890613)),
+    (([1, 1, 1, 1],
+      [8, 2, 2, 4],
+      [62, 25, 38, 28],
+      [0.326238, 0.344696, 0.092378, 0.23135],
+      [0.049374, 0.085303, 0.006194, 0.134419]),
+     (0.13078803284404816, 0.0006146359186498605, 0.05174333151279957,
+      0.02397086694935081, 0.04703939228436324, 0.021791697226682553,
+      1.1074452233948306)),
+]
+SIA_STACK = np.__version__ == "1.23.5" and scipy.__version__ == "1.15.3"
+
+
+@pytest.mark.parametrize("observations, expected", POLLUX_EXACT)
+def test_pollux_optimizer_takes_pollux_iterates(observations, expected):
+    """The fit of a few observations is underdetermined and L-BFGS-B's path turns on the last bits of the
+    gradient: ``optimizer="pollux"`` evaluates Pollux's objective and gradient in Pollux's (autograd's)
+    arithmetic, so on Sia's numeric stack it returns Sia's parameters to the bit (elsewhere numpy's
+    vectorized pow/log kernels round differently: within 1e-5)."""
+    nodes, replicas, bsz, step, sync = observations
+    step, sync = np.array(step), np.array(sync)
+    got = astuple(fit_perf_params(nodes, replicas, bsz, step - sync, step, loss="rmse", optimizer="pollux"))
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    if SIA_STACK:
+        assert got == expected
+
+
+def test_pollux_optimizer_needs_the_rmse_loss():
+    with pytest.raises(InvalidOptionError, match="loss='rmse'"):
+        fit_perf_params(NODES, REPLICAS, BSZ, TRUE.compute_time(BSZ), TRUE.iter_time(NODES, REPLICAS, BSZ),
+                        optimizer="pollux")
 
 
 @pytest.mark.parametrize("bad", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,8 @@ from allocopt.errors import AllocoptError
 from allocopt.throughput import BootstrappedJob, GoodputModel, goodput_matrix, project, throughput_ratio
 from allocopt.throughput.profiles import (SEED_GPU_TYPES, ApplicationProfile, Observations, ProfileFormatError,
                                           discover, load_application, load_profiles, load_seed_profiles,
-                                          normalize_placement, read_placements, read_scalability, read_seed_profile,
+                                          normalize_placement, pandas_float, read_placements, read_scalability,
+                                          read_seed_profile,
                                           read_validation, shipped_profiles_dir)
 
 ROOT = shipped_profiles_dir()
@@ -284,3 +286,78 @@ def test_cli_fit_profiles_loss_options():
     bad_loss = run_cli("fit-profiles", str(ROOT), "--loss", "huber")
     assert bad_loss.returncode == 2 and "--loss" in bad_loss.stderr
 
+
+
+# ----- reading and looking up profiles as Sia's simulator does ----------------------------------------
+#: An excerpt of Sia's CIFAR-10 profile on A100 nodes, full precision (see tests/sia_excerpt/README.md).
+SIA_EXCERPT = Path(__file__).parent / "sia_excerpt"
+
+#: (text, the float pandas 1.5.3's read_csv gives): Sia's simulator reads its profiles with it.
+PANDAS_FLOATS = [
+    ("0.035044655203819275", 0.0350446552038192),  # 18 significant digits: the last one dropped
+    ("0.0007174400016665458", 0.0007174400016665),
+    ("391.0", 391.0), ("8.947307535897329", 8.947307535897329), ("1e-05", 1e-05), ("-2.5E+3", -2500.0),
+    ("123456789012345678901", 1.2345678901234568e+20), ("0.1", 0.1),
+]
+
+#: (placement, micro-batch, (step s, sync s)) Sia's ``Application.get_throughput`` returned on the excerpt
+#: (pandas 1.5.3, scipy 1.15.3); NaN where Sia returns -1 (outside the measured batch sizes).
+SIA_STEP_TIMES = [
+    ((1,), 32, (0.0350446552038192, 0.0007174400016665)),  # a measured row: interp1d's slope from the row below
+    ((1,), 45, (0.0348764061927795, 0.0005572479888796)),
+    ((1,), 50, (0.03492261155655505, 0.000495925887242679)),
+    ((2,), 64, (0.0299214273691177, 0.000729792010039)),
+    ((2,), 100, (0.0319148662843202, 0.0006822669487445843)),
+    ((4, 4), 91, (0.0340142548084259, 0.002551999989897)),
+    ((4, 4), 200, (0.04146536648273461, 0.001843220477551156)),
+    ((1, 1), 129, (0.0334002077579498, 0.0010353920087218)),
+    ((1,), 5000, (np.nan, np.nan)),
+    ((1,), 8, (np.nan, np.nan)),
+    ((3,), 64, (0.030747734010219546, 0.0016652800012379)),  # not profiled: over (nodes, replicas, batch)
+    ((2, 6), 100, (0.034878600192697416, 0.0025787082008625157)),
+    ((8, 8), 256, (0.04853589546112785, 0.003227056814867267)),
+    ((3, 5), 40, (0.033634086067859885, 0.0026840713912476923)),
+]
+
+#: (global batch size, epoch, (grad_sqr, grad_var)) of Sia's ``Application.get_grad_stats`` on the excerpt.
+SIA_GRAD_STATS = [
+    (128, 0, (8.947307535897329, 5.066593295150894)), (256, 3, (0.6385792401233752, 1.5625150232640328)),
+    (160, 2, (1.2357794228014471, 1.5071525457230233)), (200, 4, (0.5662872769149909, 1.5149275567159806)),
+    (129, 1, (1.9023629094743946, 1.602217520519608)),
+]
+
+
+@pytest.mark.parametrize("text, expected", PANDAS_FLOATS)
+def test_pandas_float_reads_as_sias_simulator(text, expected):
+    assert pandas_float(text) == expected
+
+
+def test_pandas_float_rejects_text_that_is_not_a_number():
+    for bad in ("", "abc", "1.2.3", "--1", "e5"):
+        with pytest.raises(ValueError):
+            pandas_float(bad)
+
+
+@pytest.fixture(scope="module")
+def sia_excerpt():
+    return load_profiles(SIA_EXCERPT, sia_numbers=True)["cifar10", "dgx-ext"]
+
+
+def test_sia_numbers_keep_sias_truncation_and_default_reading_is_exact(sia_excerpt):
+    exact = load_profiles(SIA_EXCERPT)["cifar10", "dgx-ext"]
+    assert exact.placements.iter_time_s[0] == 0.035044655203819275
+    assert sia_excerpt.placements.iter_time_s[0] == 0.0350446552038192
+
+
+@pytest.mark.parametrize("placement, micro, expected", SIA_STEP_TIMES)
+def test_sia_times_are_sias_step_times_to_the_bit(sia_excerpt, placement, micro, expected):
+    got = sia_excerpt.sia_times(placement, micro)
+    np.testing.assert_array_equal(got, expected)
+    rotated = placement[1:] + placement[:1]
+    np.testing.assert_array_equal(sia_excerpt.sia_times(rotated, micro), expected)
+
+
+@pytest.mark.parametrize("batch, epoch, expected", SIA_GRAD_STATS)
+def test_grad_params_are_sias_interpolation_to_the_bit(sia_excerpt, batch, epoch, expected):
+    grad = sia_excerpt.grad_params(batch, epoch)
+    assert (grad.sqr, grad.var) == expected

@@ -15,13 +15,15 @@ import pytest
 
 from allocopt import Cluster
 from allocopt.errors import InvalidOptionError
-from allocopt.mechanism.sia_job_steps import batch_split, epoch_ends, placement_max_local_bsz, step_round
+from allocopt.mechanism.sia_job_steps import (batch_split, epoch_ends, placement_max_local_bsz, sia_epoch_ends,
+                                              sia_optimize, step_round)
 from allocopt.mechanism.sia_rounds import (SIA_SIMULATOR_RESTORE_S, SIA_SIMULATOR_SLOWDOWNS, SiaExecutor, SiaPlanner,
                                           SiaRoundPlan, restart_delay_s, rigid_throughputs, sia_workload, total_progress)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload, shipped_workloads_dir
 from allocopt.mechanism.simulator import simulate
 from allocopt.mechanism.state import SimulationState
 from allocopt.runtime.executor import JobRoundResult, RoundPlan
+from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams
 from allocopt.throughput.profiles import load_profiles, shipped_profiles_dir
 
 SATURN = shipped_workloads_dir() / "saturn" / "workload-1.csv"
@@ -224,8 +226,9 @@ def test_sia_stepping_rechooses_the_batch_at_every_epoch_boundary(profiles):
     (its model learns it) and re-chooses its batch split; a stretch that ends an epoch takes whole
     seconds, and the job completes at the (whole-second) end of its last epoch."""
     cifar = profiles["cifar10", "dgx-ext"]
-    ends = epoch_ends(cifar)
-    assert ends.size == 100 and ends[-1] == pytest.approx(total_progress(cifar))
+    ends = sia_epoch_ends(cifar)  # step_round counts progress in Sia's units: samples / M0
+    assert ends.size == 100 and ends[-1] * cifar.init_batch_size == pytest.approx(total_progress(cifar))
+    np.testing.assert_array_equal(epoch_ends(cifar), ends * cifar.init_batch_size)
     splits, measured = [], []
 
     def split() -> tuple[int, int]:  # grow the micro-batch each stretch, as a learning job does
@@ -245,7 +248,7 @@ def test_sia_stepping_rechooses_the_batch_at_every_epoch_boundary(profiles):
     assert ends[crossed - 1] <= steps.progress < ends[crossed] and steps.batch_size == 8 * splits[-2][0]
     # the last epoch: completion after a whole number of seconds
     splits.clear()
-    last = step_round(cifar, (8,), float(ends[-2]) + 1.0, 99, 60.0, lambda: (256, 0), measure, slowdown=1.8)
+    last = step_round(cifar, (8,), float(ends[-2]) + 0.01, 99, 60.0, lambda: (256, 0), measure, slowdown=1.8)
     assert last.epoch == 100 and last.done_s is not None and last.done_s == round(last.done_s) < 60
     assert last.progress == ends[-1]
     # memory limits of Sia's update_local_bsz: the placement's largest profiled micro-batch, then the
@@ -271,3 +274,29 @@ def test_faithful_to_sia_reproduces_sias_simulator_on_a_two_job_workload(profile
                      policy_options={"faithful_to_sia": True, "sia_stepping": False, "packed_placement": False,
                                      "cap_policy_batch": False})
     assert abs(older.jobs["jct_s"][1] / 1936.0 - 1) > 0.01
+
+
+#: Pollux's GoodputFunction.optimize in Sia's simulator (siasosp23/artifacts aaf7a0d; numpy 1.23.5) for a CIFAR-10
+#: job's fit on A100s (M0 128, max batch 4096): the policy's float32 configurations (micro-batch 32..512) and the
+#: job's own integer calls (32..256): goodput, micro-batch, accumulation steps.
+SIA_POLICY_SEARCH = ([1, 1, 1, 1, 2, 2, 3], [1, 2, 4, 8, 12, 16, 24],
+                     [3314.0750190628, 3482.0694121156034, 4265.057529342855, 4984.061411398332, 5157.6511799950695,
+                      5384.912730480259, 5673.896518584912], [128, 106, 75, 57, 48, 42, 34])
+SIA_JOB_SEARCH = [(1, 1, 3314.0750190628, 128, 0), (1, 2, 3482.0694121156034, 106, 0), (2, 8, 4805.997512030229, 57, 0)]
+
+
+def test_sia_optimize_is_sias_goodput_search():
+    perf = PerfParams(0.019106398486473213, 0.00015247458204808978, 0.0207919563963084, 1.1e-08,
+                      0.018901778542098544, 1e-08, 1.4273736765111165)
+    grad = GradParams(1.8952278056392731, 1.5924912096114732)
+    nodes, replicas, goodput, micro = SIA_POLICY_SEARCH
+    g, m, s = sia_optimize(GoodputModel(perf, grad, 128, 4096, 512, min_local_bsz=32), nodes, replicas, float32=True)
+    np.testing.assert_allclose(g, goodput, rtol=1e-12)
+    assert m.tolist() == micro and s.tolist() == [0] * len(micro)
+    model = GoodputModel(perf, grad, 128, 4096, 256, min_local_bsz=32)
+    for n, r, goodput, micro, accum in SIA_JOB_SEARCH:
+        g, m, s = sia_optimize(model, n, r)
+        assert (m.tolist(), s.tolist()) == ([micro], [accum])
+        np.testing.assert_allclose(g, [goodput], rtol=1e-12)
+    # allocopt's own search keeps the batch within max_batch_size and lands within 1% of Sia's
+    np.testing.assert_allclose(model.optimize(2, 8)[0], SIA_JOB_SEARCH[2][2], rtol=1e-2)

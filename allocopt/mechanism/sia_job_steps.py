@@ -16,11 +16,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams
 from allocopt.throughput.profiles import ApplicationProfile, normalize_placement
+
+_EPS = 1e-8  # Pollux's tolerance of ceil on batch sizes
 
 #: Epochs a job trains in Sia's simulator (``applications.py``); other applications: every validated epoch.
 MAX_EPOCHS: dict[str, int] = {"bert": 2, "cifar10": 100, "imagenet": 90}
@@ -29,12 +32,18 @@ MAX_EPOCHS: dict[str, int] = {"bert": 2, "cifar10": 100, "imagenet": 90}
 SIA_POLICY_MAX_LOCAL_BSZ: dict[tuple[str, str], int] = {("deepspeech2", "rtx"): 57}
 
 
-def epoch_ends(profile: ApplicationProfile) -> np.ndarray:
-    """Progress samples (``M0``-equivalent) at the end of each epoch the job trains: Sia's
-    ``get_progress(e + 1)`` (the smallest over the validation curves) times ``M0``."""
+def sia_epoch_ends(profile: ApplicationProfile) -> np.ndarray:
+    """Sia's progress (the validation files' ``progress`` column) at the end of each epoch the job
+    trains: ``get_progress(e + 1)``, the smallest over the validation curves."""
     curves = list(profile.validation.values())
     epochs = min(MAX_EPOCHS.get(profile.application, 10**9), *(c.progress.size for c in curves))
-    return np.min([c.progress[:epochs] for c in curves], axis=0) * float(profile.init_batch_size)
+    return np.min([c.progress[:epochs] for c in curves], axis=0)
+
+
+def epoch_ends(profile: ApplicationProfile) -> np.ndarray:
+    """Progress samples (``M0``-equivalent) at the end of each epoch the job trains:
+    :func:`sia_epoch_ends` times ``M0``."""
+    return sia_epoch_ends(profile) * float(profile.init_batch_size)
 
 
 def placement_max_local_bsz(profile: ApplicationProfile, placement: tuple[int, ...]) -> int:
@@ -52,15 +61,54 @@ def placement_max_local_bsz(profile: ApplicationProfile, placement: tuple[int, .
     return profile.max_local_bsz
 
 
+def sia_optimize(model: GoodputModel, num_nodes: Any, num_replicas: Any, *, float32: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:meth:`GoodputModel.optimize` in the arithmetic of Sia's simulator (Pollux's ``GoodputFunction.optimize``).
+
+    Sia's search differs from allocopt's in details that move goodputs by up to
+    1e-3: its 50 candidate batch sizes are ``numpy.geomspace`` values (in
+    float32 when the policy passes float32 GPU counts, ``float32=True``; the
+    job itself passes integers), the micro-batch is not capped so that the
+    batch stays within ``max_batch_size``, a replica's network time is 1e-8 s
+    and the retrogression factor ``max(K - 2, 1e-8)``, and the iteration time
+    is ``exp(log(T_acc^g + T_net^g) / g)``. Returns (goodput, micro-batch,
+    accumulation steps) of each (nodes, replicas), 0 where no candidate fits.
+    """
+    f = np.float32 if float32 else np.float64
+    nodes, replicas = (np.asarray(a, dtype=f).ravel() for a in np.broadcast_arrays(num_nodes, num_replicas))
+    perf, grad = model.perf_params, model.grad_params
+    m0, lo, hi = model.init_batch_size, model.min_local_bsz, model.max_local_bsz
+    smallest = np.maximum(f(m0), f(lo) * replicas)
+    batch = np.geomspace(smallest, f(model.max_batch_size))  # (50, configurations), dtype f
+    local = batch / replicas
+    accum = np.ceil(local / f(hi) - f(_EPS)) - 1
+    accum = np.where((replicas == 1) & (local > f(m0 + _EPS)), np.maximum(accum, 1), accum).astype(np.int64)
+    micro = np.ceil(local.astype(np.float64) / (accum + 1) - _EPS).astype(np.int64)
+    total = replicas.astype(np.float64) * micro * (accum + 1)
+    t_acc = perf.alpha_c + perf.beta_c * micro
+    inter, multi = nodes > 1, replicas > 1
+    retro = np.maximum(replicas - 2, f(1e-8)).astype(np.float64)
+    t_net = np.select([inter, multi], [perf.alpha_n, perf.alpha_r], 1e-8) + \
+        np.select([inter, multi], [perf.beta_n, perf.beta_r], 1e-8) * retro
+    t_iter = accum * t_acc + np.exp(np.log(t_acc ** perf.gamma + t_net ** perf.gamma) / perf.gamma)
+    scale = total / m0
+    denom = grad.var / scale + grad.sqr
+    gain = np.where(denom > 0, (grad.var + grad.sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+    goodput = np.where((lo <= micro) & (micro <= hi), total / t_iter * (gain / scale), 0.0)
+    best = np.argmax(goodput, axis=0)
+    pick = np.arange(best.size)
+    return goodput[best, pick], micro[best, pick], accum[best, pick]
+
+
 def batch_split(profile: ApplicationProfile, placement: tuple[int, ...], perf: PerfParams | None,
                 grad: GradParams | None) -> tuple[int, int]:
     """Sia's ``update_local_bsz``: (micro-batch, accumulation steps) of a job on ``placement``.
 
     Without a throughput model (``perf``) or gradient statistics the job runs its
     initial batch size (at least ``min_local_bsz`` per GPU) in the fewest
-    accumulation steps that fit; with them, the goodput-optimal split. Then the
-    micro-batch is cut to the largest profiled at this many GPUs and to
-    ``max_batch_size / (GPUs x (steps + 1))``.
+    accumulation steps that fit; with them, the goodput-optimal split of Sia's
+    search (:func:`sia_optimize`). Then the micro-batch is cut to the largest
+    profiled at this many GPUs and to ``max_batch_size / (GPUs x (steps + 1))``.
     """
     nodes, replicas = len(placement), int(sum(placement))
     max_local = placement_max_local_bsz(profile, placement)
@@ -68,8 +116,8 @@ def batch_split(profile: ApplicationProfile, placement: tuple[int, ...], perf: P
     micro = accum = 0
     if perf is not None and grad is not None:
         model = GoodputModel(perf, grad, m0, profile.max_batch_size, max(max_local, lo), min_local_bsz=lo)
-        _, m, s = model.optimize(nodes, replicas)
-        micro, accum = int(m), int(s)
+        _, m, s = sia_optimize(model, nodes, replicas)
+        micro, accum = int(m[0]), int(s[0])
     if micro <= 0:
         batch = max(m0, lo * replicas)
         local = math.ceil(batch / replicas - 1e-8)
@@ -90,7 +138,7 @@ class RoundSteps:
     Attributes
     ----------
     progress : float
-        Progress samples at the end (``M0``-equivalent).
+        Progress at the end in Sia's units (``M0``-equivalent samples / ``M0``).
     epoch : int
         Epochs completed.
     done_s : float or None
@@ -112,37 +160,43 @@ def step_round(profile: ApplicationProfile, placement: tuple[int, ...], progress
                seconds: float, split: Callable[[], tuple[int, int]],
                measure: Callable[[tuple[int, int, int], float, float, GradParams], None], *,
                slowdown: float = 1.0, fallback_rate: Callable[[int, int], float] | None = None) -> RoundSteps:
-    """Train one job for ``seconds`` on ``placement`` as Sia's ``Job.step``.
+    """Train one job for ``seconds`` on ``placement`` as Sia's ``Job.step``, in Sia's units and arithmetic.
 
-    Each stretch runs the split ``split()`` returns at the profiled step time of
-    the placement (:meth:`ApplicationProfile.true_times`) times the statistical
-    gain of the gradient statistics at that batch size and epoch, divided by
-    ``slowdown``; each stretch is reported to ``measure((nodes, replicas, micro),
-    step_s, sync_s, grad)`` before it runs (the job's model learns from it), and
-    the split is chosen again after it. A stretch that reaches the end of the
-    epoch takes the rounded seconds to get there. ``fallback_rate(micro, accum)``
-    (samples/s before the gain) stands in where the profile has no step time.
+    ``progress`` (and :attr:`RoundSteps.progress`) is Sia's: the validation
+    files' ``progress`` column (samples of the initial batch size ``M0``,
+    divided by ``M0``); times ``M0`` it is allocopt's. Each stretch runs the
+    split ``split()`` returns at the step time Sia's simulator looks up for
+    the placement (:meth:`ApplicationProfile.sia_times`), at the rate
+    ``gain / (T_step + s (T_step - T_sync)) * (1 / slowdown)`` with ``gain``
+    the statistical gain of the gradient statistics at that batch size and
+    epoch; each stretch is reported to ``measure((nodes, replicas, micro),
+    step_s, sync_s, grad)`` before it runs (the job's model learns from it),
+    and the split is chosen again after it. A stretch that reaches the end
+    of the epoch takes the rounded seconds to get there.
+    ``fallback_rate(micro, accum)`` (samples/s before the gain) stands in
+    where the profile has no step time.
     """
-    ends = epoch_ends(profile)
+    ends = sia_epoch_ends(profile)
     m0 = float(profile.init_batch_size)
+    calibration = 1.0 / slowdown
     nodes, replicas = len(placement), int(sum(placement))
     micro, accum = split()
     batch, grad, elapsed = replicas * micro * (accum + 1), None, 0.0
     while seconds > 0 and epoch < ends.size:
         batch = replicas * micro * (accum + 1)
         grad = profile.grad_params(batch, min(epoch, ends.size - 1))
-        step, sync = (float(a) for a in profile.true_times(placement, micro))
+        step, sync = profile.sia_times(placement, micro)
         if math.isfinite(step) and math.isfinite(sync):
             measure((nodes, replicas, micro), step, sync, grad)
-            samples_per_s = m0 / (step + accum * (step - sync))
-        elif fallback_rate is not None:
-            samples_per_s = fallback_rate(micro, accum) * m0 / batch
+            iteration_s = step + (step - sync) * accum
+        elif fallback_rate is not None and fallback_rate(micro, accum) > 0:
+            iteration_s = batch / fallback_rate(micro, accum)
         else:
-            samples_per_s = 0.0
+            break
         scale = batch / m0
         denom = grad.var / scale + grad.sqr
         gain = (grad.var + grad.sqr) / denom if denom > 0 else 1.0
-        rate = samples_per_s * gain / slowdown
+        rate = gain / iteration_s * 1.0 * calibration
         if not rate > 0:
             break
         if progress + rate * seconds < ends[epoch]:
@@ -150,7 +204,7 @@ def step_round(profile: ApplicationProfile, placement: tuple[int, ...], progress
             elapsed += seconds
             seconds = 0.0
         else:
-            delta = float(round((ends[epoch] - progress) / rate))
+            delta = float(round(float((ends[epoch] - progress) / rate)))
             progress = float(ends[epoch])
             epoch += 1
             elapsed += delta
@@ -161,5 +215,5 @@ def step_round(profile: ApplicationProfile, placement: tuple[int, ...], progress
     return RoundSteps(progress, epoch, None, batch, grad)
 
 
-__all__ = ["MAX_EPOCHS", "SIA_POLICY_MAX_LOCAL_BSZ", "RoundSteps", "batch_split", "epoch_ends",
-           "placement_max_local_bsz", "step_round"]
+__all__ = ["MAX_EPOCHS", "SIA_POLICY_MAX_LOCAL_BSZ", "RoundSteps", "batch_split", "epoch_ends", "sia_epoch_ends",
+           "placement_max_local_bsz", "sia_optimize", "step_round"]

@@ -56,7 +56,7 @@ from allocopt.errors import InvalidOptionError, SolverError
 from allocopt.formulations.sia_programs import sia_goodput, solve_sia_round
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
 from allocopt.mechanism.sia_job_steps import (MAX_EPOCHS, SIA_POLICY_MAX_LOCAL_BSZ, batch_split, epoch_ends,
-                                             step_round)
+                                              sia_optimize, step_round)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob
 from allocopt.mechanism.state import SimulationState
 from allocopt.mechanism.workload import Workload
@@ -659,8 +659,13 @@ class SiaPlanner:
         every epoch boundary from its refitted model and the gradient statistics of its last
         stretch, within its placement's memory limits, and each stretch to an epoch boundary
         takes whole seconds; its throughput models are fitted with Pollux's own optimizer
-        (``fit_perf_params(optimizer="pollux")``). Without it a job runs one batch size at one
-        rate per round.
+        (``fit_perf_params(optimizer="pollux")``). Everything in Sia's arithmetic: step times as
+        Sia looks them up (:meth:`~allocopt.throughput.profiles.ApplicationProfile.sia_times`),
+        progress in Sia's units, batch sizes and the policy's goodputs from Sia's goodput search
+        (:func:`~allocopt.mechanism.sia_job_steps.sia_optimize`, float32 on the policy's side);
+        with profiles read as Sia reads them (``load_profiles(..., sia_numbers=True)``) the
+        simulation is Sia's to the bit up to the MILP's answers. Without it a job runs one batch
+        size at one rate per round.
     batch_sizes : sequence of int, optional
         Requested global batch size of each job (row order of the workload; ``simulate`` passes
         the workload's ``batch_size`` column).
@@ -726,7 +731,7 @@ class SiaPlanner:
             for app, b in zip(state.workload.models, batch_sizes)]
         self.cap_policy_batch = bool(cap_policy_batch) and self.batch_sizes is not None
         self._grad: dict[Hashable, GradParams] = {}  # per job: gradient statistics of its last stretch
-        self._progress: dict[Hashable, float] = {}  # per job: exact progress samples (sia_stepping)
+        self._progress: dict[Hashable, float] = {}  # per job: exact progress in Sia's units (sia_stepping)
         self._epochs: dict[Hashable, int] = {}  # per job: epochs completed (sia_stepping)
         self._seen: dict[tuple[Hashable, int], dict[tuple[int, int, int], tuple[float, float]]] = {}
         self._learned: dict[tuple[Hashable, int], PerfParams] = {}  # per (job, type) with measurements
@@ -792,8 +797,9 @@ class SiaPlanner:
         names = self.cluster.gpu_types
         models, epochs = [], {}
         for job in jobs:
+            m0 = float(self._any_profile(job.application).init_batch_size)
             job.progress = max(job.total - float(state.remaining_steps[job.job_id]),
-                               self._progress.get(job.job_id, 0.0))
+                               self._progress.get(job.job_id, 0.0) * m0)
             epochs[job.job_id] = epoch = self._epochs[job.job_id] if job.job_id in self._epochs \
                 else self._epoch(job)
             models.append([self._model(job.application, t, epoch) for t in names])
@@ -863,7 +869,9 @@ class SiaPlanner:
             self._grad[job.job_id] = grad
             self._measure(job.job_id, t, key, step, sync)
 
-        steps = step_round(profile, placement, job.progress, epoch, train_s, split, measure,
+        m0 = float(profile.init_batch_size)
+        steps = step_round(profile, placement, self._progress.get(job.job_id, job.progress / m0), epoch, train_s,
+                           split, measure,
                            slowdown=self.slowdowns.get(job.application, 1.0),
                            fallback_rate=lambda m, s: float(model.throughput(nodes, replicas, m, s)))
         self._batch[job.job_id] = steps.batch_size
@@ -871,7 +879,7 @@ class SiaPlanner:
         self._epochs[job.job_id] = steps.epoch
         if steps.done_s is not None:
             return remaining * (1.0 + 1e-9) / max(steps.done_s, 1e-9)
-        return max(steps.progress - job.progress, 0.0) / train_s
+        return max(steps.progress * m0 - job.progress, 0.0) / train_s
 
     def _true_rate(self, application: str, t: int, model: GoodputModel, gpu_ids: tuple[int, ...],
                    epoch: int, job_id: Hashable = None) -> float:
@@ -951,12 +959,22 @@ class SiaPlanner:
                 gpus = configs.num_gpus[cols]
                 if t in known:
                     model = self._learned_model(job.job_id, t, epochs[job.job_id], policy=True)
-                    out[i, cols] = model.optimize(configs.num_nodes[cols], gpus)[0]
+                    out[i, cols] = self._policy_goodput(model, configs.num_nodes[cols], gpus)
                 else:
                     nodes = np.ceil(gpus / int(self.cluster.gpus_per_node[source]))
                     ratio = _one_gpu_throughput(profile) / _one_gpu_throughput(src_profile)
-                    out[i, cols] = src_model.optimize(np.minimum(nodes, gpus), gpus)[0] * ratio
+                    goodput = self._policy_goodput(src_model, np.minimum(nodes, gpus), gpus)
+                    # Sia's simulator scales its float32 goodputs in float32
+                    out[i, cols] = goodput * (np.float32(ratio) if self.sia_stepping else ratio)
         return np.where(np.isfinite(out) & (out > 0), out, 0.0)
+
+    def _policy_goodput(self, model: GoodputModel, nodes: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+        """Goodputs of ``model`` at (nodes, GPUs) as the policy sees them: with ``sia_stepping`` in the
+        arithmetic of Sia's policy (:func:`~allocopt.mechanism.sia_job_steps.sia_optimize` on float32 GPU
+        counts, rounded to float32)."""
+        if self.sia_stepping:
+            return sia_optimize(model, nodes, gpus, float32=True)[0].astype(np.float32)
+        return model.optimize(nodes, gpus)[0]
 
     def observe(self, plan: RoundPlan, results: Sequence[JobRoundResult]) -> None:
         """Nothing to learn: the job states were updated when the round was planned."""

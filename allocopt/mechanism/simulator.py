@@ -619,7 +619,9 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         :func:`~allocopt.throughput.profiles.load_profiles`): simulate a Sia
         workload. Policy ``sia`` runs :class:`~allocopt.mechanism.sia_rounds.SiaPlanner`
         rounds (``round_seconds`` typically 60); jobs progress in samples by
-        their profiled (true) goodput. Any other policy runs Gavel-style
+        their profiled (true) goodput. A directory is read as Sia's simulator
+        reads it (``load_profiles(..., sia_numbers=True)``) when the policy
+        option ``faithful_to_sia`` is set. Any other policy runs Gavel-style
         rounds with each job's requested GPUs and batch size fixed
         (:func:`~allocopt.mechanism.sia_rounds.rigid_throughputs`).
     ftf : bool, default True
@@ -646,7 +648,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     if mode not in ("mechanism", "ideal"):
         raise InvalidOptionError(f"mode must be 'mechanism' or 'ideal', got {mode!r}")
     if profiles is not None:
-        profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles)
+        faithful = bool(dict(policy_options or {}).get("faithful_to_sia")) and policy == "sia"
+        profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles, sia_numbers=faithful)
         sia_jobs = _sia_jobs(workload, profiles)
         workload = sia_workload(sia_jobs, profiles, "" if isinstance(workload, Sequence) else str(workload))
     if profiles is not None and policy == "sia":

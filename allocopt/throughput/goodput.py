@@ -202,9 +202,11 @@ def fit_perf_params(num_nodes: Any, num_replicas: Any, local_bsz: Any, compute_t
     optimizer : {"tnc", "pollux"}, default "tnc"
         ``"pollux"``: Pollux's (and Sia's simulator's) own minimization instead -- L-BFGS-B over
         the raw parameters (time parameters >= 1e-8 s, unbounded above) from Pollux's starting
-        point, tolerance 1e-5, ignoring ``initial``. With few observations the fit is
-        underdetermined and the two optimizers end at different minimizers; this one lands
-        where Pollux's does (with ``loss="rmse"``).
+        point, tolerance 1e-5, ignoring ``initial``; needs ``loss="rmse"``. With few
+        observations the fit is underdetermined and the two optimizers end at different
+        minimizers; this one evaluates Pollux's objective and gradient in Pollux's own
+        floating-point arithmetic, so with the same scipy it takes Pollux's iterates and returns
+        its parameters to the bit.
 
     Raises
     ------
@@ -212,7 +214,8 @@ def fit_perf_params(num_nodes: Any, num_replicas: Any, local_bsz: Any, compute_t
         For mismatched lengths, no observations, counts below 1, more nodes
         than replicas, or times that are not finite and positive.
     InvalidOptionError
-        For an unknown ``loss`` or a ``loss_scale`` that is not finite and positive.
+        For an unknown ``loss`` or ``optimizer``, a ``loss_scale`` that is not finite and positive, or
+        ``optimizer="pollux"`` with a loss other than ``"rmse"``.
     """
     if loss not in LOSSES:
         raise InvalidOptionError(f"loss must be one of {', '.join(LOSSES)}; got {loss!r}")
@@ -220,6 +223,9 @@ def fit_perf_params(num_nodes: Any, num_replicas: Any, local_bsz: Any, compute_t
         raise InvalidOptionError(f"optimizer must be 'tnc' or 'pollux'; got {optimizer!r}")
     if isinstance(loss_scale, bool) or not isinstance(loss_scale, Real) or not 0 < loss_scale < np.inf:
         raise InvalidOptionError(f"loss_scale must be a finite number > 0; got {loss_scale!r}")
+    if optimizer == "pollux" and loss != "rmse":
+        raise InvalidOptionError(f"optimizer='pollux' minimizes Pollux's RMSE objective; pass loss='rmse' "
+                                 f"(got loss={loss!r})")
     if optimizer == "pollux":
         initial = None
     elif loss != "rmse" and initial is None:
@@ -243,10 +249,10 @@ def fit_perf_params(num_nodes: Any, num_replicas: Any, local_bsz: Any, compute_t
     for k, v in fixed.items():
         start[k] = v
     free = np.array([k for k in range(7) if k not in fixed], dtype=np.int64)
-    objective = _Objective(nodes, replicas, bsz, compute, iteration, start, loss, loss_scale)
     if optimizer == "pollux":
-        params = _pollux_minimize(objective, start, fixed)
+        params = _pollux_minimize(nodes, replicas, bsz, compute, iteration, start, fixed)
     else:
+        objective = _Objective(nodes, replicas, bsz, compute, iteration, start, loss, loss_scale)
         params = _tnc_minimize(objective, start, free, ceiling)
     if not multi_node:
         params[2] = max(params[2], 1.1 * params[4])
@@ -254,23 +260,75 @@ def fit_perf_params(num_nodes: Any, num_replicas: Any, local_bsz: Any, compute_t
     return PerfParams(*map(float, params))
 
 
-def _pollux_minimize(objective: _Objective, start: np.ndarray, fixed: dict[int, float]) -> np.ndarray:
-    """Pollux's minimization: L-BFGS-B over the raw parameters, fixed ones as equal bounds, tolerance 1e-5."""
-    every = np.arange(7)
+def _pollux_minimize(nodes: np.ndarray, replicas: np.ndarray, bsz: np.ndarray, compute: np.ndarray,
+                     iteration: np.ndarray, start: np.ndarray, fixed: dict[int, float]) -> np.ndarray:
+    """Pollux's minimization: L-BFGS-B over the raw parameters, fixed ones as equal bounds, tolerance 1e-5,
+    on :func:`_pollux_objective` (Pollux's RMSE objective in its own floating-point arithmetic)."""
     lower = np.array([PARAM_FLOOR_S] * 6 + [GAMMA_BOUNDS[0]])
     upper = np.array([np.inf] * 6 + [GAMMA_BOUNDS[1]])
     for k, v in fixed.items():
         lower[k] = upper[k] = v
-
-    def value(p: np.ndarray) -> tuple[float, np.ndarray]:
-        p = np.clip(p, lower, upper)
-        v, g = objective(np.where(every < 6, np.log(p), p), every)
-        g[:6] /= p[:6]  # from log to raw parameters
-        return v, g
-
-    result = scipy.optimize.minimize(value, start, jac=True, method="L-BFGS-B",
+    data = (nodes, replicas, bsz, np.log(compute), np.log(iteration))
+    result = scipy.optimize.minimize(_pollux_objective, start, args=data, jac=True, method="L-BFGS-B",
                                      bounds=scipy.optimize.Bounds(lower, upper, keep_feasible=True), tol=1e-5)
-    return np.clip(result.x, lower, upper)
+    return result.x
+
+
+def _pollux_objective(p: np.ndarray, nodes: np.ndarray, replicas: np.ndarray, bsz: np.ndarray,
+                      log_compute: np.ndarray, log_iter: np.ndarray) -> tuple[float, np.ndarray]:
+    """Pollux's fitting objective and its gradient over the raw parameters ``p``, computed with the
+    operations, and in the order, Pollux's reverse-mode (autograd) evaluation performs them.
+
+    The fit of a few observations is underdetermined and L-BFGS-B's path through its flat
+    valley turns on the last bits of the gradient, so matching Pollux's iterates (and Sia's
+    simulator's fits) takes the same arithmetic, not just the same function:
+
+    * network time ``alpha + beta * max(K - 2, 1e-8)`` with ``alpha, beta = 1e-8`` for one replica
+      (``T_sync = (T_acc^g + T_net^g)^(1/g)`` on every observation, computed as ``log(a^g + n^g) / g``);
+    * each RMSE as ``sqrt(mean(r^2))`` with ``r^2`` from numpy's ``power`` ufunc (its vectorized
+      kernels may round differently from ``r * r``), its derivative ``0.5 * m^-0.5 / n * 2 * r``;
+    * the gradient of ``alpha_n, beta_n, alpha_r, beta_r`` summed starting from the regularizer's
+      term, then the observations' in reverse order; that of ``gamma`` as
+      ``((d/d(1/g) + d reg) + d T_net^g) + d T_acc^g``.
+    """
+    a_c, b_c, a_n, b_n, a_r, b_r, g = p
+    inter, multi = nodes > 1, replicas > 1
+    t_acc = a_c + b_c * bsz
+    alpha = np.select([inter, multi], [a_n, a_r], PARAM_FLOOR_S)
+    beta = np.select([inter, multi], [b_n, b_r], PARAM_FLOOR_S)
+    retro = np.maximum(replicas - 2, PARAM_FLOOR_S)
+    t_net = alpha + beta * retro
+    acc_g, net_g = t_acc ** g, t_net ** g
+    total = acc_g + net_g
+    log_total = np.log(total)
+    r1 = np.log(t_acc) - log_compute
+    r2 = log_total / g - log_iter
+    m1, m2 = np.power(r1, 2).mean(), np.power(r2, 2).mean()  # the power ufunc, not x * x: not always equal
+    ratio_n, ratio_r = b_n / a_n, b_r / a_r
+    value = np.sqrt(m1) + np.sqrt(m2) + _REG_GAMMA * np.power(g - 1, 2) + \
+        _REG_RETRO * (np.power(ratio_n, 2) + np.power(ratio_r, 2))
+    n = r1.size
+    d1 = 0.5 * m1 ** -0.5 / n * 2 * r1  # d value / d r1
+    d2 = 0.5 * m2 ** -0.5 / n * 2 * r2
+    d_total = d2 / g / total
+    d_acc = d1 / t_acc + d_total * g * t_acc ** (g - 1)
+    d_net = d_total * g * t_net ** (g - 1)
+    d_beta = retro * d_net
+    reg_n, reg_r = _REG_RETRO * 2 * ratio_n, _REG_RETRO * 2 * ratio_r
+    grad = np.empty(7)
+    grad[0] = np.sum(d_acc, axis=0)
+    grad[1] = np.sum(bsz * d_acc, axis=0)
+    intra = multi & ~inter
+    for k, reg, rows, d in ((2, -reg_n * b_n / a_n ** 2, inter, d_net), (3, reg_n / a_n, inter, d_beta),
+                            (4, -reg_r * b_r / a_r ** 2, intra, d_net), (5, reg_r / a_r, intra, d_beta)):
+        for term in d[rows][::-1].tolist():
+            reg = reg + term
+        grad[k] = reg
+    d_inv = np.sum(-d2 * log_total / g ** 2, axis=0)
+    d_reg = _REG_GAMMA * 2 * (g - 1)
+    grad[6] = d_inv + d_reg + np.sum(d_total * np.log(t_net) * net_g, axis=0) + \
+        np.sum(d_total * np.log(t_acc) * acc_g, axis=0)
+    return float(value), grad
 
 
 def _tnc_minimize(objective: _Objective, start: np.ndarray, free: np.ndarray, ceiling: float) -> np.ndarray:

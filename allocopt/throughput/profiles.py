@@ -155,8 +155,41 @@ def normalize_placement(placement: str | int | tuple[int, ...]) -> str:
     return "".join(map(str, min(counts[i:] + counts[:i] for i in range(len(counts)))))
 
 
-def _parse(kind: str, text: str) -> Any:
-    """One field; raises ValueError with the requirement it breaks."""
+_DECIMAL = re.compile(r"([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
+
+
+def pandas_float(text: str) -> float:
+    """``text`` read as pandas' C CSV parser reads a float (pandas 1.x and 2.x default; Sia's
+    simulator reads its profiles so): the first 17 decimal digits, leading zeros included,
+    accumulated as ``x = 10 x + d`` in double precision, the rest dropped, then multiplied or
+    divided by the double nearest ``10^k``. Not always the nearest double: ``"0.035044655203819275"``
+    reads 0.0350446552038192. ValueError if ``text`` is not a decimal number."""
+    match = _DECIMAL.fullmatch(text.strip())
+    if not match or not (match.group(2) or match.group(3)):
+        raise ValueError(f"could not convert string to float: {text!r}")
+    sign, whole, fraction, exponent = match.groups()
+    number, digits, scale = 0.0, 0, int(exponent or 0)
+    for ch in whole:
+        if digits < 17:
+            number, digits = number * 10.0 + (ord(ch) - 48), digits + 1
+        else:
+            scale += 1
+    for ch in (fraction or "")[:max(17 - digits, 0)]:
+        number, scale = number * 10.0 + (ord(ch) - 48), scale - 1
+    if sign == "-":
+        number = -number
+    if scale > 308:
+        return math.copysign(math.inf, number) if number else number
+    if scale > 0:
+        return number * float(f"1e{scale}")
+    if scale < -308:
+        return number / float(f"1e{-308 - scale}") / 1e308 if scale >= -616 else 0.0 * number
+    return number / float(f"1e{-scale}")
+
+
+def _parse(kind: str, text: str, sia_numbers: bool = False) -> Any:
+    """One field (floats by :func:`pandas_float` with ``sia_numbers``); raises ValueError with the
+    requirement it breaks."""
     if kind == "str":
         if not text:
             raise ValueError("it must not be empty")
@@ -165,7 +198,7 @@ def _parse(kind: str, text: str) -> Any:
         if not re.fullmatch(r"[1-9]+", text):
             raise ValueError("it must be a digit string of GPUs per node, e.g. 44 for 2 nodes x 4 GPUs")
         return text
-    value = float(text)  # ValueError for non-numeric text
+    value = pandas_float(text) if sia_numbers and kind != "count" else float(text)  # ValueError: not numeric
     if not math.isfinite(value):
         raise ValueError("it must be finite")
     if kind == "count":
@@ -179,7 +212,8 @@ def _parse(kind: str, text: str) -> Any:
     return value
 
 
-def _read_csv(path: Path, columns: Mapping[str, str]) -> tuple[dict[str, list[Any]], list[int]]:
+def _read_csv(path: Path, columns: Mapping[str, str], sia_numbers: bool = False
+              ) -> tuple[dict[str, list[Any]], list[int]]:
     """Columns ``{name: kind}`` of a CSV file and the line of each row; errors name file and line."""
     try:
         handle = open(path, newline="", encoding="utf-8")
@@ -211,7 +245,7 @@ def _read_csv(path: Path, columns: Mapping[str, str]) -> tuple[dict[str, list[An
                 for c, kind in columns.items():
                     text = row[index[c]].strip()
                     try:
-                        values[c].append(_parse(kind, text))
+                        values[c].append(_parse(kind, text, sia_numbers))
                     except ValueError as err:
                         why = "it is not a number" if "could not convert" in str(err) else err
                         raise ProfileFormatError(f"column {c} is {text!r}; {why}", path=path, line=line) from None
@@ -230,8 +264,14 @@ def _observations(path: Path, values: dict[str, list[Any]], lines: list[int], pl
                         np.array([f"{path}:{line}" for line in lines], dtype=str))
 
 
-def read_placements(path: str | Path) -> Observations:
+def read_placements(path: str | Path, *, sia_numbers: bool = False) -> Observations:
     """A ``placements-<type>.csv`` file (columns ``placement, local_bsz, step_time, sync_time``).
+
+    Parameters
+    ----------
+    path : path
+    sia_numbers : bool, default False
+        Read floats as Sia's simulator does (:func:`pandas_float`) instead of to the nearest double.
 
     Raises
     ------
@@ -241,14 +281,15 @@ def read_placements(path: str | Path) -> Observations:
     """
     path = Path(path)
     values, lines = _read_csv(path, {"placement": "placement", "local_bsz": "count", "step_time": "time",
-                                     "sync_time": "time"})
+                                     "sync_time": "time"}, sia_numbers)
     values["num_nodes"] = [len(p) for p in values["placement"]]
     values["num_replicas"] = [sum(map(int, p)) for p in values["placement"]]
     return _observations(path, values, lines, [normalize_placement(p) for p in values["placement"]])
 
 
-def read_scalability(path: str | Path) -> Observations:
-    """A ``scalability-<type>.csv`` file (``num_nodes, num_replicas, local_bsz, step_time, sync_time``).
+def read_scalability(path: str | Path, *, sia_numbers: bool = False) -> Observations:
+    """A ``scalability-<type>.csv`` file (``num_nodes, num_replicas, local_bsz, step_time, sync_time``;
+    ``sia_numbers`` as :func:`read_placements`).
 
     Raises
     ------
@@ -257,22 +298,23 @@ def read_scalability(path: str | Path) -> Observations:
     """
     path = Path(path)
     values, lines = _read_csv(path, {"num_nodes": "count", "num_replicas": "count", "local_bsz": "count",
-                                     "step_time": "time", "sync_time": "time"})
+                                     "step_time": "time", "sync_time": "time"}, sia_numbers)
     for nodes, replicas, line in zip(values["num_nodes"], values["num_replicas"], lines):
         if nodes > replicas:
             raise ProfileFormatError(f"num_nodes {nodes} is larger than num_replicas {replicas}", path=path, line=line)
     return _observations(path, values, lines, [""] * len(lines))
 
 
-def read_validation(path: str | Path) -> ValidationCurve:
-    """A ``validation-<batch size>.csv`` file (``progress, iteration, metric, grad_sqr, grad_var``)."""
+def read_validation(path: str | Path, *, sia_numbers: bool = False) -> ValidationCurve:
+    """A ``validation-<batch size>.csv`` file (``progress, iteration, metric, grad_sqr, grad_var``;
+    ``sia_numbers`` as :func:`read_placements`)."""
     path = Path(path)
     match = _VALIDATION.fullmatch(path.name)
     if not match or int(match.group(1)) < 1:
         raise ProfileFormatError("name a validation file validation-<batch size>.csv, e.g. validation-128.csv",
                                  path=path)
     values, _ = _read_csv(path, {"progress": "nonneg", "iteration": "nonneg", "metric": "real",
-                                 "grad_sqr": "nonneg", "grad_var": "nonneg"})
+                                 "grad_sqr": "nonneg", "grad_var": "nonneg"}, sia_numbers)
     return ValidationCurve(int(match.group(1)), *(np.array(values[c], dtype=np.float64)
                                                   for c in ("progress", "iteration", "metric", "grad_sqr", "grad_var")))
 
@@ -394,9 +436,15 @@ class ApplicationProfile:
         if not 0 <= epoch < epochs:
             raise InvalidProblemError(f"epoch {epoch} is out of range: the validation files of {self.application} "
                                       f"cover epochs 0..{epochs - 1}", field="epoch")
-        sqr = np.interp(size, sizes, [curves[int(s)].grad_sqr[epoch] for s in sizes])
-        var = np.interp(size, sizes, [curves[int(s)].grad_var[epoch] for s in sizes])
-        return GradParams(float(sqr), float(var))
+        hi = int(np.searchsorted(sizes, size, side="left"))
+        lo = hi if sizes[hi] == size else hi - 1
+        low, high = curves[int(sizes[lo])], curves[int(sizes[hi])]
+        if lo == hi:
+            return GradParams(float(low.grad_sqr[epoch]), float(low.grad_var[epoch]))
+        # Sia's weighted mean ((M - lo) * y_hi + (hi - M) * y_lo) / (hi - lo), to its last bit
+        a, b, width = size - sizes[lo], sizes[hi] - size, sizes[hi] - sizes[lo]
+        return GradParams(float((a * high.grad_sqr[epoch] + b * low.grad_sqr[epoch]) / width),
+                          float((a * high.grad_var[epoch] + b * low.grad_var[epoch]) / width))
 
     def goodput_model(self, perf_params: PerfParams | None = None, *, grad_params: GradParams | None = None,
                       epoch: int = 0) -> GoodputModel:
@@ -447,6 +495,54 @@ class ApplicationProfile:
         return lambda m: nd(np.stack(np.broadcast_arrays(float(nodes), float(replicas), m), axis=-1)).reshape(
             np.shape(m) + (2,))
 
+    def sia_times(self, placement: str | int | tuple[int, ...], local_bsz: int) -> tuple[float, float]:
+        """Seconds per iteration and of synchronization of ``placement`` at micro-batch ``local_bsz``
+        exactly as Sia's simulator looks them up (``Application.get_throughput``), to the bit.
+
+        A profiled placement: linear between its two rows around ``local_bsz``
+        (the rows ``lo < local_bsz <= hi``, the first two at the smallest one),
+        as ``(y_hi - y_lo) / (x_hi - x_lo) * (local_bsz - x_lo) + y_lo``. Any
+        other: linear interpolation in (nodes, replicas, ``local_bsz``) over the
+        placements rows averaged per (nodes, replicas, ``local_bsz``) followed
+        by every scalability row. NaN where ``local_bsz`` is outside the
+        measured range (Sia's simulator then records -1 s).
+        """
+        key = normalize_placement(placement)
+        interp = self._interpolators.get(("sia", key))
+        if interp is None:
+            interp = self._interpolators["sia", key] = self._sia_interpolator(key)
+        return interp(int(local_bsz))
+
+    def _sia_interpolator(self, key: str) -> Any:
+        pl = self.placements
+        rows = np.flatnonzero(pl.placement == key)
+        if rows.size:
+            rows = rows[np.argsort(pl.local_bsz[rows], kind="stable")]
+            x, y = pl.local_bsz[rows], np.stack([pl.iter_time_s[rows], pl.sync_time_s[rows]], axis=1)
+
+            def along_bsz(m: int) -> tuple[float, float]:
+                if not x[0] <= m <= x[-1] or x.size < 2:
+                    return math.nan, math.nan
+                hi = min(max(int(np.searchsorted(x, m, side="left")), 1), x.size - 1)
+                out = (y[hi] - y[hi - 1]) / float(x[hi] - x[hi - 1]) * float(m - x[hi - 1]) + y[hi - 1]
+                return float(out[0]), float(out[1])
+            return along_bsz
+        nd = self._interpolators.get(("sia", None))
+        if nd is None:  # one triangulation for every placement that is not profiled
+            keys = np.stack([pl.num_nodes, pl.num_replicas, pl.local_bsz], axis=1)
+            points, mean = _kahan_group_mean(keys, np.stack([pl.iter_time_s, pl.sync_time_s], axis=1))
+            sc = self.scalability
+            if sc is not None:
+                points = np.concatenate([points, np.stack([sc.num_nodes, sc.num_replicas, sc.local_bsz], axis=1)])
+                mean = np.concatenate([mean, np.stack([sc.iter_time_s, sc.sync_time_s], axis=1)])
+            nd = self._interpolators["sia", None] = LinearNDInterpolator(points.astype(np.float64), mean)
+        where = (min(len(key), 16), sum(map(int, key)))
+
+        def across(m: int) -> tuple[float, float]:
+            out = nd([[*where, m]])[0]
+            return float(out[0]), float(out[1])
+        return across
+
     def heldout_error(self, every: int = 3, *, loss: str = DEFAULT_LOSS,
                       loss_scale: float = DEFAULT_LOSS_SCALE) -> HeldOutError:
         """Fit on part of the placements and measure the error on the others.
@@ -484,6 +580,21 @@ def _group_mean(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.nd
     return unique, sums / np.bincount(inverse)[:, None]
 
 
+def _kahan_group_mean(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of ``keys``, sorted, and the mean of the rows of ``values`` for each, summed in
+    row order with Kahan compensation (pandas' ``groupby().mean()``, which Sia's simulator uses)."""
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    total = np.zeros((unique.shape[0], values.shape[1]))
+    carry = np.zeros_like(total)
+    for group, row in zip(inverse.tolist(), values):
+        y = row - carry[group]
+        t = total[group] + y
+        carry[group] = t - total[group] - y
+        total[group] = t
+    return unique, total / np.bincount(inverse)[:, None]
+
+
 # ----- directories -----------------------------------------------------------------------------------
 def shipped_profiles_dir() -> Path:
     """The copy of Sia's profiles shipped with allocopt (see its README.md for what it holds)."""
@@ -508,21 +619,27 @@ def discover(profile_dir: str | Path) -> list[tuple[str, str]]:
     return pairs
 
 
-def load_application(profile_dir: str | Path, application: str, gpu_type: str) -> ApplicationProfile:
+def load_application(profile_dir: str | Path, application: str, gpu_type: str, *,
+                     sia_numbers: bool = False) -> ApplicationProfile:
     """The profile of ``application`` on ``gpu_type`` under ``profile_dir`` (its scalability and
-    validation files are optional)."""
+    validation files are optional; ``sia_numbers`` as :func:`read_placements`)."""
     folder = Path(profile_dir) / application
-    placements = read_placements(folder / f"placements-{gpu_type}.csv")
+    placements = read_placements(folder / f"placements-{gpu_type}.csv", sia_numbers=sia_numbers)
     scalability_path = folder / f"scalability-{gpu_type}.csv"
-    scalability = read_scalability(scalability_path) if scalability_path.exists() else None
-    curves = [read_validation(p) for p in folder.glob("validation-*.csv")]
+    scalability = read_scalability(scalability_path, sia_numbers=sia_numbers) if scalability_path.exists() else None
+    curves = [read_validation(p, sia_numbers=sia_numbers) for p in folder.glob("validation-*.csv")]
     return ApplicationProfile(application, gpu_type, placements, scalability,
                               {c.batch_size: c for c in sorted(curves, key=lambda c: c.batch_size)})
 
 
-def load_profiles(profile_dir: str | Path) -> dict[tuple[str, str], ApplicationProfile]:
-    """Every ``(application, gpu_type)`` profile under ``profile_dir`` (see :func:`discover`)."""
-    return {(app, t): load_application(profile_dir, app, t) for app, t in discover(profile_dir)}
+def load_profiles(profile_dir: str | Path, *, sia_numbers: bool = False) -> dict[tuple[str, str], ApplicationProfile]:
+    """Every ``(application, gpu_type)`` profile under ``profile_dir`` (see :func:`discover`).
+
+    ``sia_numbers``: read floats as Sia's simulator does (:func:`pandas_float`: its step times,
+    sync times and gradient statistics to the bit, for simulations that reproduce Sia's).
+    """
+    return {(app, t): load_application(profile_dir, app, t, sia_numbers=sia_numbers)
+            for app, t in discover(profile_dir)}
 
 
 def load_seed_profiles(seed_dir: str | Path) -> dict[str, dict[str, Observations]]:
@@ -536,5 +653,6 @@ def load_seed_profiles(seed_dir: str | Path) -> dict[str, dict[str, Observations
 
 __all__ = ["SEED_GPU_TYPES", "ApplicationProfile", "HeldOutError", "Observations", "ProfileFormatError",
            "ValidationCurve", "discover", "load_application", "load_profiles", "load_seed_profiles",
-           "normalize_placement", "read_placements", "read_scalability", "read_seed_profile", "read_validation",
+           "normalize_placement", "pandas_float", "read_placements", "read_scalability", "read_seed_profile",
+           "read_validation",
            "shipped_profiles_dir"]
