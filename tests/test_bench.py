@@ -201,6 +201,14 @@ def test_family_row_flags_a_slowdown_and_a_different_objective():
     assert failed["flag"] is None and failed["vs_reference"] is None
 
 
+def test_families_techniques_keep_the_plain_reference():
+    from allocopt.bench.families import run_families
+
+    rows = run_families(["random"], [64], policies=["max_throughput"], techniques=["auto"], baseline=False,
+                        anchors=False)
+    assert [r["technique"] for r in rows] == ["plain", "auto"] and rows[1]["vs_reference"] > 0
+
+
 def test_families_water_filling_on_request_by_job_class():
     from allocopt.bench.families import run_families
 

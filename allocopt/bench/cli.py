@@ -282,8 +282,8 @@ def _families(config: Config, args: argparse.Namespace, info: dict[str, Any], ou
             writer.writerows(rows)
             handle.flush()
 
-        rows = run_families(names, sizes, policies=policies, seed=config.seed, repeat=config.repeat,
-                            baseline=config.baseline, baseline_time_limit_s=config.baseline_time_limit_s,
+        rows = run_families(names, sizes, policies=policies, techniques=config.techniques, seed=config.seed,
+                            repeat=config.repeat, baseline=config.baseline, baseline_time_limit_s=config.baseline_time_limit_s,
                             max_seconds=config.max_seconds, anchors=args.families == "all" and not args.policies,
                             on_row=on_row, on_cell=on_cell)
     print()

@@ -78,13 +78,13 @@ def family_policies(names: Sequence[str] | None) -> list[str]:
 
 
 def run_families(families: Sequence[str], sizes: Sequence[int], *, policies: Sequence[str] | None = None,
-                 seed: int = 0, repeat: int = 1, baseline: bool = True, baseline_time_limit_s: float = 60.0,
-                 max_seconds: float = 120.0, anchors: bool = True,
+                 techniques: Sequence[str] | None = None, seed: int = 0, repeat: int = 1, baseline: bool = True,
+                 baseline_time_limit_s: float = 60.0, max_seconds: float = 120.0, anchors: bool = True,
                  on_row: Callable[[dict[str, Any]], None] = lambda row: None,
                  on_cell: Callable[[list[dict[str, Any]]], None] = lambda rows: None) -> list[dict[str, Any]]:
-    """Measure every technique of each policy (:func:`family_policies`) on each family and size (and the
-    anchors); the rows. Each row (and each baseline's) goes to ``on_row`` when measured, each cell's rows,
-    compared with its baseline, to ``on_cell``."""
+    """Measure every technique of each policy (:func:`family_policies`; of ``techniques`` when given, the
+    reference always) on each family and size (and the anchors); the rows. Each row (and each baseline's)
+    goes to ``on_row`` when measured, each cell's rows, compared with its baseline, to ``on_cell``."""
     rows: list[dict[str, Any]] = []
     histories: dict[tuple[str, str, str], History] = {}
     cells: list[tuple[str, str, int, Callable[[], Instance]]] = []
@@ -108,6 +108,8 @@ def run_families(families: Sequence[str], sizes: Sequence[int], *, policies: Seq
         spec = POLICIES[policy]
         reference: Measurement | None = None
         for index, (technique, options) in enumerate(FAMILY_TECHNIQUES[policy]):
+            if index and techniques is not None and technique not in techniques:
+                continue
             history = histories.setdefault((policy, family, technique), History())
             predicted = history.predict(n)
             if predicted is not None and predicted[0] > max_seconds:
