@@ -88,17 +88,19 @@ def run_families(families: Sequence[str], sizes: Sequence[int], *, policies: Seq
     rows: list[dict[str, Any]] = []
     histories: dict[tuple[str, str, str], History] = {}
     cells: list[tuple[str, str, int, Callable[[], Instance]]] = []
+    last: dict[tuple[str, int], Instance] = {}  # the family's instance at a size, for its consecutive policies
+
+    def family_instance(family: str, n: int) -> Instance:
+        if (family, n) not in last:
+            last.clear()
+            description, generate = instances.FAMILIES[family]
+            last[family, n] = Instance(generate(n, seed), {}, description)
+        return last[family, n]
+
     for n in sorted(sizes):
         for family in families:
-            description, generate = instances.FAMILIES[family]
-            made: list[Instance] = []  # one instance per family and size, shared by the policies
-
-            def make(g: Any = generate, n: int = n, d: str = description, made: list[Instance] = made) -> Instance:
-                if not made:
-                    made.append(Instance(g(n, seed), {}, d))
-                return made[0]
-
-            cells.extend((family, policy, n, make) for policy in family_policies(policies))
+            cells.extend((family, policy, n, lambda f=family, n=n: family_instance(f, n))
+                         for policy in family_policies(policies))
     if anchors:
         for family, policy, instance in anchor_instances(seed):
             cells.append((family, policy, instance.problem.num_jobs, lambda i=instance: i))
