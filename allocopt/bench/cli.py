@@ -97,7 +97,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         f"{','.join(map(str, FAMILY_SIZES))}), with the ratio to the plain LP and to cvxpy, slowdowns "
                         f"flagged, then (without NAMES) POP's figure-2 and Sia's scale instances; NAMES: comma-separated of "
                         f"{', '.join(FAMILIES)} (default: all); --policies picks of {', '.join(FAMILY_POLICIES)} "
-                        f"(default: {', '.join(DEFAULT_FAMILY_POLICIES)}; given: no anchors); rows are printed as they finish and written to "
+                        f"(default: {', '.join(DEFAULT_FAMILY_POLICIES)}; given: no anchors), --techniques keeps the "
+                        "plain LP and those named; rows are printed as they finish and written to "
                         "families.csv with each instance's baseline")
     p.add_argument("--sia-data", metavar="DIR",
                    help="a copy of Sia's artifact data (holding sia/workloads/scale and sia/seed_profiles) for the "
