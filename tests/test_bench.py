@@ -217,6 +217,10 @@ def test_families_water_filling_on_request_by_job_class():
     assert {(r["family"], r["technique"]) for r in rows} == {
         (f, t) for f in ("gavel_table", "random") for t in ("plain", "auto", "aggregate_job_types")}
     assert auto == {"gavel_table": "aggregate_job_types", "random": "plain"}  # 92 classes of 256 jobs; 256 of 256
+    seen = []  # Gavel's water-filling baseline on a problem without entities: each job its own, as allocopt
+    small = run_families(["random"], [48], policies=["water_filling"], anchors=False, on_row=seen.append)
+    assert all(r["baseline_status"] == "ok" and r["vs_cvxpy"] > 0 for r in small)
+    assert seen[-1]["objective"] == pytest.approx(small[0]["objective"], rel=1e-6)
     assert all(r["status"] == "ok" and r["objective_rel_diff"] <= 1e-6 for r in rows)
 
 
