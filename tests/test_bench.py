@@ -88,6 +88,7 @@ def test_through_allocopt_cli(tmp_path):
     (["--techniques", "magic"], "--techniques"),
     (["--repeat", "0"], "--repeat"),
     (["--policies", "sia", "--types", "8"], "--types"),
+    (["--families", "--policies", "min_makespan"], "--policies"),
 ])
 def test_bad_input_is_a_typed_error(tmp_path, capsys, argv, option):
     with pytest.raises(InvalidOptionError, match=option):
@@ -143,17 +144,84 @@ def test_families_rows_compare_every_technique_with_the_plain_lp(tmp_path):
     assert done.returncode == 0, done.stderr
     with (tmp_path / "families.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    assert {(r["family"], r["technique"]) for r in rows} == {
-        (f, t) for f in ("uniform", "random")
+    assert {(r["policy"], r["family"], r["technique"]) for r in rows} == {  # both policies by default, no anchors
+        (p, f, t) for p in ("max_min_fairness", "max_throughput") for f in ("uniform", "random")
         for t in ("plain", "auto", "closed_form", "aggregate_job_types", "price_decomposition")}
     for row in rows:
         assert row["status"] == "ok" and float(row["objective_rel_diff"]) <= 1e-6
         assert "DIFFERS" not in row["flag"] and float(row["vs_cvxpy"]) > 0
-    chosen = {r["family"]: r["chosen"] for r in rows if r["technique"] == "auto"}
-    assert chosen["uniform"] == "closed_form"
-    assert "family=uniform" in done.stdout and "technique=cvxpy" in done.stdout  # printed as they finish
+    chosen = {(r["policy"], r["family"]): r["chosen"] for r in rows if r["technique"] == "auto"}
+    assert chosen["max_min_fairness", "uniform"] == "closed_form"
+    assert chosen["max_throughput", "random"] != "price_decomposition"  # 96 jobs: below auto's 1,024
+    assert "policy=max_throughput  family=uniform" in done.stdout and "technique=cvxpy" in done.stdout
     assert "issue" not in subprocess.run([sys.executable, "-m", "allocopt.bench", "--help"], capture_output=True,
                                          text=True).stdout
+
+
+def test_families_max_throughput_auto_choice_ratios_and_flags():
+    from allocopt.bench.families import SLOWDOWN_TOLERANCE, run_families
+
+    seen, cells = [], []
+    rows = run_families(["random", "gavel_table"], [1024], policies=["max_throughput"], baseline_time_limit_s=60,
+                        anchors=False, on_row=lambda r: seen.append((r["family"], r["technique"])),
+                        on_cell=lambda c: cells.append([r["technique"] for r in c]))
+    techniques = ["plain", "auto", "closed_form", "aggregate_job_types", "price_decomposition"]
+    assert cells == [techniques, techniques]  # one cell per family, written when its baseline is in
+    assert seen == [(f, t) for f in ("random", "gavel_table") for t in [*techniques, "cvxpy"]]  # as they finish
+    for family in ("random", "gavel_table"):
+        cell = {r["technique"]: r for r in rows if r["family"] == family}
+        plain = cell["plain"]
+        for technique, row in cell.items():
+            assert row["status"] == "ok" and row["policy"] == "max_throughput" and row["reference"] == "plain"
+            assert row["vs_reference"] == pytest.approx(row["total_s"] / plain["total_s"])
+            assert row["objective_rel_diff"] == pytest.approx(
+                abs(row["objective"] - plain["objective"]) / abs(plain["objective"]), abs=1e-15)
+            assert row["objective_rel_diff"] <= 1e-6 and "DIFFERS" not in row["flag"]
+            slower = technique != "plain" and row["vs_reference"] > 1 + SLOWDOWN_TOLERANCE
+            assert ("SLOWER" in row["flag"]) == slower
+            assert row["baseline_status"] == "ok"
+            assert row["vs_cvxpy"] == pytest.approx(row["baseline_total_s"] / row["total_s"])
+    auto = {r["family"]: r["chosen"] for r in rows if r["technique"] == "auto"}
+    assert auto["random"] == "price_decomposition"  # 1,024 distinct jobs, no deadlines
+    assert auto["gavel_table"] in ("closed_form", "aggregate_job_types")  # 26 models: jobs repeat
+
+
+def test_family_row_flags_a_slowdown_and_a_different_objective():
+    from allocopt.bench.families import _row
+    from allocopt.bench.timing import Measurement
+
+    plain = Measurement(total_s=1.0, objective=100.0)
+    flag = {name: _row("random", "max_throughput", 64, name, m, plain, "plain", "")["flag"] for name, m in (
+        ("plain", plain), ("fast", Measurement(total_s=1.09, objective=100.0)),
+        ("slow", Measurement(total_s=1.2, objective=100.0)), ("off", Measurement(total_s=0.5, objective=100.01)),
+        ("both", Measurement(total_s=2.0, objective=99.0)))}
+    assert flag == {"plain": "", "fast": "", "slow": "SLOWER", "off": "OBJECTIVE DIFFERS",
+                    "both": "SLOWER OBJECTIVE DIFFERS"}
+    failed = _row("random", "max_throughput", 64, "auto", Measurement(status="timeout: over 1 s"), plain, "plain", "")
+    assert failed["flag"] is None and failed["vs_reference"] is None
+
+
+def test_families_techniques_keep_the_plain_reference():
+    from allocopt.bench.families import run_families
+
+    rows = run_families(["random"], [64], policies=["max_throughput"], techniques=["auto"], baseline=False,
+                        anchors=False)
+    assert [r["technique"] for r in rows] == ["plain", "auto"] and rows[1]["vs_reference"] > 0
+
+
+def test_families_water_filling_on_request_by_job_class():
+    from allocopt.bench.families import run_families
+
+    rows = run_families(["gavel_table", "random"], [256], policies=["water_filling"], baseline=False, anchors=False)
+    auto = {r["family"]: r["chosen"] for r in rows if r["technique"] == "auto"}
+    assert {(r["family"], r["technique"]) for r in rows} == {
+        (f, t) for f in ("gavel_table", "random") for t in ("plain", "auto", "aggregate_job_types")}
+    assert auto == {"gavel_table": "aggregate_job_types", "random": "plain"}  # 92 classes of 256 jobs; 256 of 256
+    seen = []  # Gavel's water-filling baseline on a problem without entities: each job its own, as allocopt
+    small = run_families(["random"], [48], policies=["water_filling"], anchors=False, on_row=seen.append)
+    assert all(r["baseline_status"] == "ok" and r["vs_cvxpy"] > 0 for r in small)
+    assert seen[-1]["objective"] == pytest.approx(small[0]["objective"], rel=1e-6)
+    assert all(r["status"] == "ok" and r["objective_rel_diff"] <= 1e-6 for r in rows)
 
 
 def test_a_baseline_is_stopped_at_its_wall_clock_and_memory_limits():

@@ -197,10 +197,15 @@ class GavelWaterFilling:
         self.s = problem.scale_factors.astype(np.float64)
         rate = problem.throughputs / problem.proportional_throughputs[:, None]
         self.M = float(np.max(rate * self.s[:, None]))  # Gavel's self._M
-        self.entity = problem.entities
-        self.fifo = np.array([policies.get(e, "fairness") == "fifo" for e in problem.entity_ids])[self.entity]
+        if problem.entities is None:  # as allocopt: each job its own entity, of the job's weight
+            self.entity, self.entity_weights = np.arange(m), problem.priority_weights
+            self.fifo = np.zeros(m, dtype=bool)
+        else:
+            self.entity, self.entity_weights = problem.entities, problem.entity_weights
+            self.fifo = np.array([policies.get(e, "fairness") == "fifo" for e in problem.entity_ids])[self.entity]
         self.age_rank = np.empty(m, dtype=np.int64)
-        self.age_rank[np.lexsort((np.arange(m), -problem.time_since_start))] = np.arange(m)
+        since = np.zeros(m) if problem.time_since_start is None else problem.time_since_start
+        self.age_rank[np.lexsort((np.arange(m), -since))] = np.arange(m)
 
         def base(x: Any) -> list[Any]:
             return [x >= 0, cp.sum(x, axis=1) <= 1, self.s @ x <= problem.capacity]
@@ -224,13 +229,13 @@ class GavelWaterFilling:
     def weights(self, frozen: np.ndarray) -> np.ndarray:
         """Gavel's _compute_priority_weights: fairness splits the entity weight by job weight over
         unfrozen jobs; fifo gives it all to the oldest unfrozen job."""
-        p, e, active = self.problem, self.entity, ~frozen
-        total = np.bincount(e[active], p.priority_weights[active], minlength=len(p.entity_ids))
-        fair = np.where(active, p.entity_weights[e] * p.priority_weights / np.where(total > 0, total, 1)[e], 0)
-        oldest = np.full(len(p.entity_ids), e.size)
+        p, e, active, n_entities = self.problem, self.entity, ~frozen, self.entity_weights.size
+        total = np.bincount(e[active], p.priority_weights[active], minlength=n_entities)
+        fair = np.where(active, self.entity_weights[e] * p.priority_weights / np.where(total > 0, total, 1)[e], 0)
+        oldest = np.full(n_entities, e.size)
         np.minimum.at(oldest, e[active], self.age_rank[active])
         first = active & (self.age_rank == oldest[e])
-        return np.where(self.fifo, np.where(first, p.entity_weights[e], 0.0), fair)
+        return np.where(self.fifo, np.where(first, self.entity_weights[e], 0.0), fair)
 
     def _solve(self, problem: Any, remaining_s: float) -> bool:
         try:

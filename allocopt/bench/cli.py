@@ -17,7 +17,8 @@ from typing import Any
 from allocopt.backends import BACKENDS
 from allocopt.bench import instances, output
 from allocopt.bench.families import DEFAULT_SIZES as FAMILY_SIZES
-from allocopt.bench.families import FAMILY_FIELDS, run_families
+from allocopt.bench.families import (DEFAULT_FAMILY_POLICIES, FAMILY_FIELDS, FAMILY_POLICIES, family_policies,
+                                     run_families)
 from allocopt.bench.instances import FAMILIES
 from allocopt.bench.machine import format_machine, machine_info
 from allocopt.bench.output import Column, format_table, ratio, seconds
@@ -62,7 +63,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policies", metavar="NAMES", help=f"comma-separated (default: all: {', '.join(POLICIES)})")
+    p.add_argument("--policies", metavar="NAMES", help=f"comma-separated (default: all: {', '.join(POLICIES)}; "
+                                                       f"--families: {', '.join(DEFAULT_FAMILY_POLICIES)})")
     p.add_argument("--sizes", metavar="N,...",
                    help=f"numbers of jobs (default {','.join(map(str, DEFAULT_SIZES))}; "
                         f"--quick: {','.join(map(str, QUICK_SIZES))})")
@@ -94,7 +96,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help=f"every technique x instance family x size (default sizes "
                         f"{','.join(map(str, FAMILY_SIZES))}), with the ratio to the plain LP and to cvxpy, slowdowns "
                         f"flagged, then (without NAMES) POP's figure-2 and Sia's scale instances; NAMES: comma-separated of "
-                        f"{', '.join(FAMILIES)} (default: all); rows are printed as they finish and written to "
+                        f"{', '.join(FAMILIES)} (default: all); --policies picks of {', '.join(FAMILY_POLICIES)} "
+                        f"(default: {', '.join(DEFAULT_FAMILY_POLICIES)}; given: no anchors), --techniques keeps the "
+                        "plain LP and those named; rows are printed as they finish and written to "
                         "families.csv with each instance's baseline")
     p.add_argument("--sia-data", metavar="DIR",
                    help="a copy of Sia's artifact data (holding sia/workloads/scale and sia/seed_profiles) for the "
@@ -254,7 +258,8 @@ def _describe_target(r: dict[str, Any]) -> None:
 
 
 FAMILY_COLUMNS = (
-    Column("family", "family", left=True), Column("n_jobs", "jobs"), Column("technique", "technique", left=True),
+    Column("policy", "policy", left=True), Column("family", "family", left=True), Column("n_jobs", "jobs"),
+    Column("technique", "technique", left=True),
     Column("chosen", "chosen", left=True), Column("total_s", "total_s", seconds),
     Column("vs_reference", "vs plain", ratio), Column("vs_cvxpy", "cvxpy/ours", ratio),
     Column("objective", "objective", ".8g"), Column("objective_rel_diff", "rel.diff", ".1e"),
@@ -263,6 +268,7 @@ FAMILY_COLUMNS = (
 
 def _families(config: Config, args: argparse.Namespace, info: dict[str, Any], out: Path) -> int:
     names = _names(None if args.families == "all" else args.families, "--families", FAMILIES, FAMILIES)
+    policies = family_policies(config.policies if args.policies else None)
     sizes = config.sizes if args.sizes else FAMILY_SIZES
     path = out / "families.csv"
     with path.open("w", newline="") as handle:
@@ -277,11 +283,12 @@ def _families(config: Config, args: argparse.Namespace, info: dict[str, Any], ou
             writer.writerows(rows)
             handle.flush()
 
-        rows = run_families(names, sizes, seed=config.seed, repeat=config.repeat, baseline=config.baseline,
-                            baseline_time_limit_s=config.baseline_time_limit_s, max_seconds=config.max_seconds,
-                            anchors=args.families == "all", on_row=on_row, on_cell=on_cell)
+        rows = run_families(names, sizes, policies=policies, techniques=config.techniques, seed=config.seed,
+                            repeat=config.repeat, baseline=config.baseline, baseline_time_limit_s=config.baseline_time_limit_s,
+                            max_seconds=config.max_seconds, anchors=args.families == "all" and not args.policies,
+                            on_row=on_row, on_cell=on_cell)
     print()
-    print(format_table(rows, FAMILY_COLUMNS, group="family"))
+    print(format_table(rows, FAMILY_COLUMNS, group="policy"))
     slower = [r for r in rows if r.get("flag") and "SLOWER" in r["flag"]]
     print(f"\nvs plain = technique seconds / plain LP seconds (sia: whole MILP; space sharing: job types), same "
           f"run; {len(slower)} row(s) more than 10% slower than it, "
