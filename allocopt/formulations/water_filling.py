@@ -169,6 +169,10 @@ IMPROVEMENT = 1e-3  # epsilon: the raise an improvement LP asks of a job, as a f
 GIVE_WAY = 5e-7  # frozen levels L_i hold in later LPs as n_i >= (1 - GIVE_WAY) L_i (see Frozen levels)
 WIDER_GIVE_WAY = 1e-5  # ... and as n_i >= (1 - WIDER_GIVE_WAY) L_i where no solver finishes a level LP otherwise
 RESTORE_TOL = 1e-9  # levels a point falls short of by more than this (relative) are restored
+ZOOM = 2.0**20  # iterative refinement: the LP around a solver's point, its bounds and objective this much larger
+REFINEMENTS = 2  # rounds of it at most per level LP, where the point is off by more than EXACT ...
+EXACT = 1e-13  # (relative; the LP's rows and objective are scaled to about 1)
+REFINED = 1e-13  # ... ending when a round moves the objective by at most this (relative)
 MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
 
 # HiGHS options of the LPs: simplex (its bases carry over from one LP to the next), without
@@ -181,12 +185,25 @@ SOLVER_DEFAULTS = {"solver": "simplex", "presolve": "off", "simplex_scale_strate
 # 1e-9, not its default 1e-7 (see Numerics in the module docstring).
 TOLERANCES = {"primal_feasibility_tolerance": 1e-9, "dual_feasibility_tolerance": 1e-9}
 CBC_TOLERANCES = {"options": ["primalTolerance 1e-9", "dualTolerance 1e-9"]}  # CBC's names for them
-# where a re-solve in place fails: again from scratch with dual simplex (then a fresh HiGHS, see
-# _HighsSession.solve); interior point or primal simplex there found other vertices, whose duals
-# froze other jobs than the other backends did
-RETRIES = ({"simplex_strategy": 1},)
+# the last retries of the backends that run HiGHS: its dual simplex with independent pricing (which
+# finishes ill-conditioned level LPs its serial dual and primal simplex give up on), then its interior
+# point method (with crossover)
+LAST_RETRIES = {"highs": ({"simplex_strategy": 2}, {"solver": "ipm"}),
+                "scipy": ({"simplex_strategy": 2}, {"method": "highs-ipm"}),
+                "cvxpy": ({"simplex_strategy": 2},)}
+# where a re-solve in place fails: again from scratch with dual simplex, then with independent pricing
+# (then a fresh HiGHS, see _HighsSession.solve); interior point or primal simplex there found other
+# vertices, whose duals froze other jobs than the other backends did
+RETRIES = ({"simplex_strategy": 1}, LAST_RETRIES["highs"][0])
 HIGHS_OWN = {"simplex_strategy": 1}  # HiGHS's default, restored after a retry
 NUMERICAL_TROUBLE = (Status.ERROR, Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED, Status.UNBOUNDED)
+
+
+def _trouble(solution: Solution, solver: ModelSolver) -> bool:
+    """Numerical trouble: a failed solve of an LP that has a feasible point, or one that stopped at a limit
+    the caller did not set (CBC stops "on iterations" where it cycles)."""
+    return solution.status in NUMERICAL_TROUBLE or (solution.status is Status.TIME_LIMIT
+                                                   and solver.options.time_limit_s is None)
 
 
 @dataclass(frozen=True)
@@ -310,6 +327,28 @@ def _unscaled(solution: Solution, scaled: CompiledModel, rows: np.ndarray, cols:
         y /= rows
         duals = {name: y[r].reshape(shape) for name, (r, shape) in scaled.constraints.items()}
     return replace(solution, x=x, values=values, duals=duals)
+
+
+def _gap(model: CompiledModel, solution: Solution) -> float:
+    """How far the solution may be from the optimum of ``model`` (a maximization), relative to its
+    objective: the point's largest violation of a bound (rows and columns) plus the gap between its
+    objective and the upper bound its duals prove (weak duality; ``inf`` without duals or where the duals
+    lean on an infinite bound)."""
+    x, y = solution.x, np.zeros(model.num_rows)
+    if not solution.duals:
+        return np.inf
+    for name, (rows, _) in model.constraints.items():
+        y[rows] = solution.duals[name].ravel()
+    Ax = model.A @ x
+    violation = max(float(np.max(np.maximum(model.row_lb - Ax, Ax - model.row_ub), initial=0.0)),
+                    float(np.max(np.maximum(model.col_lb - x, x - model.col_ub), initial=0.0)))
+    z = model.c - model.A.T @ y  # reduced costs
+    with np.errstate(invalid="ignore"):  # 0 * inf: a zero multiplier of an infinite bound adds nothing
+        terms = np.concatenate([np.where(y > 0, y * model.row_ub, np.where(y < 0, y * model.row_lb, 0.0)),
+                                np.where(z > 0, z * model.col_ub, np.where(z < 0, z * model.col_lb, 0.0))])
+    objective = float(model.c @ x)
+    bound = float(terms.sum())
+    return (violation + max(bound - objective, 0.0)) / max(abs(objective), 1.0)
 
 
 def _value(expr: LinExpr, x: np.ndarray) -> np.ndarray:
@@ -455,6 +494,10 @@ class _Lps:
         self.defaults = {"highs": SOLVER_DEFAULTS, "scipy": TOLERANCES, "cvxpy": TOLERANCES if cvxpy_highs else {},
                          "pulp": CBC_TOLERANCES}
         self.session = _HighsSession(solver) if solver.backend == "highs" else None
+        backend = solver.backend
+        last = LAST_RETRIES.get(backend, ()) if backend != "cvxpy" or cvxpy_highs else ()
+        self.attempts = [(self.defaults, False), ({}, False), (self.defaults, True),
+                         *[({backend: {**self.defaults.get(backend, {}), **options}}, False) for options in last]]
 
     def model(self, rows: np.ndarray, weight: np.ndarray, rhs: np.ndarray, tau: float | None,
               candidates: np.ndarray | None, raise_unit: np.ndarray | None = None) -> CompiledModel:
@@ -482,18 +525,53 @@ class _Lps:
         A = sp.csr_matrix((data, tpl.A.indices, tpl.A.indptr), shape=tpl.A.shape)
         return replace(tpl, A=A, row_lb=row_lb, col_lb=col_lb, col_ub=col_ub, c=c)
 
-    def solve(self, model: CompiledModel) -> Solution:
-        """Solve ``model``, whatever the status."""
+    def solve(self, model: CompiledModel, refine: bool = False) -> Solution:
+        """Solve ``model``, whatever the status; with ``refine``, an optimal point not proved within ``EXACT``
+        of the optimum by its duals is refined (:meth:`refine`)."""
+        solution = self._solve_once(model)
+        for _ in range(REFINEMENTS if refine else 0):
+            if solution.status is not Status.OPTIMAL or solution.x is None or _gap(model, solution) <= EXACT:
+                break
+            refined = self.refine(model, solution)
+            if refined is None:
+                break
+            step, solution = refined
+            if step <= REFINED:
+                break
+        return solution
+
+    def refine(self, model: CompiledModel, solution: Solution) -> tuple[float, Solution] | None:
+        """One round of iterative refinement: the same LP around the solution's point ``x``, zoomed
+        ``ZOOM`` times (``x + dx / ZOOM``, every bound and the objective scaled by ``ZOOM``), so the
+        solver's tolerances hold ``ZOOM`` times tighter. Returns the change of the objective (relative)
+        and the refined solution, or None where the zoomed LP is not solved to optimality."""
+        x = solution.x
+        Ax = model.A @ x
+        zoomed = replace(model, row_lb=ZOOM * (model.row_lb - Ax), row_ub=ZOOM * (model.row_ub - Ax),
+                         col_lb=ZOOM * (model.col_lb - x), col_ub=ZOOM * (model.col_ub - x), c=ZOOM * model.c,
+                         offset=0.0)
+        correction = self._solve_once(zoomed)
+        if correction.status is not Status.OPTIMAL or correction.x is None:
+            return None
+        x = x + correction.x / ZOOM
+        objective = float(model.c @ x) + model.offset
+        # bounds and objective scaled alike: the duals (objective per unit of a bound) are the zoomed LP's
+        values = {name: x[c].reshape(shape) for name, (c, shape) in model.variables.items()}
+        step = abs(objective - solution.objective) / max(abs(objective), 1e-300)
+        return step, replace(correction, x=x, values=values, objective=objective)
+
+    def _solve_once(self, model: CompiledModel) -> Solution:
         if self.session is not None:
             return self.session.solve(model)
         A = model.A.copy()
         A.eliminate_zeros()
         model = replace(model, A=A)
         # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
-        # behind scipy and cvxpy found optima on it that it missed on the model as it is)
-        for defaults, scaled in ((self.defaults, False), ({}, False), (self.defaults, True)):
+        # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
+        # backend's LAST_RETRIES
+        for defaults, scaled in self.attempts:
             solution = self._solve(model, defaults, scaled)
-            if solution.status not in NUMERICAL_TROUBLE:
+            if not _trouble(solution, self.solver):
                 break
         return self.solver.record(solution)
 
@@ -517,6 +595,8 @@ class _HighsSession:
         self.solver, self.backend = solver, HighsBackend()
         self.options = replace(solver.options, solver_options={**SOLVER_DEFAULTS, **solver.options.solver_options})
         self.fresh_options = replace(solver.options, solver_options={**TOLERANCES, **solver.options.solver_options})
+        self.ipm_options = replace(solver.options, solver_options={**TOLERANCES, **LAST_RETRIES["highs"][1],
+                                                                   **solver.options.solver_options})
         self.handle: Any = None
         self.last: CompiledModel | None = None
 
@@ -544,12 +624,14 @@ class _HighsSession:
         t2 = time.perf_counter()
         if raw.status is not Status.OPTIMAL:  # last, a fresh HiGHS with its own defaults (scaling, presolve)
             self.last = None  # and the next solve starts afresh too
-            for options in (self.fresh_options, self.solver.options):  # tight tolerances, then its own
+            # tight tolerances, then its own, then interior point (with crossover: HiGHS's simplex fails in
+            # every setting on some ill-conditioned level LPs its interior point method solves exactly)
+            for options in (self.fresh_options, self.solver.options, self.ipm_options):
                 try:
                     solution = self.backend.solve(model, options)
                 except SolverError as err:
                     solution = _failed(str(err), "highs")
-                if solution.status not in NUMERICAL_TROUBLE:
+                if not _trouble(solution, self.solver):
                     break
             return self.solver.record(solution)
         return self.solver.record(self.backend._to_solution(model, raw, t1 - t0, t2 - t1))
@@ -657,13 +739,13 @@ class _WaterFill:
             self.t_unit = unit
         weight = np.where(positive, slope * self.t_unit / rows, 0.0)
         rhs = np.where(self.frozen, self.floor, low_target) / rows
-        solution = self.lps.solve(self.lps.model(rows, weight, rhs, None, None))
-        if solution.status in NUMERICAL_TROUBLE and not self.plain_rows:
+        solution = self.lps.solve(self.lps.model(rows, weight, rhs, None, None), refine=True)
+        if _trouble(solution, self.solver) and not self.plain_rows:
             # rows scaled by their targets can be too badly conditioned (targets far below u_i):
             # rows scaled by u_i instead, coefficients at most 1, for the rest of the run
             self.plain_rows = True
             return self.level_lp(slope, offset, positive)
-        if solution.status in NUMERICAL_TROUBLE and self.give_way < WIDER_GIVE_WAY and self.frozen.any():
+        if _trouble(solution, self.solver) and self.give_way < WIDER_GIVE_WAY and self.frozen.any():
             # still no answer (the frozen levels can leave a sliver of room only): they give way more,
             # for the rest of the run
             self.give_way = WIDER_GIVE_WAY
@@ -747,7 +829,7 @@ class _WaterFill:
         model = self.lps.model(self.rows, self.level / self.rows, np.zeros_like(self.rows), None, None)
         col_ub = model.col_ub.copy()
         col_ub[self.lps.tau_col] = 1.0
-        solution = self.lps.solve(replace(model, col_ub=col_ub))
+        solution = self.lps.solve(replace(model, col_ub=col_ub), refine=True)
         if solution.status is Status.OPTIMAL:  # otherwise the last level LP's point stands
             self._point(solution)
 
