@@ -343,11 +343,17 @@ def _gap(model: CompiledModel, solution: Solution) -> float:
     violation = max(float(np.max(np.maximum(model.row_lb - Ax, Ax - model.row_ub), initial=0.0)),
                     float(np.max(np.maximum(model.col_lb - x, x - model.col_ub), initial=0.0)))
     z = model.c - model.A.T @ y  # reduced costs
-    with np.errstate(invalid="ignore"):  # 0 * inf: a zero multiplier of an infinite bound adds nothing
-        terms = np.concatenate([np.where(y > 0, y * model.row_ub, np.where(y < 0, y * model.row_lb, 0.0)),
-                                np.where(z > 0, z * model.col_ub, np.where(z < 0, z * model.col_lb, 0.0))])
+
+    def most(multiplier: np.ndarray, value: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> np.ndarray:
+        # the most multiplier * v can be over lb <= v <= ub; at the point's value where the bound it leans
+        # on is infinite and the multiplier is rounding noise (a free column's reduced cost: 1e-16)
+        bound = np.where(multiplier > 0, ub, lb)
+        noise = np.abs(multiplier) <= EXACT
+        return np.where(np.isfinite(bound), multiplier * np.where(np.isfinite(bound), bound, 0.0),
+                        np.where(noise, multiplier * value, np.inf))
+
     objective = float(model.c @ x)
-    bound = float(terms.sum())
+    bound = float(most(y, Ax, model.row_lb, model.row_ub).sum() + most(z, x, model.col_lb, model.col_ub).sum())
     return (violation + max(bound - objective, 0.0)) / max(abs(objective), 1.0)
 
 
@@ -804,14 +810,18 @@ class _WaterFill:
             target = level.target
             # what a rise is measured against: the target (at least MIN_ROW_SCALE u_i), u_i at a share of 0
             scale = np.clip(np.where(positive, target, self.most), MIN_ROW_SCALE * self.most, self.most)
-            # a row with a positive dual is tight in every optimum: its job cannot rise
-            certain = active & (level.dual > DUAL_TOL)
+            # a row with a positive dual is tight in every optimum, and its job cannot rise by RISE even
+            # where the other active jobs give way when the duals say so: the LP's optimum is concave in
+            # its right-hand sides, so it is at most tau* - dual_i rise_i + sum_{j != i} dual_j give_j
+            rise = RISE * scale / self.rows
+            give = np.where(active, self.give_way * target / self.rows * level.dual, 0.0)
+            certain = active & (level.dual > DUAL_TOL) & (level.dual * rise > 2.0 * (give.sum() - give))
             tight = active & (self.achieved <= target + RISE * scale) & ~self.rising(scale)
-            if not certain.any():  # the row of largest dual weight holds t up: tight in every optimum
-                certain[np.flatnonzero(positive)[np.argmax(level.dual_share[positive])]] = True
-            undecided = tight & ~certain
+            undecided = (tight | (active & (level.dual > DUAL_TOL))) & ~certain
             if undecided.any():
                 certain |= self.stuck(level, undecided, scale)
+            if not certain.any():  # the row of largest dual weight holds t up: tight in every optimum
+                certain[np.flatnonzero(positive)[np.argmax(level.dual_share[positive])]] = True
             self.level[certain] = target[certain]
             self.floor[certain] = _round_down((1.0 - self.give_way) * target[certain])
             self.frozen |= certain
