@@ -75,7 +75,7 @@ the same target). Two certificates, neither an equality test on levels:
   (with the others' give doubled, a margin for the duals' own noise) is below
   ``tau*``. Otherwise its job goes to the improvement LP: on an
   ill-conditioned level LP a dual of ``10^{-3}`` on one backend's vertex and 0
-  on another's marked a job stuck that the others' give of ``5 \cdot 10^{-7}``
+  on another's marked a job stuck that the others' give of ``5 \\cdot 10^{-7}``
   lets rise by 18% of its level (checked in exact rational arithmetic).
   Positive means above ``10^{-6}``
   in the LP's own units (its rows scaled by ``r_i``, ``t`` by ``t_unit``), well
@@ -124,7 +124,7 @@ the last LP's) answer is then refined where its duals do not prove it within
 ``x``, zoomed ``2^{20}`` times (``x + dx / 2^{20}``, every bound and the objective
 scaled alike, so the duals carry over), solved again, at most twice. The
 solvers' ``10^{-9}`` then hold ``10^{-15}`` and better: a level LP that ill-conditioning
-had left ``10^{-11}`` off (scipy) moved a later level by ``1.7 \cdot 10^{-5} u_i``,
+had left ``10^{-11}`` off (scipy) moved a later level by ``1.7 \\cdot 10^{-5} u_i``,
 and one CBC answered 35 times too high at its default tolerances. Each LP's point is
 clipped to its bounds and scaled into the capacity, so it is exactly feasible,
 and targets and floors are capped at what it achieves: every LP has a
@@ -145,7 +145,7 @@ last point achieved, but that float sum can exceed the exact one by a unit in
 the last place) is first solved again with the floors 8 units in the last
 place lower. Independent pricing finishes level LPs that HiGHS's serial
 dual and primal simplex and its interior point method give up on (coefficients
-``3 \cdot 10^{-5}..10^6``); these last retries have iteration limits (scipy's
+``3 \\cdot 10^{-5}..10^6``); these last retries have iteration limits (scipy's
 HiGHS looped without end on one interior point solve). If the level LP fails even so, the rest of the
 run divides every row by ``u_i`` (coefficients at most 1), and after that the
 frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run.
