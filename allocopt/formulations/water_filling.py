@@ -136,7 +136,9 @@ stops "on iterations" where it cycles), on ``highs`` it is repeated from
 scratch with dual simplex, then with HiGHS's dual simplex with independent
 pricing (``simplex_strategy`` 2), then in a fresh HiGHS with its default
 scaling and presolve (tight tolerances, then its own), then with its interior
-point method; on the other backends with the solver's own tolerances, then on
+point method; on the other backends (scipy's and cvxpy's HiGHS first without
+presolve, as ``highs`` solves: its presolve called feasible level LPs
+infeasible) with the solver's own tolerances, then on
 the model equilibrated here (rows, then columns, divided by their largest
 coefficient), then (scipy, cvxpy's HiGHS) with independent pricing and (scipy)
 interior point, (CBC) with its primal simplex, then its barrier. A level LP
@@ -227,8 +229,10 @@ def _last_retries(backend: str, size: int) -> tuple[dict[str, Any], ...]:
     limit = 20 * size + 1000
     return {"highs": ({"simplex_strategy": 2, "simplex_iteration_limit": limit},
                       {"solver": "ipm", "ipm_iteration_limit": 1000, "simplex_iteration_limit": limit}),
-            "scipy": ({"simplex_strategy": 2, "maxiter": limit}, {"method": "highs-ipm", "maxiter": limit}),
-            "cvxpy": ({"simplex_strategy": 2, "simplex_iteration_limit": limit},),
+            # HiGHS's presolve behind scipy and cvxpy called feasible level LPs infeasible
+            "scipy": ({"presolve": False}, {"simplex_strategy": 2, "maxiter": limit},
+                      {"method": "highs-ipm", "maxiter": limit}),
+            "cvxpy": ({"presolve": "off"}, {"simplex_strategy": 2, "simplex_iteration_limit": limit}),
             # CBC's dual simplex called feasible level LPs infeasible that its primal simplex and barrier solve
             "pulp": tuple({"options": [*CBC_TOLERANCES["options"], how]} for how in ("primalSimplex", "barrier")),
             }.get(backend, ())
@@ -540,8 +544,10 @@ class _Lps:
         backend = solver.backend
         last = _last_retries(backend, model.num_rows + model.num_cols) if backend != "cvxpy" or cvxpy_highs else ()
         self.session = _HighsSession(solver, last) if backend == "highs" else None
-        self.attempts = [(self.defaults, False), ({}, False), (self.defaults, True),
-                         *[({backend: {**self.defaults.get(backend, {}), **options}}, False) for options in last]]
+        last = [({backend: {**self.defaults.get(backend, {}), **options}}, False) for options in last]
+        # HiGHS without presolve (scipy, cvxpy) right after the tight tolerances, as the highs backend solves
+        early = 1 if backend in ("scipy", "cvxpy") else 0
+        self.attempts = [(self.defaults, False), *last[:early], ({}, False), (self.defaults, True), *last[early:]]
 
     def model(self, rows: np.ndarray, weight: np.ndarray, rhs: np.ndarray, tau: float | None,
               candidates: np.ndarray | None, raise_unit: np.ndarray | None = None) -> CompiledModel:
