@@ -11,6 +11,7 @@ https://docs.scipy.org/doc/scipy/reference/optimize.linprog-highs.html
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +32,15 @@ STATUS_MAP = {  # linprog and milp share these codes
 }
 # Status 4 also covers HiGHS's kUnboundedOrInfeasible, told apart only by scipy's message.
 _INF_OR_UNBD_MESSAGE = "unbounded or infeasible"
+# HiGHS options linprog hands to HiGHS as they are (with a warning, silenced here for these)
+PASSED_TO_HIGHS = frozenset({"simplex_strategy"})
 # The options each function documents; scipy only warns about others.
 LINPROG_OPTIONS = frozenset({
     "maxiter", "disp", "presolve", "time_limit", "dual_feasibility_tolerance",
     "primal_feasibility_tolerance", "ipm_optimality_tolerance",
-    "simplex_dual_edge_weight_strategy", "mip_rel_gap"})
+    "simplex_dual_edge_weight_strategy", "mip_rel_gap",
+    "method",  # linprog's own argument: "highs" (default), "highs-ds" or "highs-ipm"
+    *PASSED_TO_HIGHS})
 MILP_OPTIONS = frozenset({"disp", "presolve", "time_limit", "node_limit", "mip_rel_gap"})
 
 
@@ -72,7 +77,7 @@ class ScipyBackend(Backend):
         eq_rows, ub_rows, lb_rows = model.row_groups()
         kwargs: dict[str, Any] = {
             "c": model.c, "bounds": np.column_stack([model.col_lb, model.col_ub]),
-            "method": "highs", "options": settings}
+            "method": settings.pop("method", "highs"), "options": settings}
         if ub_rows.size or lb_rows.size:
             kwargs["A_ub"] = sp.vstack([model.A[ub_rows], -model.A[lb_rows]], format="csr")
             kwargs["b_ub"] = np.concatenate([ub[ub_rows], -lb[lb_rows]])
@@ -103,12 +108,15 @@ class ScipyBackend(Backend):
 
     def run(self, handle: _LinprogArgs | _MilpArgs, model: CompiledModel,
             options: SolveOptions) -> RawResult:
-        from scipy.optimize import linprog, milp
+        from scipy.optimize import OptimizeWarning, linprog, milp
 
         if isinstance(handle, _MilpArgs):
             res = milp(**handle.kwargs)
         else:
-            res = linprog(**handle.kwargs)
+            with warnings.catch_warnings():
+                if PASSED_TO_HIGHS & set(handle.kwargs["options"]):
+                    warnings.filterwarnings("ignore", "Unrecognized options detected", OptimizeWarning)
+                res = linprog(**handle.kwargs)
         status = STATUS_MAP.get(res.status, Status.ERROR)
         if res.status == 4 and _INF_OR_UNBD_MESSAGE in res.message:
             status = Status.INFEASIBLE_OR_UNBOUNDED

@@ -34,7 +34,9 @@ Frozen levels give way. In later LPs a frozen job holds ``(1 - delta) L_i``
 (``delta = GIVE_WAY = 5e-7``) rounded down to 24 significant bits, not ``L_i``,
 and a job counts as a bottleneck when it cannot rise by ``RISE = 10^{-4}`` of
 its target (at least ``10^{-6} u_i``; ``u_i`` at a share of 0) while the other
-active jobs give way alike. Without the give the lexicographic vector is
+active jobs give way by ``delta`` shared among them (each by ``delta / (m - 1)`` of
+its target, ``m`` active jobs: however many they are, together they free no
+more than one frozen level's give). Without the give the lexicographic vector is
 ill-conditioned on valid data: where a job reaches its level only with a
 sliver of a type on which it runs up to ``10^6`` times slower, the last
 digits of that level decide much of a later job's share. Solved in exact
@@ -57,7 +59,8 @@ free, so the answer does not depend on where in the give a solver's point lay.
 
 Bottlenecks. A job is a bottleneck when it cannot rise above its target
 ``b_i(t^*_k)`` (by ``RISE``) while every other job keeps its target (less the
-give); it is then frozen there. Freezing only bottlenecks is exact whenever it happens: later
+give: the frozen ones their floors, the active ones their shares of ``delta``);
+it is then frozen there. Freezing only bottlenecks is exact whenever it happens: later
 iterations only raise the other targets, so a bottleneck can never rise
 later, and a job left active loses nothing (at the next level it starts from
 the same target). Two certificates, neither an equality test on levels:
@@ -65,16 +68,27 @@ the same target). Two certificates, neither an equality test on levels:
 * *Duals* (the level LP's own): a row with a positive dual ``y_i`` is tight in
   every optimum (complementary slackness), and raising its right-hand side
   lowers ``t*`` (weak duality), so the job cannot rise, whatever its current
-  point shows within the solver's tolerances. Positive means above ``10^{-6}``
+  point shows within the solver's tolerances, where the others keep their
+  targets exactly. Where they give way, the LP's optimum is concave in its
+  right-hand sides, so the duals bound it: ``tau* - y_i rise_i + sum_j y_j
+  give_j`` (row units); a positive dual certifies the job when that bound
+  (with the others' give doubled, a margin for the duals' own noise) is below
+  ``tau*``. Otherwise its job goes to the improvement LP: on an
+  ill-conditioned level LP a dual of ``10^{-3}`` on one backend's vertex and 0
+  on another's marked a job stuck that the others' give of ``5 \\cdot 10^{-7}``
+  lets rise by 18% of its level (checked in exact rational arithmetic).
+  Positive means above ``10^{-6}``
   in the LP's own units (its rows scaled by ``r_i``, ``t`` by ``t_unit``), well
   above the solvers' dual tolerance; not its share of ``t``'s weight, which
   for a job of level ``10^{-8} u_i`` beside jobs near ``u_j`` is far smaller
   and left it active, to be frozen later at a level the solver no longer
   resolved. The duals of the rows
   with a positive share weigh ``t``'s column to 1 (``sum_i y_i sigma_i W_e = 1``),
-  so every level freezes a job (at least the one of largest weight).
-* *Improvement LP*, only for the rows at their targets whose dual is 0
-  (degenerate rows, e.g. a ``fifo`` entity's jobs of share 0): it maximizes
+  so where neither certificate freezes a job, the one of largest dual weight is
+  frozen: every level freezes one.
+* *Improvement LP*, for the rows at their targets that the duals do not
+  certify (degenerate rows, e.g. a ``fifo`` entity's jobs of share 0, and the
+  rows above): it maximizes
   ``sum_i d_i`` subject to ``n_i >= b_i + epsilon r_i d_i``, ``0 <= d_i <= 1``, for
   those jobs, and the targets less the give and the floors of all others.
   Jobs it raises by more than ``RISE`` stay active; where it raises none, they
@@ -104,17 +118,37 @@ run HiGHS (``highs``, ``scipy``, ``cvxpy``'s default) every LP is solved with
 primal and dual feasibility tolerances of ``10^{-9}`` (HiGHS's default
 ``10^{-7}`` let a time fraction of ``-6 \\cdot 10^{-8}`` through, which coefficients
 of up to ``10^6`` turned into a level ``10^{-4}`` too high), and where the tight
-tolerances end in numerical trouble, with the solver's own. Each LP's point is
+tolerances end in numerical trouble, with the solver's own. A level LP's (and
+the last LP's) answer is then refined where its duals do not prove it within
+``10^{-13}`` (relative) of the optimum: the same LP around the solver's point
+``x``, zoomed ``2^{20}`` times (``x + dx / 2^{20}``, every bound and the objective
+scaled alike, so the duals carry over), solved again, at most twice. The
+solvers' ``10^{-9}`` then hold ``10^{-15}`` and better: a level LP that ill-conditioning
+had left ``10^{-11}`` off (scipy) moved a later level by ``1.7 \\cdot 10^{-5} u_i``,
+and one CBC answered 35 times too high at its default tolerances. Each LP's point is
 clipped to its bounds and scaled into the capacity, so it is exactly feasible,
 and targets and floors are capped at what it achieves: every LP has a
 feasible point, with no margin needed. CBC (``pulp``) solves with its primal
 and dual tolerances at ``10^{-9}``, and its values come from its binary
 solution file (full doubles, not the 8 digits of its text file). Where a
-solve still fails, on ``highs`` it is repeated from scratch with dual simplex,
-then in a fresh HiGHS with its default scaling and presolve (tight
-tolerances, then its own); on the other backends with the solver's own
-tolerances, then on the model equilibrated here (rows, then columns, divided
-by their largest coefficient). If the level LP fails even so, the rest of the
+solve still fails (an error, or a stop at a limit the caller did not set: CBC
+stops "on iterations" where it cycles), on ``highs`` it is repeated from
+scratch with dual simplex, then with HiGHS's dual simplex with independent
+pricing (``simplex_strategy`` 2), then in a fresh HiGHS with its default
+scaling and presolve (tight tolerances, then its own), then with its interior
+point method; on the other backends (scipy's and cvxpy's HiGHS first without
+presolve, as ``highs`` solves: its presolve called feasible level LPs
+infeasible) with the solver's own tolerances, then on
+the model equilibrated here (rows, then columns, divided by their largest
+coefficient), then (scipy, cvxpy's HiGHS) with independent pricing and (scipy)
+interior point, (CBC) with its primal simplex, then its barrier. A level LP
+reported infeasible (it has a feasible point: the floors are at most what the
+last point achieved, but that float sum can exceed the exact one by a unit in
+the last place) is first solved again with the floors 8 units in the last
+place lower. Independent pricing finishes level LPs that HiGHS's serial
+dual and primal simplex and its interior point method give up on (coefficients
+``3 \\cdot 10^{-5}..10^6``); these last retries have iteration limits (scipy's
+HiGHS looped without end on one interior point solve). If the level LP fails even so, the rest of the
 run divides every row by ``u_i`` (coefficients at most 1), and after that the
 frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run.
 Finally each job's time alone is trimmed so that ``n_i`` is its level.
@@ -123,17 +157,18 @@ Limits. A level LP can itself be ill-conditioned: a violation of a row by
 ``10^{-8}`` (within a solver's tolerance) can raise ``t*`` by 10% and more,
 where a frozen job's floor is held with a sliver of a slow type (checked in
 exact rational arithmetic: optimum 57.7 where HiGHS, within ``10^{-8}``, found
-113.9; 5.3576 where CBC, within its ``10^{-9}``, ended 13% higher). Where HiGHS
-fails on such an LP in every setting, the wider give changes that run's later
-levels, and a backend that did solve the LP ends elsewhere. And where a level
-LP is degenerate, a positive dual marks a job stuck on the vertex one solver
-returns and not on another's, which can send the runs apart. Measured with
-``benchmarks/property_suite.py`` (all of its wide family): ``scipy`` apart
-from ``highs`` by more than ``10^{-5} u_i`` on 3 of 5,000 problems (one
-ill-conditioned last level, one degenerate level, one LP HiGHS fails on with
-every option scipy passes), CBC (``pulp``) on 2 of 500 (ill-conditioned last
-levels; at CBC tolerances of ``10^{-10}`` those two agree and another does
-not), ``cvxpy`` on none.
+113.9; 3.588 where CBC found 3.87 at ``10^{-9}`` and 126.5 at its default
+tolerances). Refinement and the retries above answer such LPs to the digits
+the data have; the wider give stays for an LP no retry finishes. Measured with
+``benchmarks/property_suite.py`` (all of its wide family): ``scipy`` apart from
+``highs`` by more than ``10^{-5} u_i`` on 1 of 5,000 problems (``3 \\cdot 10^{-5}
+u_i``; both within ``1.7 \\cdot 10^{-5} u_i`` of the exact vector: two level LPs
+that refinement leaves ``5 \\cdot 10^{-6}`` off, their duals leaning on the free
+level), ``pulp`` and ``cvxpy`` on none of 500; CBC still ends a former failure
+(893998634) far from the exact vector, where its dual simplex calls feasible
+level and improvement LPs infeasible and its primal simplex answers them
+wrongly. The former failures are pinned in ``tests/test_properties.py``, each
+checked against an exact rational-arithmetic run of this definition.
 
 Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep
 Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
@@ -169,6 +204,10 @@ IMPROVEMENT = 1e-3  # epsilon: the raise an improvement LP asks of a job, as a f
 GIVE_WAY = 5e-7  # frozen levels L_i hold in later LPs as n_i >= (1 - GIVE_WAY) L_i (see Frozen levels)
 WIDER_GIVE_WAY = 1e-5  # ... and as n_i >= (1 - WIDER_GIVE_WAY) L_i where no solver finishes a level LP otherwise
 RESTORE_TOL = 1e-9  # levels a point falls short of by more than this (relative) are restored
+ZOOM = 2.0**20  # iterative refinement: the LP around a solver's point, its bounds and objective this much larger
+REFINEMENTS = 2  # rounds of it at most per level LP, where the point is off by more than EXACT ...
+EXACT = 1e-13  # (relative; the LP's rows and objective are scaled to about 1)
+REFINED = 1e-13  # ... ending when a round moves the objective by at most this (relative)
 MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
 
 # HiGHS options of the LPs: simplex (its bases carry over from one LP to the next), without
@@ -181,12 +220,38 @@ SOLVER_DEFAULTS = {"solver": "simplex", "presolve": "off", "simplex_scale_strate
 # 1e-9, not its default 1e-7 (see Numerics in the module docstring).
 TOLERANCES = {"primal_feasibility_tolerance": 1e-9, "dual_feasibility_tolerance": 1e-9}
 CBC_TOLERANCES = {"options": ["primalTolerance 1e-9", "dualTolerance 1e-9"]}  # CBC's names for them
-# where a re-solve in place fails: again from scratch with dual simplex (then a fresh HiGHS, see
-# _HighsSession.solve); interior point or primal simplex there found other vertices, whose duals
-# froze other jobs than the other backends did
+# where a re-solve in place fails: again from scratch with dual simplex (then _last_retries' first and
+# a fresh HiGHS, see _HighsSession.solve); interior point or primal simplex there found other
+# vertices, whose duals froze other jobs than the other backends did
 RETRIES = ({"simplex_strategy": 1},)
-HIGHS_OWN = {"simplex_strategy": 1}  # HiGHS's default, restored after a retry
+HIGHS_OWN = {"simplex_strategy": 1, "simplex_iteration_limit": 2**31 - 1}  # HiGHS's defaults, restored after a retry
+
+
+def _last_retries(backend: str, size: int) -> tuple[dict[str, Any], ...]:
+    """The last retries of a backend, for an LP of ``size`` rows and columns; where it runs HiGHS, its dual
+    simplex with independent pricing (which finishes ill-conditioned level LPs its serial dual and
+    primal simplex give up on), then its interior point method (with crossover). Each with an
+    iteration limit: scipy's HiGHS 1.17 looped without end in one interior point solve."""
+    limit = 20 * size + 1000
+    return {"highs": ({"simplex_strategy": 2, "simplex_iteration_limit": limit},
+                      {"solver": "ipm", "ipm_iteration_limit": 1000, "simplex_iteration_limit": limit}),
+            # HiGHS's presolve behind scipy and cvxpy called feasible level LPs infeasible
+            "scipy": ({"presolve": False}, {"simplex_strategy": 2, "maxiter": limit},
+                      {"method": "highs-ipm", "maxiter": limit}),
+            "cvxpy": ({"presolve": "off"}, {"simplex_strategy": 2, "simplex_iteration_limit": limit}),
+            # CBC's dual simplex called feasible level LPs infeasible that its primal simplex and barrier solve
+            "pulp": tuple({"options": [*CBC_TOLERANCES["options"], how]} for how in ("primalSimplex", "barrier")),
+            }.get(backend, ())
+
+
 NUMERICAL_TROUBLE = (Status.ERROR, Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED, Status.UNBOUNDED)
+
+
+def _trouble(solution: Solution, solver: ModelSolver) -> bool:
+    """Numerical trouble: a failed solve of an LP that has a feasible point, or one that stopped at a limit
+    the caller did not set (CBC stops "on iterations" where it cycles)."""
+    return solution.status in NUMERICAL_TROUBLE or (solution.status is Status.TIME_LIMIT
+                                                   and solver.options.time_limit_s is None)
 
 
 @dataclass(frozen=True)
@@ -310,6 +375,34 @@ def _unscaled(solution: Solution, scaled: CompiledModel, rows: np.ndarray, cols:
         y /= rows
         duals = {name: y[r].reshape(shape) for name, (r, shape) in scaled.constraints.items()}
     return replace(solution, x=x, values=values, duals=duals)
+
+
+def _gap(model: CompiledModel, solution: Solution) -> float:
+    """How far the solution may be from the optimum of ``model`` (a maximization), relative to its
+    objective: the point's largest violation of a bound (rows and columns) plus the gap between its
+    objective and the upper bound its duals prove (weak duality; ``inf`` without duals or where the duals
+    lean on an infinite bound)."""
+    x, y = solution.x, np.zeros(model.num_rows)
+    if not solution.duals:
+        return np.inf
+    for name, (rows, _) in model.constraints.items():
+        y[rows] = solution.duals[name].ravel()
+    Ax = model.A @ x
+    violation = max(float(np.max(np.maximum(model.row_lb - Ax, Ax - model.row_ub), initial=0.0)),
+                    float(np.max(np.maximum(model.col_lb - x, x - model.col_ub), initial=0.0)))
+    z = model.c - model.A.T @ y  # reduced costs
+
+    def most(multiplier: np.ndarray, value: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> np.ndarray:
+        # the most multiplier * v can be over lb <= v <= ub; at the point's value where the bound it leans
+        # on is infinite and the multiplier is rounding noise (a free column's reduced cost: 1e-16)
+        bound = np.where(multiplier > 0, ub, lb)
+        noise = np.abs(multiplier) <= EXACT
+        return np.where(np.isfinite(bound), multiplier * np.where(np.isfinite(bound), bound, 0.0),
+                        np.where(noise, multiplier * value, np.inf))
+
+    objective = float(model.c @ x)
+    bound = float(most(y, Ax, model.row_lb, model.row_ub).sum() + most(z, x, model.col_lb, model.col_ub).sum())
+    return (violation + max(bound - objective, 0.0)) / max(abs(objective), 1.0)
 
 
 def _value(expr: LinExpr, x: np.ndarray) -> np.ndarray:
@@ -454,7 +547,13 @@ class _Lps:
         cvxpy_highs = solver.options.solver_options.get("solver", "HIGHS") == "HIGHS"  # cvxpy's solver
         self.defaults = {"highs": SOLVER_DEFAULTS, "scipy": TOLERANCES, "cvxpy": TOLERANCES if cvxpy_highs else {},
                          "pulp": CBC_TOLERANCES}
-        self.session = _HighsSession(solver) if solver.backend == "highs" else None
+        backend = solver.backend
+        last = _last_retries(backend, model.num_rows + model.num_cols) if backend != "cvxpy" or cvxpy_highs else ()
+        self.session = _HighsSession(solver, last) if backend == "highs" else None
+        last = [({backend: {**self.defaults.get(backend, {}), **options}}, False) for options in last]
+        # HiGHS without presolve (scipy, cvxpy) right after the tight tolerances, as the highs backend solves
+        early = 1 if backend in ("scipy", "cvxpy") else 0
+        self.attempts = [(self.defaults, False), *last[:early], ({}, False), (self.defaults, True), *last[early:]]
 
     def model(self, rows: np.ndarray, weight: np.ndarray, rhs: np.ndarray, tau: float | None,
               candidates: np.ndarray | None, raise_unit: np.ndarray | None = None) -> CompiledModel:
@@ -482,18 +581,53 @@ class _Lps:
         A = sp.csr_matrix((data, tpl.A.indices, tpl.A.indptr), shape=tpl.A.shape)
         return replace(tpl, A=A, row_lb=row_lb, col_lb=col_lb, col_ub=col_ub, c=c)
 
-    def solve(self, model: CompiledModel) -> Solution:
-        """Solve ``model``, whatever the status."""
+    def solve(self, model: CompiledModel, refine: bool = False) -> Solution:
+        """Solve ``model``, whatever the status; with ``refine``, an optimal point not proved within ``EXACT``
+        of the optimum by its duals is refined (:meth:`refine`)."""
+        solution = self._solve_once(model)
+        for _ in range(REFINEMENTS if refine else 0):
+            if solution.status is not Status.OPTIMAL or solution.x is None or _gap(model, solution) <= EXACT:
+                break
+            refined = self.refine(model, solution)
+            if refined is None:
+                break
+            step, solution = refined
+            if step <= REFINED:
+                break
+        return solution
+
+    def refine(self, model: CompiledModel, solution: Solution) -> tuple[float, Solution] | None:
+        """One round of iterative refinement: the same LP around the solution's point ``x``, zoomed
+        ``ZOOM`` times (``x + dx / ZOOM``, every bound and the objective scaled by ``ZOOM``), so the
+        solver's tolerances hold ``ZOOM`` times tighter. Returns the change of the objective (relative)
+        and the refined solution, or None where the zoomed LP is not solved to optimality."""
+        x = solution.x
+        Ax = model.A @ x
+        zoomed = replace(model, row_lb=ZOOM * (model.row_lb - Ax), row_ub=ZOOM * (model.row_ub - Ax),
+                         col_lb=ZOOM * (model.col_lb - x), col_ub=ZOOM * (model.col_ub - x), c=ZOOM * model.c,
+                         offset=0.0)
+        correction = self._solve_once(zoomed)
+        if correction.status is not Status.OPTIMAL or correction.x is None:
+            return None
+        x = x + correction.x / ZOOM
+        objective = float(model.c @ x) + model.offset
+        # bounds and objective scaled alike: the duals (objective per unit of a bound) are the zoomed LP's
+        values = {name: x[c].reshape(shape) for name, (c, shape) in model.variables.items()}
+        step = abs(objective - solution.objective) / max(abs(objective), 1e-300)
+        return step, replace(correction, x=x, values=values, objective=objective)
+
+    def _solve_once(self, model: CompiledModel) -> Solution:
         if self.session is not None:
             return self.session.solve(model)
         A = model.A.copy()
         A.eliminate_zeros()
         model = replace(model, A=A)
         # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
-        # behind scipy and cvxpy found optima on it that it missed on the model as it is)
-        for defaults, scaled in ((self.defaults, False), ({}, False), (self.defaults, True)):
+        # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
+        # backend's _last_retries
+        for defaults, scaled in self.attempts:
             solution = self._solve(model, defaults, scaled)
-            if solution.status not in NUMERICAL_TROUBLE:
+            if not _trouble(solution, self.solver):
                 break
         return self.solver.record(solution)
 
@@ -511,12 +645,15 @@ class _Lps:
 class _HighsSession:
     """One HiGHS instance whose model is changed in place between solves (``highs`` backend)."""
 
-    def __init__(self, solver: ModelSolver):
+    def __init__(self, solver: ModelSolver, last_retries: tuple[dict[str, Any], ...]):
         from allocopt.backends.highs import HighsBackend
 
         self.solver, self.backend = solver, HighsBackend()
         self.options = replace(solver.options, solver_options={**SOLVER_DEFAULTS, **solver.options.solver_options})
         self.fresh_options = replace(solver.options, solver_options={**TOLERANCES, **solver.options.solver_options})
+        self.retries = (*RETRIES, last_retries[0])
+        self.ipm_options = replace(solver.options, solver_options={**TOLERANCES, **last_retries[1],
+                                                                   **solver.options.solver_options})
         self.handle: Any = None
         self.last: CompiledModel | None = None
 
@@ -531,7 +668,7 @@ class _HighsSession:
         self.last = low
         t1 = time.perf_counter()
         raw = self._run(low)
-        for retry in RETRIES if raw.status is not Status.OPTIMAL else ():
+        for retry in self.retries if raw.status is not Status.OPTIMAL else ():
             # numerical trouble: again from scratch, with other algorithms
             if set(retry) & set(self.solver.options.solver_options):
                 continue  # not where the caller chose that option
@@ -544,12 +681,14 @@ class _HighsSession:
         t2 = time.perf_counter()
         if raw.status is not Status.OPTIMAL:  # last, a fresh HiGHS with its own defaults (scaling, presolve)
             self.last = None  # and the next solve starts afresh too
-            for options in (self.fresh_options, self.solver.options):  # tight tolerances, then its own
+            # tight tolerances, then its own, then interior point (with crossover: HiGHS's simplex fails in
+            # every setting on some ill-conditioned level LPs its interior point method solves exactly)
+            for options in (self.fresh_options, self.solver.options, self.ipm_options):
                 try:
                     solution = self.backend.solve(model, options)
                 except SolverError as err:
                     solution = _failed(str(err), "highs")
-                if solution.status not in NUMERICAL_TROUBLE:
+                if not _trouble(solution, self.solver):
                     break
             return self.solver.record(solution)
         return self.solver.record(self.backend._to_solution(model, raw, t1 - t0, t2 - t1))
@@ -657,13 +796,22 @@ class _WaterFill:
             self.t_unit = unit
         weight = np.where(positive, slope * self.t_unit / rows, 0.0)
         rhs = np.where(self.frozen, self.floor, low_target) / rows
-        solution = self.lps.solve(self.lps.model(rows, weight, rhs, None, None))
-        if solution.status in NUMERICAL_TROUBLE and not self.plain_rows:
+        solution = self.lps.solve(self.lps.model(rows, weight, rhs, None, None), refine=True)
+        if solution.status is Status.INFEASIBLE and self.frozen.any():
+            # the floors are at most what the last point achieved, but that float sum can exceed what
+            # is achievable by a few units in the last place (an LP infeasible by 6e-17 in exact
+            # arithmetic, which scipy's HiGHS reported so): once more with them 8 units lower
+            floor = self.floor * (1.0 - 8 * np.finfo(float).eps)
+            solution = self.lps.solve(self.lps.model(rows, weight, np.where(self.frozen, floor, low_target) / rows,
+                                                     None, None), refine=True)
+            if not _trouble(solution, self.solver):
+                self.floor = floor
+        if _trouble(solution, self.solver) and not self.plain_rows:
             # rows scaled by their targets can be too badly conditioned (targets far below u_i):
             # rows scaled by u_i instead, coefficients at most 1, for the rest of the run
             self.plain_rows = True
             return self.level_lp(slope, offset, positive)
-        if solution.status in NUMERICAL_TROUBLE and self.give_way < WIDER_GIVE_WAY and self.frozen.any():
+        if _trouble(solution, self.solver) and self.give_way < WIDER_GIVE_WAY and self.frozen.any():
             # still no answer (the frozen levels can leave a sliver of room only): they give way more,
             # for the rest of the run
             self.give_way = WIDER_GIVE_WAY
@@ -681,15 +829,22 @@ class _WaterFill:
                                                self.achieved), 0.0)
         return _Level(t, tau, target, dual_share, dual, weight, rhs)
 
+    def active_give(self, active: np.ndarray) -> float:
+        """What each active job gives way by (relative to its target) while another is tested for a rise:
+        ``give_way`` shared among the other active jobs, so that however many they are, together they
+        free no more than one frozen level's give (rows of job classes count each of their jobs)."""
+        jobs = float(active.sum() if self.tree.count is None else self.tree.count[active].sum())
+        return self.give_way / max(jobs - 1.0, 1.0)
+
     def stuck(self, level: _Level, jobs: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """The jobs of the mask ``jobs`` unable to rise above their targets by ``RISE`` of their ``scale``
         while every other active job keeps its target and every frozen one its floor, less the give
         (improvement LPs, see the module docstring)."""
         candidates = jobs.copy()
         for _ in range(MAX_IMPROVEMENT_LPS):
-            # the other active jobs give way as the frozen ones do: by a relative GIVE_WAY of their targets
+            # the other active jobs give way (active_give)
             others = ~self.frozen & ~candidates
-            rhs = level.rhs - np.where(others, self.give_way * level.target / self.rows, 0.0)
+            rhs = level.rhs - np.where(others, self.active_give(~self.frozen) * level.target / self.rows, 0.0)
             model = self.lps.model(self.rows, level.weight, rhs, level.tau, candidates.astype(np.float64), scale)
             solution = self.lps.solve(model)
             if solution.status is not Status.OPTIMAL:  # no conclusion: the jobs stay active
@@ -722,14 +877,18 @@ class _WaterFill:
             target = level.target
             # what a rise is measured against: the target (at least MIN_ROW_SCALE u_i), u_i at a share of 0
             scale = np.clip(np.where(positive, target, self.most), MIN_ROW_SCALE * self.most, self.most)
-            # a row with a positive dual is tight in every optimum: its job cannot rise
-            certain = active & (level.dual > DUAL_TOL)
+            # a row with a positive dual is tight in every optimum, and its job cannot rise by RISE even
+            # where the other active jobs give way when the duals say so: the LP's optimum is concave in
+            # its right-hand sides, so it is at most tau* - dual_i rise_i + sum_{j != i} dual_j give_j
+            rise = RISE * scale / self.rows
+            give = np.where(active, self.active_give(active) * target / self.rows * level.dual, 0.0)
+            certain = active & (level.dual > DUAL_TOL) & (level.dual * rise > 2.0 * (give.sum() - give))
             tight = active & (self.achieved <= target + RISE * scale) & ~self.rising(scale)
-            if not certain.any():  # the row of largest dual weight holds t up: tight in every optimum
-                certain[np.flatnonzero(positive)[np.argmax(level.dual_share[positive])]] = True
-            undecided = tight & ~certain
+            undecided = (tight | (active & (level.dual > DUAL_TOL))) & ~certain
             if undecided.any():
                 certain |= self.stuck(level, undecided, scale)
+            if not certain.any():  # the row of largest dual weight holds t up: tight in every optimum
+                certain[np.flatnonzero(positive)[np.argmax(level.dual_share[positive])]] = True
             self.level[certain] = target[certain]
             self.floor[certain] = _round_down((1.0 - self.give_way) * target[certain])
             self.frozen |= certain
@@ -747,7 +906,7 @@ class _WaterFill:
         model = self.lps.model(self.rows, self.level / self.rows, np.zeros_like(self.rows), None, None)
         col_ub = model.col_ub.copy()
         col_ub[self.lps.tau_col] = 1.0
-        solution = self.lps.solve(replace(model, col_ub=col_ub))
+        solution = self.lps.solve(replace(model, col_ub=col_ub), refine=True)
         if solution.status is Status.OPTIMAL:  # otherwise the last level LP's point stands
             self._point(solution)
 
