@@ -242,7 +242,16 @@ class HighsBackend(Backend):
         import highspy
 
         h = handle
-        run_status = run_highs(h, int(options.solver_options.get("threads", options.threads or 0)))
+        threads = int(options.solver_options.get("threads", options.threads or 0))
+        run_status = run_highs(h, threads)
+        fallback = ""
+        if (not model.is_mip and h.getModelStatus() == highspy.HighsModelStatus.kUnknown
+                and str(options.solver_options.get("run_crossover", "")).lower() == "off"):
+            # HiGHS before 1.10 ends some interior-point solves without crossover "Unknown" with a point
+            # short of its tolerances; crossover turns it into an optimal vertex
+            h.setOptionValue("run_crossover", "on")
+            run_status = run_highs(h, threads)
+            fallback = "; interior point without crossover ended Unknown, solved again with crossover"
         if run_status == highspy.HighsStatus.kError and h.getModelStatus() not in (
                 highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnbounded):
             raise SolverError(f"HiGHS failed: {h.modelStatusToString(h.getModelStatus())}")
@@ -250,7 +259,7 @@ class HighsBackend(Backend):
         native = model_status.name
         status = _STATUS_NAMES.get(native, Status.ERROR)
         info = h.getInfo()
-        result = RawResult(status=status, raw_status=f"{native} ({h.modelStatusToString(model_status)})")
+        result = RawResult(status=status, raw_status=f"{native} ({h.modelStatusToString(model_status)}){fallback}")
         if info.primal_solution_status == 2 or status is Status.OPTIMAL:  # 2 = kSolutionStatusFeasible
             sol = h.getSolution()
             result.x = np.asarray(sol.col_value, dtype=np.float64)
