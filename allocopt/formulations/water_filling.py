@@ -634,11 +634,12 @@ class _Lps:
         model = replace(model, A=A)
         # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
         # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
-        # backend's _last_retries; an optimum its own duals do not certify counts as a failure
-        uncertified = None
+        # backend's _last_retries; a level LP's optimum its own duals do not certify counts as a failure
+        uncertified, level = None, model.c[self.tau_col] != 0
         for defaults, scaled in self.attempts:
             solution = self._solve(model, defaults, scaled)
-            if solution.status is Status.OPTIMAL and solution.x is not None and solution.duals:
+            # level LPs only: an improvement LP's point proves the rises it finds, certified or not
+            if level and solution.status is Status.OPTIMAL and solution.x is not None and solution.duals:
                 gap = _gap(model, solution, DUAL_NOISE)
                 if gap > CERTIFIED:
                     uncertified = uncertified or replace(
