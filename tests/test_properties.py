@@ -342,7 +342,7 @@ FORMER_FAILURES = [
     (2606151118, 11, 3, True, ("scipy", "pulp")),
     (2611943363, 12, 4, False, ("scipy", "pulp")),
     (1952007597, 10, 4, True, ("scipy", "pulp", "cvxpy")),
-    (893998634, 11, 4, True, ("scipy", "pulp")),
+    (893998634, 11, 4, True, ("scipy",)),
     (1107929440, 10, 4, True, ("scipy", "pulp", "cvxpy")),
     (1825281979, 12, 3, True, ("scipy",)),
     (3769096479, 10, 2, False, ("scipy", "cvxpy")),

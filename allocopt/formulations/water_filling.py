@@ -208,11 +208,6 @@ ZOOM = 2.0**20  # iterative refinement: the LP around a solver's point, its boun
 REFINEMENTS = 2  # rounds of it at most per level LP, where the point is off by more than EXACT ...
 EXACT = 1e-13  # (relative; the LP's rows and objective are scaled to about 1)
 REFINED = 1e-13  # ... ending when a round moves the objective by at most this (relative)
-# an LP's answer is certified when its duals prove it within CERTIFIED (relative, _gap) of the optimum,
-# reduced costs of up to DUAL_NOISE (of the largest objective coefficient) against an infinite bound
-# taken as noise: CBC called level LPs optimal, at 10^10 for about 1, with reduced costs of 7,092 there
-CERTIFIED = 1e-6
-DUAL_NOISE = 1e-7
 MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
 
 # HiGHS options of the LPs: simplex (its bases carry over from one LP to the next), without
@@ -249,9 +244,7 @@ def _last_retries(backend: str, size: int) -> tuple[dict[str, Any], ...]:
             }.get(backend, ())
 
 
-# APPROXIMATE: an optimum the backend reported that its own duals do not certify (_Lps._solve_once)
-NUMERICAL_TROUBLE = (Status.ERROR, Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED, Status.UNBOUNDED,
-                     Status.APPROXIMATE)
+NUMERICAL_TROUBLE = (Status.ERROR, Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED, Status.UNBOUNDED)
 
 
 def _trouble(solution: Solution, solver: ModelSolver) -> bool:
@@ -384,11 +377,11 @@ def _unscaled(solution: Solution, scaled: CompiledModel, rows: np.ndarray, cols:
     return replace(solution, x=x, values=values, duals=duals)
 
 
-def _gap(model: CompiledModel, solution: Solution, noise: float = EXACT) -> float:
+def _gap(model: CompiledModel, solution: Solution) -> float:
     """How far the solution may be from the optimum of ``model`` (a maximization), relative to its
     objective: the point's largest violation of a bound (rows and columns) plus the gap between its
     objective and the upper bound its duals prove (weak duality; ``inf`` without duals or where the duals
-    lean on an infinite bound by more than ``noise`` times the largest objective coefficient)."""
+    lean on an infinite bound)."""
     x, y = solution.x, np.zeros(model.num_rows)
     if not solution.duals:
         return np.inf
@@ -403,9 +396,9 @@ def _gap(model: CompiledModel, solution: Solution, noise: float = EXACT) -> floa
         # the most multiplier * v can be over lb <= v <= ub; at the point's value where the bound it leans
         # on is infinite and the multiplier is rounding noise (a free column's reduced cost: 1e-16)
         bound = np.where(multiplier > 0, ub, lb)
-        small = np.abs(multiplier) <= noise * max(float(np.abs(model.c).max(initial=0.0)), 1.0)
+        noise = np.abs(multiplier) <= EXACT
         return np.where(np.isfinite(bound), multiplier * np.where(np.isfinite(bound), bound, 0.0),
-                        np.where(small, multiplier * value, np.inf))
+                        np.where(noise, multiplier * value, np.inf))
 
     objective = float(model.c @ x)
     bound = float(most(y, Ax, model.row_lb, model.row_ub).sum() + most(z, x, model.col_lb, model.col_ub).sum())
@@ -598,10 +591,7 @@ class _Lps:
             refined = self.refine(model, solution)
             if refined is None:
                 break
-            step, better = refined
-            if better.duals and _gap(model, better, DUAL_NOISE) > CERTIFIED:
-                break  # the refined point is not certified on the LP itself: the solver's stands
-            solution = better
+            step, solution = refined
             if step <= REFINED:
                 break
         return solution
@@ -634,23 +624,11 @@ class _Lps:
         model = replace(model, A=A)
         # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
         # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
-        # backend's _last_retries; a level LP's optimum its own duals do not certify counts as a failure
-        uncertified, level = None, model.c[self.tau_col] != 0
+        # backend's _last_retries
         for defaults, scaled in self.attempts:
             solution = self._solve(model, defaults, scaled)
-            # level LPs only: an improvement LP's point proves the rises it finds, certified or not
-            if level and solution.status is Status.OPTIMAL and solution.x is not None and solution.duals:
-                gap = _gap(model, solution, DUAL_NOISE)
-                if gap > CERTIFIED:
-                    uncertified = uncertified or replace(
-                        solution, status=Status.APPROXIMATE, raw_status=solution.raw_status,
-                        message=f"{self.solver.backend} called an LP optimal that its duals prove only within "
-                                f"{gap:.2g} (relative) of its optimum, with every retry")
-                    continue
             if not _trouble(solution, self.solver):
                 break
-        else:  # no attempt certified: the first uncertified answer, as such (numerical trouble)
-            solution = uncertified or solution
         return self.solver.record(solution)
 
     def _solve(self, model: CompiledModel, defaults: Mapping[str, Any], scaled: bool) -> Solution:
