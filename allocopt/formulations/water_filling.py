@@ -611,10 +611,12 @@ class _Lps:
             return None
         x = x + correction.x / ZOOM
         objective = float(model.c @ x) + model.offset
-        # bounds and objective scaled alike: the duals (objective per unit of a bound) are the zoomed LP's
+        # the zoomed LP's objective is ZOOM c on dx = ZOOM (x' - x) and its bounds ZOOM times the room:
+        # its duals (objective per unit of a bound) are ZOOM times the LP's own
         values = {name: x[c].reshape(shape) for name, (c, shape) in model.variables.items()}
+        duals = {name: y / ZOOM for name, y in correction.duals.items()} if correction.duals else correction.duals
         step = abs(objective - solution.objective) / max(abs(objective), 1e-300)
-        return step, replace(correction, x=x, values=values, objective=objective)
+        return step, replace(correction, x=x, values=values, objective=objective, duals=duals)
 
     def _solve_once(self, model: CompiledModel) -> Solution:
         if self.session is not None:
