@@ -168,9 +168,9 @@ level), ``pulp`` and ``cvxpy`` on none of 500; CBC still ends a former failure
 (893998634) far from the exact vector, where its dual simplex calls feasible
 level and improvement LPs infeasible and its primal simplex answers them
 wrongly. Its own duals do not single that run out: the worst weak-duality gap
-of an accepted level LP (time fractions bounded by 1) is ``2 \cdot 10^{-4}`` there, and
-``10^{-4}..0.3`` on 11 other pinned problems that CBC ends within ``5 \cdot 10^{-6} u_i``
-(8 of them above ``2 \cdot 10^{-4}``; measured on all 32), so no threshold on them refuses
+of an accepted level LP (time fractions bounded by 1) is ``2 \\cdot 10^{-4}`` there, and
+``10^{-4}..0.3`` on 11 other pinned problems that CBC ends within ``5 \\cdot 10^{-6} u_i``
+(8 of them above ``2 \\cdot 10^{-4}``; measured on all 32), so no threshold on them refuses
 the one without the others.
 The former failures are pinned in ``tests/test_properties.py``, each
 checked against an exact rational-arithmetic run of this definition.
