@@ -372,6 +372,18 @@ def test_former_failures_of_the_long_run(seed, n_jobs, n_types, entities, backen
         np.testing.assert_array_less(np.abs(normalized(alloc) - normalized(reference)), 10 * tol * u + 1e-12)
 
 
+@pytest.mark.xfail(strict=True, reason="known: CBC ends this former failure about u_i from the exact vector and "
+                   "calls it optimal; its own level-LP duals do not single the run out (water_filling's Limits)")
+def test_cbc_on_the_former_failure_893998634():
+    problem, entity_policies = make_problem(893998634, 11, 4, True, True)
+    reference = solve(problem, "water_filling", "highs", entity_policies)
+    alloc = solve(problem, "water_filling", "pulp", entity_policies)
+    u = rates(problem).max(axis=1)
+    # an honest answer: either not called optimal, or within the agreement the pinned cases ask of pulp
+    assert alloc.status is not allocopt.Status.OPTIMAL or np.all(
+        np.abs(normalized(alloc) - normalized(reference)) < 10 * AGREEMENT["pulp"] * u + 1e-12)
+
+
 @pytest.mark.parametrize("seed, n_jobs, entities", [(2890125195, 5, False), (3745046670, 4, True)])
 def test_former_max_throughput_failures_on_cbc(seed, n_jobs, entities):
     """CBC at its default dual tolerance left a job of 9e-4 steps/s idle beside jobs of 3e3 steps/s."""

@@ -212,3 +212,33 @@ def test_one_lp_per_level_mostly():
     alloc = allocopt.solve(problem, "water_filling", entity_policies=policies)
     assert alloc.extras["num_lp_solves"] <= 2 * alloc.extras["num_iterations"]
     assert_feasible(alloc)
+
+
+@pytest.mark.parametrize("backend", ["highs", "scipy", "pulp"])
+def test_level_duals_are_in_the_lps_own_units_after_refinement(backend, monkeypatch):
+    """The duals of the rows with a positive share weigh t's column to 1 (module docstring), also
+    where a level LP was refined: the zoomed LP's duals were 2^20 times the LP's own, so
+    DUAL_TOL held 2^20 times looser on refined levels (the wide-family problem of seed 3035033774)."""
+    from allocopt.formulations import water_filling as wf
+    from test_properties import make_problem
+
+    shares, refinements = [], []
+    level_lp, refine = wf._WaterFill.level_lp, wf._Lps.refine
+
+    def recording_level_lp(self, *args):
+        level = level_lp(self, *args)
+        if level is not None:
+            shares.append(float(level.dual_share.sum()))
+        return level
+
+    def recording_refine(self, model, solution):
+        refined = refine(self, model, solution)
+        refinements.append(refined is not None)
+        return refined
+
+    monkeypatch.setattr(wf._WaterFill, "level_lp", recording_level_lp)
+    monkeypatch.setattr(wf._Lps, "refine", recording_refine)
+    problem, _ = make_problem(3035033774, 6, 2, True, False)
+    allocopt.solve(problem, "water_filling", backend=backend)
+    assert any(refinements), "no level LP was refined: the test no longer covers refinement"
+    np.testing.assert_allclose(shares, 1.0, rtol=1e-6)
