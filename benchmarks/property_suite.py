@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        with multiprocessing.Pool(args.jobs) if args.jobs > 1 else _Serial() as pool:
+        with multiprocessing.Pool(args.jobs, _worker_signals) if args.jobs > 1 else _Serial() as pool:
             for outcomes in pool.imap_unordered(check, tasks, chunksize=4):
                 done += 1
                 for policy, backend, outcome, detail in outcomes:
@@ -164,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
                                                "counts": [[*k, v] for k, v in sorted(counts.items())],
                                                "failures": failures}, indent=1))
     return 0 if set(by_outcome) <= {"ok"} else 1
+
+
+def _worker_signals() -> None:
+    """Workers leave Ctrl-C to the main process and die on the SIGTERM its pool sends at the end (with
+    the main process's handlers, forked, a worker raised KeyboardInterrupt there, sometimes while
+    holding the task queue's lock, and the pool waited forever for the other worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class _Serial:
