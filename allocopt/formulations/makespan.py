@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -59,6 +59,7 @@ from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
 from allocopt.warm_start import WarmStart
 
+_Found = TypeVar("_Found")
 
 #: How close (relative) an allocation's value must be to the lower bound for :func:`previous_if_optimal`.
 RELATIVE_TOLERANCE = 1e-9
@@ -204,24 +205,14 @@ def gavel_bisection(problem: Problem, solver: ModelSolver, steps: np.ndarray, *,
     """Gavel's ``MinTotalDuration`` search: the last feasible point of the feasibility LPs
     ``e_i >= r_i / M`` over a bisection in ``M`` (seconds) that stops within 5% (module docstring).
     Returns ``X``, ``P``, the effective throughputs ``e`` (steps/s) and the last feasible solve."""
-    high, low, last_high = 1e6, 100.0, 1e6
-    feasible: tuple[AllocationModel, LinExpr, Solution] | None = None
-    while feasible is None:
-        while 1.05 * low < high:
-            makespan = (low + high) / 2.0
-            base = base_model(problem, name=name, space_sharing=space_sharing)
-            e = base.throughput if throughputs is None else (base.X * throughputs).sum(axis=1)
-            base.model.add_constraint("finish", e >= steps / makespan)
-            solution = solver.solve_raw(base.model)
-            if solution.status is Status.OPTIMAL:
-                feasible, high = (base, e, solution), makespan
-            else:
-                low = makespan
-        high, low, last_high = last_high * 10.0, last_high, last_high * 10.0
-        if low > 1e15:
-            raise InfeasibleError(f"{name}: no makespan up to 1e15 s is feasible with method='bisection'",
-                                  status=Status.INFEASIBLE)
-    base, e, solution = feasible
+    def attempt(makespan: float) -> tuple[AllocationModel, LinExpr, Solution] | None:
+        base = base_model(problem, name=name, space_sharing=space_sharing)
+        e = base.throughput if throughputs is None else (base.X * throughputs).sum(axis=1)
+        base.model.add_constraint("finish", e >= steps / makespan)
+        solution = solver.solve_raw(base.model)
+        return (base, e, solution) if solution.status is Status.OPTIMAL else None
+
+    base, e, solution = _gavel_search(attempt, name)
     X, P = base.matrices(solution)
     return X, P, evaluate(e, base, X, P), solution
 
@@ -236,15 +227,26 @@ def gavel_bisection_program(problem: Problem, solver: ModelSolver, steps: np.nda
     def finish_by(makespan: float) -> Callable[[Any, np.ndarray], list]:
         return lambda x, columns: [cp.sum(cp.multiply(throughputs[:, columns], x), axis=1) >= steps / makespan]
 
+    def attempt(makespan: float) -> tuple[np.ndarray, Solution] | None:
+        X, solution, native = gavel_program(problem, solver, rows, throughputs, lambda x, c: cp.Maximize(1),
+                                            f"{name} (gavel_program)", finish_by(makespan))
+        return (X, solution) if native == "optimal" else None  # Gavel's test: "optimal_inaccurate" is infeasible
+
+    return _gavel_search(attempt, name)
+
+
+def _gavel_search(attempt: Callable[[float], _Found | None], name: str) -> _Found:
+    """Gavel's bisection schedule over the makespan ``M`` (seconds): halve ``[100, 1e6]`` until within
+    5%, and while nothing was feasible move to the next decade up; returns the last feasible
+    ``attempt(M)`` (None: infeasible at ``M``)."""
     high, low, last_high = 1e6, 100.0, 1e6
-    feasible: tuple[np.ndarray, Solution] | None = None
+    feasible: _Found | None = None
     while feasible is None:
         while 1.05 * low < high:
             makespan = (low + high) / 2.0
-            X, solution, native = gavel_program(problem, solver, rows, throughputs, lambda x, c: cp.Maximize(1),
-                                                f"{name} (gavel_program)", finish_by(makespan))
-            if native == "optimal":  # Gavel's test: "optimal_inaccurate" counts as infeasible
-                feasible, high = (X, solution), makespan
+            found = attempt(makespan)
+            if found is not None:
+                feasible, high = found, makespan
             else:
                 low = makespan
         high, low, last_high = last_high * 10.0, last_high, last_high * 10.0
