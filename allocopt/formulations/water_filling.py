@@ -214,6 +214,7 @@ REFINEMENTS = 2  # rounds of it at most per level LP, where the point is off by 
 EXACT = 1e-13  # (relative; the LP's rows and objective are scaled to about 1)
 REFINED = 1e-13  # ... ending when a round moves the objective by at most this (relative)
 MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
+CAP_REACHED = 1e-8  # a cap probe succeeds when its level is within this (relative) of the probed cap
 
 # HiGHS options of the LPs: simplex (its bases carry over from one LP to the next), without
 # presolve (it removes little from these LPs), without HiGHS's own scaling (the rows are scaled
@@ -229,6 +230,11 @@ CBC_TOLERANCES = {"options": ["primalTolerance 1e-9", "dualTolerance 1e-9"]}  # 
 # a fresh HiGHS, see _HighsSession.solve); interior point or primal simplex there found other
 # vertices, whose duals froze other jobs than the other backends did
 RETRIES = ({"simplex_strategy": 1},)
+# A first (cold) LP of at least this many columns is solved with primal simplex: at 4,096 jobs x 8 types
+# in 0.3-0.4 of the time of HiGHS's dual simplex. Smaller ones keep dual simplex, whose first vertex the
+# pinned ill-conditioned problems of the property suite were checked with (on one of them primal simplex's
+# vertex leaves a fifo job able to rise by RISE within the give, and a later level falls 300-fold).
+PRIMAL_FIRST = 4096
 HIGHS_OWN = {"simplex_strategy": 1, "simplex_iteration_limit": 2**31 - 1}  # HiGHS's defaults, restored after a retry
 
 
@@ -672,6 +678,8 @@ class _HighsSession:
             self._change(low)
         else:
             self.handle = self.backend.build(low, self.options)
+            if low.num_cols >= PRIMAL_FIRST and "simplex_strategy" not in self.options.solver_options:
+                self.handle.setOptionValue("simplex_strategy", 4)
         self.last = low
         t1 = time.perf_counter()
         raw = self._run(low)
@@ -750,6 +758,8 @@ class _WaterFill:
         self.floor = np.zeros(n_jobs)  # what frozen jobs hold in later LPs: (1 - give_way) L_i, or less
         self.give_way = GIVE_WAY  # WIDER_GIVE_WAY after numerical trouble
         self.iterations = 0
+        self.cap_probes = 0  # level LPs of fill_caps
+        self.cap_misses = self.cap_skips = 0  # fill_caps runs ended at their first probe in a row; chances to skip
         self.solves_before = solver.num_solves
         # an exactly feasible start: every job gets the same fraction of every type
         self.use = s if count is None else s * count  # GPUs per unit of a row's time (its jobs together)
@@ -896,13 +906,90 @@ class _WaterFill:
                 certain |= self.stuck(level, undecided, scale)
             if not certain.any():  # the row of largest dual weight holds t up: tight in every optimum
                 certain[np.flatnonzero(positive)[np.argmax(level.dual_share[positive])]] = True
-            self.level[certain] = target[certain]
-            self.floor[certain] = _round_down((1.0 - self.give_way) * target[certain])
-            self.frozen |= certain
-            # the floors the current point holds (all but solver noise), so every LP has a feasible point
-            self.floor[self.frozen] = np.minimum(self.floor[self.frozen], self.achieved[self.frozen])
+            self._freeze(certain, target)
+            capped = certain & (target >= (1.0 - CAP_REACHED) * self.most)
+            if self.problem.entities is None and capped.any():
+                if self.cap_skips:
+                    self.cap_skips -= 1
+                else:
+                    self.fill_caps()
         self.restore()
         return self.result(first_level, "done")
+
+    def _freeze(self, jobs: np.ndarray, target: np.ndarray) -> None:
+        """Freeze the jobs of the mask ``jobs`` at their ``target``."""
+        self.level[jobs] = target[jobs]
+        self.floor[jobs] = _round_down((1.0 - self.give_way) * target[jobs])
+        self.frozen |= jobs
+        # the floors the current point holds (all but solver noise), so every LP has a feasible point
+        self.floor[self.frozen] = np.minimum(self.floor[self.frozen], self.achieved[self.frozen])
+
+    def fill_caps(self) -> None:
+        """Freeze, in a few LPs, the run of active jobs whose own caps ``u_i`` set the next levels (without
+        entities: each job's target is ``w_i t``, so its cap is the level ``c_i = u_i / w_i``).
+
+        Where the level ``c`` is feasible with every active job at ``min(w_i t, u_i)``, each job of cap at most
+        ``c`` holds ``u_i`` in the lexicographic max-min vector (were one below, the feasible vector
+        ``min(w_i c, u_i)`` would raise it at the cost only of jobs above level ``c``), so it is frozen there
+        exactly as the levels one by one would. A probe of the ``m`` lowest caps tests that level for ``c_m``:
+        a level LP from the current level ``t_0`` in which those jobs' targets follow the chord of
+        ``min(w_i t, u_i)`` from ``t_0`` to ``c_m`` (below it in between, ``u_i`` at ``c_m``), so it reaches ``c_m``
+        exactly when the level is feasible, and where it stops short its level bounds the run: no cap above
+        it is feasible. Probes of ``m`` = 2, 4, 8, ... jobs, then of every job up to the last failed probe's
+        bound (halving the interval where the bound does not). A failed probe leaves the run as it was."""
+        weight = self.tree.entity_weights[self.tree.entity]
+        jobs = np.flatnonzero(~self.frozen)
+        order = jobs[np.argsort(self.most[jobs] / weight[jobs], kind="stable")]
+        caps = self.most[order] / weight[order]
+        n = order.size
+        done, step, failed = 0, 2, n + 1  # order[:done] frozen at their caps; the probe of order[:failed] fails
+        halve = False  # the last failed probe's bound did not halve its interval
+        while done < n:
+            if failed > n:
+                m = min(done + step, n)
+            else:
+                m = (done + failed) // 2 if halve else failed - 1
+            if m <= done or (done == 0 and m == 1):
+                break  # (one job alone at the first: the next level LP does as much)
+            level = self._cap_probe(order[done:m], float(caps[m - 1]))
+            if level is None:
+                done, step = m, 2 * step
+                continue
+            bound = min(m, done + int(np.searchsorted(caps[done:m], level * (1.0 + CAP_REACHED), side="right")) + 1)
+            halve = 2 * (bound - done) > m - done
+            failed = bound
+        # a run that ended at its first probe: the next runs are likely short too, so skip as many
+        # chances as such runs have ended in a row (1, 2, 3, ...), and start again after a success
+        self.cap_misses = self.cap_misses + 1 if done == 0 else 0
+        self.cap_skips = self.cap_misses
+
+    def _cap_probe(self, candidates: np.ndarray, cap: float) -> float | None:
+        """One probe of :meth:`fill_caps`: freezes ``candidates`` at their caps where the level ``cap`` is feasible
+        (returns None), else returns the probe's level."""
+        self.cap_probes += 1
+        active = ~self.frozen
+        mask = np.zeros_like(active)
+        mask[candidates] = True
+        weight = self.tree.entity_weights[self.tree.entity]
+        start = float((self.achieved[active] / weight[active]).min())  # t_0: the level the point reaches
+        held = mask & (self.most <= start * weight)  # the point holds them at their caps already
+        if held.any():
+            self._freeze(held, np.minimum(self.most, self.achieved))
+            mask &= ~held
+            candidates = np.flatnonzero(mask)
+            active = ~self.frozen
+            if not mask.any():
+                return None
+        slope = np.where(active, weight, 0.0)
+        slope[candidates] = (self.most[candidates] - weight[candidates] * start) / (cap - start)
+        offset = np.where(mask, (slope - weight) * start, 0.0)
+        saved = self.last, self.achieved, self.idle_gpus, self.idle_time
+        level = self.level_lp(slope, offset, active)
+        if level is not None and level.t >= (1.0 - CAP_REACHED) * cap:
+            self._freeze(mask, level.target)
+            return None
+        self.last, self.achieved, self.idle_gpus, self.idle_time = saved
+        return -np.inf if level is None else level.t
 
     def restore(self) -> None:
         """Where the point holds jobs below their levels (within the give) and the room is free, one more
@@ -935,5 +1022,6 @@ class _WaterFill:
             first = self.first_slope > 0
             first_level = min(first_level, float((levels[first] / self.first_slope[first]).min()))
         extras = {"levels": levels / self.problem.priority_weights, "num_iterations": self.iterations,
+                  "num_cap_probes": self.cap_probes,
                   "num_lp_solves": self.solver.num_solves - self.solves_before}
         return PolicyResult(clean_matrix(X), first_level, status, P, message, extras)
