@@ -8,6 +8,7 @@ import pytest
 from conftest import ALL_BACKENDS, assert_feasible
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy.optimize import linprog
 
 import allocopt
 from allocopt import Cluster, Problem
@@ -242,3 +243,43 @@ def test_level_duals_are_in_the_lps_own_units_after_refinement(backend, monkeypa
     allocopt.solve(problem, "water_filling", backend=backend)
     assert any(refinements), "no level LP was refined: the test no longer covers refinement"
     np.testing.assert_allclose(shares, 1.0, rtol=1e-6)
+
+
+def bottleneck_gain(problem: Problem, level: np.ndarray, i: int) -> float:
+    """The most job ``i``'s normalized throughput can rise above ``level[i]`` (relative to it) while every
+    other job at or below its level (per unit of weight) keeps at least ``level`` less 1e-7: a dense
+    ``linprog`` over time fractions, written apart from water_filling. Zero for every job of the exact
+    lexicographic max-min vector."""
+    T, cap, s = problem.throughputs, problem.capacity.astype(float), problem.scale_factors.astype(float)
+    n, k = T.shape
+    a = np.where((T > 0) & (s[:, None] <= cap), s[:, None] * T / problem.proportional_throughputs[:, None], 0.0)
+    rows = [np.kron(np.eye(n)[j], np.ones(k)) for j in range(n)] + [np.kron(s, np.eye(k)[j]) for j in range(k)]
+    bound = list(np.ones(n)) + list(cap)
+    w = problem.priority_weights
+    for j in np.flatnonzero(level / w <= level[i] / w[i] * (1 + 1e-9)):
+        if j != i:
+            rows.append(-np.kron(np.eye(n)[j], a[j]))
+            bound.append(-level[j] * (1 - 1e-7))
+    c = -np.kron(np.eye(n)[i], a[i])
+    res = linprog(c, A_ub=np.array(rows), b_ub=np.array(bound), bounds=(0, None), method="highs")
+    assert res.status == 0, res.message
+    return -res.fun / level[i] - 1.0
+
+
+@pytest.mark.parametrize("seed, capacity", [(1, 16), (2, 20), (1, 28), (3, 40)])
+def test_jobs_capped_by_their_own_time_freeze_in_few_lps(seed, capacity):
+    """Where most jobs' own caps (all their time on their best type) set their levels, runs of them are
+    frozen by a few probes, not one level each; every job is a bottleneck of the result (checked by an
+    independent LP per job)."""
+    from allocopt.bench.instances import uniform_problem
+
+    problem = uniform_problem(40, 3, seed, capacity=capacity)
+    alloc = allocopt.solve(problem, "water_filling", technique="plain")
+    level = alloc.extras["levels"] * problem.priority_weights
+    best = (problem.scale_factors * problem.throughputs.max(axis=1) / problem.proportional_throughputs)
+    capped = level >= best * (1 - 1e-6)
+    assert capped.sum() >= 24 and alloc.extras["num_cap_probes"] > 0
+    assert alloc.extras["num_iterations"] <= 5 and alloc.extras["num_lp_solves"] <= 20
+    gains = np.array([bottleneck_gain(problem, level, i) for i in range(problem.num_jobs)])
+    assert gains.max() < 2e-4  # RISE: a job is a bottleneck when it cannot rise by 1e-4 of its level
+    assert_feasible(alloc)
