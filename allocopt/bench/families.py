@@ -44,8 +44,8 @@ FAMILY_TECHNIQUES: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
 #: The policies ``--policies`` may run on the families: the LP policies among whose techniques ``auto``
 #: chooses (:mod:`allocopt.technique`; min makespan and finish-time fairness have one when solved cold).
 FAMILY_POLICIES = tuple(p for p in SOLVE_TECHNIQUES["plain"] if p in FAMILY_TECHNIQUES)
-#: Those run by default. Water-filling is asked for by name: on the families' distinct jobs without
-#: entities it solves an LP per level, minutes at 4,096 jobs, and its time limit bounds each LP, not the run.
+#: Those run by default. Water-filling is asked for by name: on the families' distinct jobs it solves a few
+#: LPs per level (25 s at 16,384 jobs), and its time limit bounds each LP, not the run.
 DEFAULT_FAMILY_POLICIES = ("max_min_fairness", "max_throughput")
 #: Row fields, in the order of the CSV.
 FAMILY_FIELDS = ("policy", "family", "n_jobs", "technique", "chosen", "status", "total_s", "objective",
