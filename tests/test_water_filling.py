@@ -208,10 +208,11 @@ def test_degenerate_levels_of_the_issue_example(backend):
 
 
 def test_one_lp_per_level_mostly():
-    """Bottlenecks come from the level LP's duals: about one LP per level, not one per candidate job."""
+    """Bottlenecks come from the level LP's duals: about one LP per level, not one per candidate job
+    (besides the rounds of refinement of each LP's answer)."""
     problem, policies = random_problem(3, 40, 3, 3)
     alloc = allocopt.solve(problem, "water_filling", entity_policies=policies)
-    assert alloc.extras["num_lp_solves"] <= 2 * alloc.extras["num_iterations"]
+    assert alloc.extras["num_lp_solves"] - alloc.extras["num_refinements"] <= 2 * alloc.extras["num_iterations"]
     assert_feasible(alloc)
 
 

@@ -130,12 +130,15 @@ primal and dual feasibility tolerances of ``10^{-9}`` (HiGHS's default
 of up to ``10^6`` turned into a level ``10^{-4}`` too high), and where the tight
 tolerances end in numerical trouble, with the solver's own. A level LP's (and
 the last LP's) answer is then refined where its duals do not prove it within
-``10^{-13}`` (relative) of the optimum: the same LP around the solver's point
+``10^{-15}`` (relative) of the optimum: the same LP around the solver's point
 ``x``, zoomed ``2^{20}`` times (``x + dx / 2^{20}``, every bound and the objective
 scaled alike, so the duals carry over, divided by ``2^{20}``), solved again, at most twice. The
 solvers' ``10^{-9}`` then hold ``10^{-15}`` and better: a level LP that ill-conditioning
 had left ``10^{-11}`` off (scipy) moved a later level by ``1.7 \\cdot 10^{-5} u_i``,
-and one CBC answered 35 times too high at its default tolerances. Each LP's point is
+one proved within ``10^{-14}`` but not ``10^{-15}`` moved one by ``2.6 \\cdot 10^{-5} u_i``
+(HiGHS against scipy and cvxpy, which refined theirs), and one CBC answered 35 times
+too high at its default tolerances. (Cap probes are not refined: they decide at
+``CAP_REACHED``, far above the tolerances.) Each LP's point is
 clipped to its bounds and scaled into the capacity, so it is exactly feasible,
 and targets and floors are capped at what it achieves: every LP has a
 feasible point, with no margin needed. CBC (``pulp``) solves with its primal
@@ -171,10 +174,8 @@ exact rational arithmetic: optimum 57.7 where HiGHS, within ``10^{-8}``, found
 tolerances). Refinement and the retries above answer such LPs to the digits
 the data have; the wider give stays for an LP no retry finishes. Measured with
 ``benchmarks/property_suite.py`` (all of its wide family): ``scipy`` apart from
-``highs`` by more than ``10^{-5} u_i`` on 1 of 5,000 problems (``3 \\cdot 10^{-5}
-u_i``; both within ``1.7 \\cdot 10^{-5} u_i`` of the exact vector: two level LPs
-that refinement leaves ``5 \\cdot 10^{-6}`` off, their duals leaning on the free
-level), ``pulp`` and ``cvxpy`` on none of 500; CBC still ends a former failure
+``highs`` by more than ``10^{-5} u_i`` on none of 5,000 problems (on 1 while
+refinement stopped at ``10^{-13}``), ``pulp`` and ``cvxpy`` on none of 500; CBC still ends a former failure
 (893998634) far from the exact vector, where its dual simplex calls feasible
 level and improvement LPs infeasible and its primal simplex answers them
 wrongly. Its own duals do not single that run out: the worst weak-duality gap
@@ -221,7 +222,7 @@ WIDER_GIVE_WAY = 1e-5  # ... and as n_i >= (1 - WIDER_GIVE_WAY) L_i where no sol
 RESTORE_TOL = 1e-9  # levels a point falls short of by more than this (relative) are restored
 ZOOM = 2.0**20  # iterative refinement: the LP around a solver's point, its bounds and objective this much larger
 REFINEMENTS = 2  # rounds of it at most per level LP, where the point is off by more than EXACT ...
-EXACT = 1e-13  # (relative; the LP's rows and objective are scaled to about 1)
+EXACT = 1e-15  # (relative; the LP's rows and objective are scaled to about 1)
 REFINED = 1e-13  # ... ending when a round moves the objective by at most this (relative)
 MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
 CAP_REACHED = 1e-8  # a cap probe succeeds when its level is within this (relative) of the probed cap
@@ -565,6 +566,7 @@ class _Lps:
         # only widen the coefficient range
         A.data[self.entries][self.on_n & (model.col_ub[cols] == 0)] = 0.0
         self.level_rows = rows
+        self.refinements = 0  # zoomed LPs solved by refine
         cvxpy_highs = solver.options.solver_options.get("solver", "HIGHS") == "HIGHS"  # cvxpy's solver
         self.defaults = {"highs": SOLVER_DEFAULTS, "scipy": TOLERANCES, "cvxpy": TOLERANCES if cvxpy_highs else {},
                          "pulp": CBC_TOLERANCES}
@@ -622,6 +624,7 @@ class _Lps:
         ``ZOOM`` times (``x + dx / ZOOM``, every bound and the objective scaled by ``ZOOM``), so the
         solver's tolerances hold ``ZOOM`` times tighter. Returns the change of the objective (relative)
         and the refined solution, or None where the zoomed LP is not solved to optimality."""
+        self.refinements += 1
         x = solution.x
         Ax = model.A @ x
         zoomed = replace(model, row_lb=ZOOM * (model.row_lb - Ax), row_ub=ZOOM * (model.row_ub - Ax),
@@ -802,8 +805,10 @@ class _WaterFill:
         return gain > RISE * scale
 
     # ----- one level ------------------------------------------------------------------
-    def level_lp(self, slope: np.ndarray, offset: np.ndarray, positive: np.ndarray) -> _Level | None:
-        """Solve the level LP (None if it stopped short of optimal under ``best_effort``)."""
+    def level_lp(self, slope: np.ndarray, offset: np.ndarray, positive: np.ndarray, refine: bool = True
+                 ) -> _Level | None:
+        """Solve the level LP (None if it stopped short of optimal under ``best_effort``), with ``refine``
+        as :meth:`_Lps.solve`."""
         # t = t_low + tau t_unit, where the current point reaches t_low: row i reads
         # n_i / r_i - (slope_i t_unit / r_i) tau >= b_i(t_low) / r_i. The unit of t and the row scales
         # follow the level within a factor RESCALE, so few coefficients change from one LP to the next.
@@ -823,27 +828,27 @@ class _WaterFill:
             self.t_unit = unit
         weight = np.where(positive, slope * self.t_unit / rows, 0.0)
         rhs = np.where(self.frozen, self.floor, low_target) / rows
-        solution = self.lps.solve(self.lps.model(rows, weight, rhs, None, None), refine=True)
+        solution = self.lps.solve(self.lps.model(rows, weight, rhs, None, None), refine=refine)
         if solution.status is Status.INFEASIBLE and self.frozen.any():
             # the floors are at most what the last point achieved, but that float sum can exceed what
             # is achievable by a few units in the last place (an LP infeasible by 6e-17 in exact
             # arithmetic, which scipy's HiGHS reported so): once more with them 8 units lower
             floor = self.floor * (1.0 - 8 * np.finfo(float).eps)
             solution = self.lps.solve(self.lps.model(rows, weight, np.where(self.frozen, floor, low_target) / rows,
-                                                     None, None), refine=True)
+                                                     None, None), refine=refine)
             if not _trouble(solution, self.solver):
                 self.floor = floor
         if _trouble(solution, self.solver) and not self.plain_rows:
             # rows scaled by their targets can be too badly conditioned (targets far below u_i):
             # rows scaled by u_i instead, coefficients at most 1, for the rest of the run
             self.plain_rows = True
-            return self.level_lp(slope, offset, positive)
+            return self.level_lp(slope, offset, positive, refine)
         if _trouble(solution, self.solver) and self.give_way < WIDER_GIVE_WAY and self.frozen.any():
             # still no answer (the frozen levels can leave a sliver of room only): they give way more,
             # for the rest of the run
             self.give_way = WIDER_GIVE_WAY
             self.floor = np.minimum(self.floor, (1.0 - WIDER_GIVE_WAY) * self.level)
-            return self.level_lp(slope, offset, positive)
+            return self.level_lp(slope, offset, positive, refine)
         solution = self.solver.check(solution, f"water_filling level LP of iteration {self.iterations}")
         self._point(solution)
         if solution.status is not Status.OPTIMAL:  # best_effort: stop here
@@ -996,7 +1001,9 @@ class _WaterFill:
         saved = self.last, self.achieved, self.idle_gpus, self.idle_time
         session = self.lps.session
         basis = session.handle.getBasis() if session is not None and session.handle is not None else None
-        level = self.level_lp(slope, offset, active)
+        # unrefined: the probe decides at CAP_REACHED, far above the solver's tolerances, and a job it
+        # freezes holds its cap, known exactly, less the give
+        level = self.level_lp(slope, offset, active, refine=False)
         if level is not None and level.t >= (1.0 - CAP_REACHED) * cap:
             self._freeze(mask, level.target)
             return None
@@ -1036,6 +1043,6 @@ class _WaterFill:
             first = self.first_slope > 0
             first_level = min(first_level, float((levels[first] / self.first_slope[first]).min()))
         extras = {"levels": levels / self.problem.priority_weights, "num_iterations": self.iterations,
-                  "num_cap_probes": self.cap_probes,
+                  "num_cap_probes": self.cap_probes, "num_refinements": self.lps.refinements,
                   "num_lp_solves": self.solver.num_solves - self.solves_before}
         return PolicyResult(clean_matrix(X), first_level, status, P, message, extras)
