@@ -642,6 +642,16 @@ class _Lps:
         step = abs(objective - solution.objective) / max(abs(objective), 1e-300)
         return step, replace(correction, x=x, values=values, objective=objective, duals=duals)
 
+    def basis(self) -> Any:
+        """The basis of the HiGHS instance changed in place (``highs``), else None."""
+        session = self.session
+        return None if session is None or session.handle is None else session.handle.getBasis()
+
+    def set_basis(self, basis: Any) -> None:
+        """The next LP starts from ``basis`` (of :meth:`basis`; None: from the last LP's)."""
+        if basis is not None and self.session.handle is not None:
+            self.session.handle.setBasis(basis)
+
     def _solve_once(self, model: CompiledModel) -> Solution:
         if self.session is not None:
             return self.session.solve(model)
@@ -999,8 +1009,7 @@ class _WaterFill:
         slope[candidates] = (self.most[candidates] - weight[candidates] * start) / (cap - start)
         offset = np.where(mask, (slope - weight) * start, 0.0)
         saved = self.last, self.achieved, self.idle_gpus, self.idle_time
-        session = self.lps.session
-        basis = session.handle.getBasis() if session is not None and session.handle is not None else None
+        basis = self.lps.basis()
         # unrefined: the probe decides at CAP_REACHED, far above the solver's tolerances, and a job it
         # freezes holds its cap, known exactly, less the give
         level = self.level_lp(slope, offset, active, refine=False)
@@ -1008,8 +1017,7 @@ class _WaterFill:
             self._freeze(mask, level.target)
             return None
         self.last, self.achieved, self.idle_gpus, self.idle_time = saved
-        if basis is not None and session.handle is not None:  # the next LP starts from the basis before it
-            session.handle.setBasis(basis)
+        self.lps.set_basis(basis)  # the next LP starts from the basis before the probe
         return -np.inf if level is None else level.t
 
     def restore(self) -> None:
