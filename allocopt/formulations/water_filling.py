@@ -107,9 +107,11 @@ that is most jobs, one level each. Without entities, when a level freezes a job
 at its cap, :meth:`_WaterFill.fill_caps` freezes the run of the next ones together
 in about ``2 log2`` of its length LPs (probes of the lowest caps: 2, 4, 8, ...
 jobs, then bisection), each job at ``u_i`` where the level of its cap is
-feasible (levels one at a time freeze such a job within ``RISE`` of it); measured on 2,048 distinct jobs of
-``allocopt.bench.instances.uniform_problem``: 29 levels and 38 probes, where one
-level per job took about 2,000 LPs. All LPs of a run share one template (same sparsity, other
+feasible (levels one at a time froze such a job within ``RISE`` of it). On 2,048
+distinct jobs of ``allocopt.bench.instances.uniform_problem``: 29 levels and 38
+probes, where one level per job took about 2,000 LPs.
+
+All LPs of a run share one template (same sparsity, other
 coefficients, bounds and objective); on ``highs`` one HiGHS instance is
 changed in place, so each LP goes on from the previous one's basis and
 factorization (primal simplex: the previous point stays feasible), usually in
