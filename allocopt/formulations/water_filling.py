@@ -226,6 +226,7 @@ ZOOM = 2.0**20  # iterative refinement: the LP around a solver's point, its boun
 REFINEMENTS = 2  # rounds of it at most per level LP, where the point is off by more than EXACT ...
 EXACT = 1e-15  # (relative; the LP's rows and objective are scaled to about 1)
 REFINED = 1e-13  # ... ending when a round moves the objective by at most this (relative)
+DUAL_NOISE = 1e-13  # a reduced cost this small on a column with an infinite bound is rounding (_gap)
 MAX_IMPROVEMENT_LPS = 3  # per level; the jobs still undecided then stay active (exact, only slower)
 CAP_REACHED = 1e-8  # a cap probe succeeds when its level is within this (relative) of the probed cap
 
@@ -420,7 +421,7 @@ def _gap(model: CompiledModel, solution: Solution) -> float:
         # the most multiplier * v can be over lb <= v <= ub; at the point's value where the bound it leans
         # on is infinite and the multiplier is rounding noise (a free column's reduced cost: 1e-16)
         bound = np.where(multiplier > 0, ub, lb)
-        noise = np.abs(multiplier) <= EXACT
+        noise = np.abs(multiplier) <= DUAL_NOISE
         return np.where(np.isfinite(bound), multiplier * np.where(np.isfinite(bound), bound, 0.0),
                         np.where(noise, multiplier * value, np.inf))
 
@@ -976,8 +977,8 @@ class _WaterFill:
                 m = min(done + step, n)
             else:
                 m = (done + failed) // 2 if halve else failed - 1
-            if m <= done or (done == 0 and m == 1):
-                break  # (one job alone at the first: the next level LP does as much)
+            if m <= done:
+                break
             level = self._cap_probe(order[done:m], float(caps[m - 1]))
             if level is None:
                 done, step = m, 2 * step
@@ -999,7 +1000,7 @@ class _WaterFill:
         mask[candidates] = True
         weight = self.tree.entity_weights[self.tree.entity]
         start = float((self.achieved[active] / weight[active]).min())  # t_0: the level the point reaches
-        held = mask & (self.most <= start * weight)  # the point holds them at their caps already
+        held = mask & (self.most / weight <= start)  # the point holds them at their caps already (as cap)
         if held.any():
             self._freeze(held, np.minimum(self.most, self.achieved))
             mask &= ~held
