@@ -108,7 +108,7 @@ at its cap, :meth:`_WaterFill.fill_caps` freezes the run of the next ones togeth
 in about ``2 log2`` of its length LPs (probes of the lowest caps: 2, 4, 8, ...
 jobs, then bisection), each job at ``u_i`` where the level of its cap is
 feasible (levels one at a time froze such a job within ``RISE`` of it). On 2,048
-distinct jobs of ``allocopt.bench.instances.uniform_problem``: 29 levels and 38
+distinct jobs of ``allocopt.bench.instances.uniform_problem``: 26 levels and 40
 probes, where one level per job took about 2,000 LPs.
 
 All LPs of a run share one template (same sparsity, other
