@@ -747,9 +747,10 @@ class _HighsSession:
     def _change(self, new: CompiledModel) -> None:
         h, old = self.handle, self.last
         A = new.A
-        for k in np.flatnonzero(A.data != old.A.data).tolist():
-            row = int(np.searchsorted(A.indptr, k, side="right")) - 1
-            h.changeCoeff(row, int(A.indices[k]), float(A.data[k]))
+        changed = np.flatnonzero(A.data != old.A.data)
+        rows = np.searchsorted(A.indptr, changed, side="right") - 1
+        for row, col, value in zip(rows.tolist(), A.indices[changed].tolist(), A.data[changed].tolist()):
+            h.changeCoeff(row, col, value)  # (HiGHS has no call for many coefficients at once)
         rows = np.flatnonzero((new.row_lb != old.row_lb) | (new.row_ub != old.row_ub))
         if rows.size:
             if hasattr(h, "changeRowsBounds"):
