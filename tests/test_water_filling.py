@@ -8,7 +8,7 @@ import pytest
 from conftest import ALL_BACKENDS, assert_feasible
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy.optimize import linprog
+from test_properties import Dense, rates
 
 import allocopt
 from allocopt import Cluster, Problem
@@ -248,23 +248,14 @@ def test_level_duals_are_in_the_lps_own_units_after_refinement(backend, monkeypa
 
 def bottleneck_gain(problem: Problem, level: np.ndarray, i: int) -> float:
     """The most job ``i``'s normalized throughput can rise above ``level[i]`` (relative to it) while every
-    other job at or below its level (per unit of weight) keeps at least ``level`` less 1e-7: a dense
-    ``linprog`` over time fractions, written apart from water_filling. Zero for every job of the exact
+    other job at or below its level (per unit of weight) keeps at least ``level`` less 1e-7: the property
+    suite's dense ``linprog`` model, written apart from water_filling. Zero for every job of the exact
     lexicographic max-min vector."""
-    T, cap, s = problem.throughputs, problem.capacity.astype(float), problem.scale_factors.astype(float)
-    n, k = T.shape
-    a = np.where((T > 0) & (s[:, None] <= cap), s[:, None] * T / problem.proportional_throughputs[:, None], 0.0)
-    rows = [np.kron(np.eye(n)[j], np.ones(k)) for j in range(n)] + [np.kron(s, np.eye(k)[j]) for j in range(k)]
-    bound = list(np.ones(n)) + list(cap)
+    lp = Dense(problem, rates(problem))
     w = problem.priority_weights
-    for j in np.flatnonzero(level / w <= level[i] / w[i] * (1 + 1e-9)):
-        if j != i:
-            rows.append(-np.kron(np.eye(n)[j], a[j]))
-            bound.append(-level[j] * (1 - 1e-7))
-    c = -np.kron(np.eye(n)[i], a[i])
-    res = linprog(c, A_ub=np.array(rows), b_ub=np.array(bound), bounds=(0, None), method="highs")
-    assert res.status == 0, res.message
-    return -res.fun / level[i] - 1.0
+    others = [j for j in np.flatnonzero(level / w <= level[i] / w[i] * (1 + 1e-9)) if j != i]
+    most = lp.solve(lp.n_row(i), [lp.n_row(j) for j in others], [-level[j] * (1 - 1e-7) for j in others], (0, 0))
+    return most / level[i] - 1.0
 
 
 @pytest.mark.parametrize("seed, capacity", [(1, 16), (2, 20), (1, 28), (3, 40)])
@@ -277,8 +268,7 @@ def test_jobs_capped_by_their_own_time_freeze_in_few_lps(seed, capacity):
     problem = uniform_problem(40, 3, seed, capacity=capacity)
     alloc = allocopt.solve(problem, "water_filling", technique="plain")
     level = alloc.extras["levels"] * problem.priority_weights
-    best = (problem.scale_factors * problem.throughputs.max(axis=1) / problem.proportional_throughputs)
-    capped = level >= best * (1 - 1e-6)
+    capped = level >= rates(problem).max(axis=1) * (1 - 1e-6)
     assert capped.sum() >= 24 and alloc.extras["num_cap_probes"] > 0
     assert alloc.extras["num_iterations"] <= 5 and alloc.extras["num_lp_solves"] <= 20
     gains = np.array([bottleneck_gain(problem, level, i) for i in range(problem.num_jobs)])
