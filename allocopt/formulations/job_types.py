@@ -35,6 +35,7 @@ from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, PolicyResult, clean_matrix
 from allocopt.model import LinExpr, Model, Variable
 from allocopt.problem import Problem
+from allocopt.solution import Solution
 
 
 def _directed_pairs(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -97,8 +98,8 @@ def group_rows(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels, np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
 
 
-#: The last problem grouped (a weak reference), its space_sharing flag and its groups.
-_LAST_GROUPS: list = []
+#: Per space_sharing flag, the last problem grouped (a weak reference) and its groups.
+_LAST_GROUPS: dict[bool, tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = {}
 
 
 def job_type_groups(problem: Problem, *, space_sharing: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -124,8 +125,9 @@ def job_type_groups(problem: Problem, *, space_sharing: bool = True) -> tuple[np
     representative_rows : int ndarray of shape (n_types,)
         Row of the first job of each type (increasing).
     """
-    if _LAST_GROUPS and _LAST_GROUPS[0]() is problem and _LAST_GROUPS[1] == space_sharing:
-        return _LAST_GROUPS[2]  # the same problem again (auto technique selection, then the solve)
+    last = _LAST_GROUPS.get(space_sharing)
+    if last is not None and last[0]() is problem:
+        return last[1]  # the same problem again (auto technique selection, then the solve)
     base = np.column_stack([problem.throughputs, problem.scale_factors, problem.priority_weights])
     labels = _relabel(base)
     if space_sharing and problem.pairs is not None and problem.pairs.shape[0]:
@@ -150,7 +152,7 @@ def job_type_groups(problem: Problem, *, space_sharing: bool = True) -> tuple[np
     # labels are numbered by first appearance: a label is new where it exceeds every earlier one
     running = np.maximum.accumulate(labels)
     representative_rows = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
-    _LAST_GROUPS[:] = [weakref.ref(problem), space_sharing, (labels, representative_rows)]
+    _LAST_GROUPS[space_sharing] = (weakref.ref(problem), (labels, representative_rows))
     return labels, representative_rows
 
 
@@ -159,11 +161,35 @@ def all_distinct(problem: Problem) -> bool:
     return int(job_type_groups(problem, space_sharing=False)[1].size) == problem.num_jobs
 
 
+#: The last problem whose type pairs were indexed (a weak reference), its labels and that index.
+_LAST_TYPE_PAIRS: list = []
+
+
+def _type_pairs(problem: Problem, type_of_job: np.ndarray, n_types: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The type pairs ``(g, h)``, ``g <= h``, of ``problem.pairs`` (n_type_pairs, 2), each one's pair
+    throughputs (of its first pair, members in type order), the type pair of each pair and the number
+    of pairs of each (the last problem's again from a cache: column generation builds its LP over
+    types once per round)."""
+    if _LAST_TYPE_PAIRS and _LAST_TYPE_PAIRS[0]() is problem and _LAST_TYPE_PAIRS[1] is type_of_job:
+        return _LAST_TYPE_PAIRS[2]
+    a, b = type_of_job[problem.pairs[:, 0]], type_of_job[problem.pairs[:, 1]]
+    key = np.minimum(a, b) * n_types + np.maximum(a, b)
+    keys, first, pair_key, per_key = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    PT = problem.pair_throughput_array[first]
+    PT = np.where((a[first] > b[first])[:, None, None], PT[:, :, ::-1], PT)
+    index = (np.column_stack([keys // n_types, keys % n_types]), PT, pair_key.reshape(-1), per_key)
+    _LAST_TYPE_PAIRS[:] = [weakref.ref(problem), type_of_job, index]
+    return index
+
+
 class _TypeModel:
     """The LP over job types (see the module docstring) and how to spread its
     solution back to jobs and pairs."""
 
-    def __init__(self, problem: Problem, name: str, space_sharing: bool):
+    def __init__(self, problem: Problem, name: str, space_sharing: bool, type_pairs: np.ndarray | None = None):
+        """``type_pairs``: the indices (into :attr:`type_pairs`) of the type pairs that get columns (default all;
+        column generation)."""
         if space_sharing and problem.pairs is None:
             raise InvalidOptionError("space_sharing=True needs Problem(pair_throughputs=...): the throughput "
                                      "of each pair of jobs that may share GPUs")
@@ -182,43 +208,40 @@ class _TypeModel:
         self.throughput: LinExpr = (self.X * self.T).sum(axis=1)
         self.Q: Variable | None = None
         if space_sharing:
-            self._add_type_pairs()
-            gpus = gpus + (self.Q * self.scale[self.type_pairs[:, 0], None]).sum(axis=0)
+            self._add_type_pairs(type_pairs)
+            gpus = gpus + (self.Q * self.scale[self.type_pairs[self.chosen, 0], None]).sum(axis=0)
         self.model.add_constraint("time", self.time <= 1.0)
         self.model.add_constraint("capacity", gpus <= problem.capacity)
 
-    def _add_type_pairs(self) -> None:
+    def _add_type_pairs(self, chosen: np.ndarray | None) -> None:
         problem, n_types = self.problem, self.rows.size
-        a, b = self.type_of_job[problem.pairs[:, 0]], self.type_of_job[problem.pairs[:, 1]]
-        flip = a > b
-        PT = np.where(flip[:, None, None], problem.pair_throughput_array[:, :, ::-1], problem.pair_throughput_array)
-        key = np.minimum(a, b) * n_types + np.maximum(a, b)
-        keys, first, self.pair_key, self.pairs_per_key = np.unique(key, return_index=True, return_inverse=True,
-                                                                   return_counts=True)
-        self.pair_key = self.pair_key.reshape(-1)
-        self.type_pairs = np.column_stack([keys // n_types, keys % n_types])
-        self.type_PT = PT[first]  # (n_type_pairs, k, 2): steps/s of the member of each type
-        m = keys.size
-        usable = (self.type_PT.sum(axis=2) > 0) & (self.scale[self.type_pairs[:, 0], None] <= problem.capacity)
+        # type_PT: (n_type_pairs, k, 2), steps/s of the member of each type
+        self.type_pairs, self.type_PT, self.pair_key, self.pairs_per_key = _type_pairs(problem, self.type_of_job,
+                                                                                       n_types)
+        self.usable = (self.type_PT.sum(axis=2) > 0) & (self.scale[self.type_pairs[:, 0], None] <= problem.capacity)
+        self.chosen = np.arange(self.type_pairs.shape[0]) if chosen is None else np.asarray(chosen, dtype=np.int64)
+        pairs, PT, m = self.type_pairs[self.chosen], self.type_PT[self.chosen], self.chosen.size
         self.Q = self.model.add_variable("Q", (m, problem.cluster.num_gpu_types), lb=0.0,
-                                         ub=np.where(usable, np.inf, 0.0))
+                                         ub=np.where(self.usable[self.chosen], np.inf, 0.0))
         cols = np.arange(m)
-        first_member = sp.csr_matrix((1.0 / self.count[self.type_pairs[:, 0]], (self.type_pairs[:, 0], cols)),
-                                     shape=(n_types, m))
-        second_member = sp.csr_matrix((1.0 / self.count[self.type_pairs[:, 1]], (self.type_pairs[:, 1], cols)),
-                                      shape=(n_types, m))
+        first_member = sp.csr_matrix((1.0 / self.count[pairs[:, 0]], (pairs[:, 0], cols)), shape=(n_types, m))
+        second_member = sp.csr_matrix((1.0 / self.count[pairs[:, 1]], (pairs[:, 1], cols)), shape=(n_types, m))
         self.time = self.time + (first_member + second_member) @ self.Q.sum(axis=1)
-        self.throughput = (self.throughput + first_member @ (self.Q * self.type_PT[:, :, 0]).sum(axis=1)
-                           + second_member @ (self.Q * self.type_PT[:, :, 1]).sum(axis=1))
+        self.throughput = (self.throughput + first_member @ (self.Q * PT[:, :, 0]).sum(axis=1)
+                           + second_member @ (self.Q * PT[:, :, 1]).sum(axis=1))
 
     def result(self, solver: ModelSolver, what: str, extras: dict[str, Any] | None = None) -> PolicyResult:
         """Solve and spread the type-level solution back to jobs and pairs."""
-        solution = solver.solve(self.model, what)
+        return self.spread(solver.solve(self.model, what), extras)
+
+    def spread(self, solution: Solution, extras: dict[str, Any] | None = None) -> PolicyResult:
+        """The type-level ``solution`` spread back to jobs and pairs."""
         X = clean_matrix(solution.values["X"])
         out = {"type_of_job": self.type_of_job, "type_rows": self.rows, "type_matrix": X, **(extras or {})}
         pair_matrix = None
         if self.Q is not None:
-            Q = np.maximum(solution.values["Q"], 0.0)
+            Q = np.zeros((self.type_pairs.shape[0], self.problem.cluster.num_gpu_types))
+            Q[self.chosen] = np.maximum(solution.values["Q"], 0.0)
             pair_matrix = clean_matrix(Q[self.pair_key] / self.pairs_per_key[self.pair_key, None])
             out.update(type_pairs=self.type_pairs, type_pair_matrix=Q)
         return PolicyResult(X[self.type_of_job], solution.objective, solution.status, pair_matrix,
