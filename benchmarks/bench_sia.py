@@ -21,10 +21,20 @@ backend on HiGHS); with ``--cvxpy-defaults`` also cvxpy with HiGHS's defaults
 (presolve on: about a minute). ``allocopt bench --policies sia`` runs the
 first round at other sizes.
 
+``--dumped DIR`` instead times the rounds Sia's own simulator produced, as
+``conformance_sia.py --dump-rounds DIR`` pickled them (the stand-in's
+``GoodputProblem`` and options, per round): ``allocopt.solve`` as the stand-in
+calls it (``mip_gap`` 1e-4, the default technique), the same at ``mip_gap=0``,
+and Sia's own program (:func:`allocopt.formulations.sia_programs.solve_sia_round`:
+Sia's float32 utilities and cvxpy expressions) with each of ``--sia-solvers``
+installed in cvxpy (default GLPK_MI, which needs cvxopt, and CBC, which needs
+cylp), each timed whole (building included), best of ``--repeat``.
+
 Usage::
 
     python benchmarks/bench_sia.py                      # both rounds, 3 repeats
     python benchmarks/bench_sia.py --repeat 1 --rounds first --json out.json
+    python benchmarks/bench_sia.py --dumped /tmp/sia_rounds --json dumped.json
 """
 
 from __future__ import annotations
@@ -64,10 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cvxpy", action="store_true", help="allocopt[highs] only")
     parser.add_argument("--cvxpy-defaults", action="store_true", help="also cvxpy's HIGHS with default options")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--dumped", type=Path, metavar="DIR",
+                        help="time the rounds conformance_sia.py --dump-rounds DIR pickled (every round-*.pkl "
+                             "under DIR) instead of the scale rounds")
+    parser.add_argument("--sia-solvers", default="GLPK_MI,CBC",
+                        help="cvxpy solvers for Sia's own program on the dumped rounds (those not installed are "
+                             "left out)")
     args = parser.parse_args(argv)
 
     info = machine_info()
     print(format_machine(info), flush=True)
+    if args.dumped:
+        return dumped_rounds(args.dumped, args.sia_solvers.split(","), args.repeat, info, args.json)
     names = args.rounds.split(",")
     problems, source = sia_rounds(SIA_JOBS_PER_SCALE * args.scale, args.seed, data_dir=args.data_dir,
                                   workload=args.workload, capped=not args.uncapped, steady="steady" in names)
@@ -98,6 +116,75 @@ def main(argv: list[str] | None = None) -> int:
     print("vs highs: this solver's total / allocopt[highs]'s total (above 1: allocopt is faster)")
     if args.json:
         write_json(args.json, {"machine": info, "source": source, "rows": rows})
+    return 0
+
+
+def dumped_rounds(directory: Path, sia_solvers: list[str], repeat: int, info: dict, out: Path | None) -> int:
+    """Per dumped round: allocopt as the stand-in calls it, exact, and Sia's program with each solver."""
+    import pickle
+    import time
+
+    import cvxpy as cp
+    import numpy as np
+
+    import allocopt
+    from allocopt.formulations.sia_programs import ZERO_GOODPUT, solve_sia_round
+
+    solvers = [name for name in sia_solvers if name in cp.installed_solvers()]
+    paths = sorted(directory.rglob("round-*.pkl"))
+    if not paths:
+        print(f"no round-*.pkl under {directory}; write them with conformance_sia.py --dump-rounds", file=sys.stderr)
+        return 2
+
+    def best(call) -> tuple[float, object]:
+        times, result = [], None
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            result = call()
+            times.append(time.perf_counter() - t0)
+        return min(times), result
+
+    rows = []
+    for path in paths:
+        record = pickle.loads(path.read_bytes())
+        problem, options = record["problem"], dict(record["options"])
+        row = {"round": f"{path.parent.name}/{path.stem}", "jobs": problem.num_jobs,
+               "configurations": problem.num_configurations}
+        row["allocopt_s"], alloc = best(lambda: allocopt.solve(problem, record["policy"], **options))
+        row["technique"] = alloc.extras.get("technique")
+        row["allocopt_exact_s"], exact = best(lambda: allocopt.solve(problem, record["policy"],
+                                                                     **{**options, "mip_gap": 0.0}))
+        configs = problem.configurations
+        goodput = np.where(problem.goodput > 0, problem.goodput, ZERO_GOODPUT).astype(np.float32)
+        for name in solvers:
+            row[f"sia_{name}_s"], result = best(lambda: solve_sia_round(
+                goodput, configs.gpu_type, configs.num_gpus, problem.cluster.capacity, problem.previous,
+                problem.pinned, problem.restart_factor, options["p"], options["lambda_n"],
+                decimals=options.get("utility_decimals", 2), clip=options.get("utility_clip", 3000.0),
+                solver=name, mip_gap=options.get("mip_gap", 1e-4)))
+            row[f"sia_{name}_status"] = result.status
+        rows.append(row)
+    summary = {"rounds": len(rows), "jobs": [min(r["jobs"] for r in rows), max(r["jobs"] for r in rows)]}
+    print(f"{len(rows)} rounds from {directory}: {summary['jobs'][0]}-{summary['jobs'][1]} jobs; seconds per "
+          "round, best of --repeat (median / max over the rounds)")
+    columns = ["allocopt_s", "allocopt_exact_s", *(f"sia_{name}_s" for name in solvers)]
+    for column in columns:
+        values = np.array([r[column] for r in rows])
+        summary[column] = {"median": float(np.median(values)), "max": float(values.max()),
+                           "total": float(values.sum())}
+        print(f"  {column:<20} median {np.median(values) * 1e3:8.2f} ms   max {values.max() * 1e3:8.2f} ms   "
+              f"total {values.sum():7.2f} s")
+    for name in solvers:
+        own = np.array([r[f"sia_{name}_s"] for r in rows])
+        for column in ("allocopt_s", "allocopt_exact_s"):
+            ours = np.array([r[column] for r in rows])
+            faster = int((ours <= own).sum())
+            summary[f"{column}_vs_{name}"] = {"rounds_at_least_as_fast": faster,
+                                              "median_ratio": float(np.median(ours / own))}
+            print(f"  {column} vs Sia's program with {name}: at least as fast on {faster} of {len(rows)} rounds, "
+                  f"median ratio {np.median(ours / own):.2f}")
+    if out:
+        write_json(out, {"machine": info, "source": str(directory), "summary": summary, "rows": rows})
     return 0
 
 

@@ -21,7 +21,8 @@ program with CBC (``SiaSimulatorPolicy(sia_program="CBC")``, needs cylp) instead
 allocopt's ``sia`` policy with HiGHS; ``--skip-sia`` leaves Sia's own run out.
 ``--allocopt-sia-program CBC`` has allocopt's own simulator solve Sia's program too
 (``policy_options={"faithful_to_sia": True, "sia_program": "CBC"}``); ``--skip-stand-in``
-leaves the stand-in out. ``--max-jobs`` keeps the first jobs of a workload (by
+leaves the stand-in out. ``--dump-rounds DIR`` pickles every round the stand-in solves (its
+``GoodputProblem`` and options) for ``bench_sia.py --dumped DIR``. ``--max-jobs`` keeps the first jobs of a workload (by
 submission) so runs stay short. Prints average JCT and makespan and the ratio
 of the stand-in's average JCT to Sia's. Then allocopt's own simulator
 (:func:`allocopt.mechanism.simulator.simulate` with ``policy="sia"`` and
@@ -50,7 +51,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SHIM = '''"""allocopt's stand-in bound as Sia's ``sia.SiaPolicy``."""
 import os
+import pickle
+from pathlib import Path
+
+import allocopt.adapters.sia_simulator as stand_in
 from allocopt.adapters.sia_simulator import SiaSimulatorPolicy, restart_penalty_s as get_restart_penalty  # noqa
+
+DUMP = os.environ.get("ALLOCOPT_SIA_DUMP")
+if DUMP:  # --dump-rounds: each round's GoodputProblem and solve options, pickled, in order
+    solve = stand_in.solve
+
+    def recording_solve(problem, policy, **options):
+        path = Path(DUMP) / f"round-{len(list(Path(DUMP).glob('round-*.pkl'))):05d}.pkl"
+        path.write_bytes(pickle.dumps({"problem": problem, "policy": policy, "options": options}))
+        return solve(problem, policy, **options)
+
+    stand_in.solve = recording_solve
 
 
 class SiaPolicy(SiaSimulatorPolicy):
@@ -102,11 +118,13 @@ print("CONFORMANCE " + json.dumps({{"average_jct_s": result.metrics["average_jct
 
 
 def run(simulator: Path, workload: Path, shim: Path | None, mip_gap: float, timeout_s: float,
-        nnodes: dict | None = None, code: str | None = None, sia_program: str | None = None) -> dict:
+        nnodes: dict | None = None, code: str | None = None, sia_program: str | None = None,
+        dump: Path | None = None) -> dict:
     nnodes = nnodes or CLUSTERS["saturn"]
     code = code or RUN.format(shim=str(shim) if shim else "", simulator=str(simulator), workload=str(workload),
                               nnodes=nnodes)
-    env = dict(os.environ, ALLOCOPT_SIA_MIP_GAP=repr(mip_gap), ALLOCOPT_SIA_PROGRAM=sia_program or "")
+    env = dict(os.environ, ALLOCOPT_SIA_MIP_GAP=repr(mip_gap), ALLOCOPT_SIA_PROGRAM=sia_program or "",
+               ALLOCOPT_SIA_DUMP=str(dump or ""))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -157,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-stand-in", action="store_true", help="leave out the stand-in runs")
     parser.add_argument("--skip-sia", action="store_true",
                         help="leave out Sia's own policy (the ratio columns then show '-')")
+    parser.add_argument("--dump-rounds", metavar="DIR", type=Path,
+                        help="the stand-in's run (mip_gap 1e-4) pickles each round's GoodputProblem and solve "
+                             "options into DIR/<workload>/round-NNNNN.pkl (bench_sia.py --dumped reads them)")
     args = parser.parse_args(argv)
     simulator = args.sia_dir.resolve()
     if (simulator / "sia-simulator").is_dir():
@@ -189,8 +210,12 @@ def main(argv: list[str] | None = None) -> int:
             workload = truncated(path, args.max_jobs, Path(tmp))
             t0 = time.perf_counter()
             base = {} if args.skip_sia else run(simulator, workload, None, 1e-4, args.timeout, nnodes)
+            dump = None
+            if args.dump_rounds:
+                dump = args.dump_rounds.resolve() / name
+                dump.mkdir(parents=True, exist_ok=True)
             ours = {} if args.skip_stand_in else run(simulator, workload, shim, 1e-4, args.timeout, nnodes,
-                                                     sia_program=args.sia_program)
+                                                     sia_program=args.sia_program, dump=dump)
             exact = {} if args.skip_exact or args.skip_stand_in else run(simulator, workload, shim, 0.0, args.timeout, nnodes,
                                                    sia_program=args.sia_program)
             own = {} if args.skip_allocopt else run(
