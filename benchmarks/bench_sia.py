@@ -25,7 +25,7 @@ first round at other sizes.
 ``conformance_sia.py --dump-rounds DIR`` pickled them (the stand-in's
 ``GoodputProblem`` and options, per round): ``allocopt.solve`` as the stand-in
 calls it (``mip_gap`` 1e-4, the default technique), the same at ``mip_gap=0``,
-and Sia's own program (:func:`allocopt.formulations.sia_programs.solve_sia_round`:
+each of the two techniques by name, and Sia's own program (:func:`allocopt.formulations.sia_programs.solve_sia_round`:
 Sia's float32 utilities and cvxpy expressions) with each of ``--sia-solvers``
 installed in cvxpy (default GLPK_MI, which needs cvxopt, and CBC, which needs
 cylp), each timed whole (building included), best of ``--repeat``.
@@ -154,6 +154,9 @@ def dumped_rounds(directory: Path, sia_solvers: list[str], repeat: int, info: di
         row["technique"] = alloc.extras.get("technique")
         row["allocopt_exact_s"], exact = best(lambda: allocopt.solve(problem, record["policy"],
                                                                      **{**options, "mip_gap": 0.0}))
+        for technique in ("relaxation_first", "whole_milp"):
+            row[f"{technique}_s"], _ = best(lambda: allocopt.solve(problem, record["policy"], technique=technique,
+                                                                   **options))
         configs = problem.configurations
         goodput = np.where(problem.goodput > 0, problem.goodput, ZERO_GOODPUT).astype(np.float32)
         for name in solvers:
@@ -167,7 +170,8 @@ def dumped_rounds(directory: Path, sia_solvers: list[str], repeat: int, info: di
     summary = {"rounds": len(rows), "jobs": [min(r["jobs"] for r in rows), max(r["jobs"] for r in rows)]}
     print(f"{len(rows)} rounds from {directory}: {summary['jobs'][0]}-{summary['jobs'][1]} jobs; seconds per "
           "round, best of --repeat (median / max over the rounds)")
-    columns = ["allocopt_s", "allocopt_exact_s", *(f"sia_{name}_s" for name in solvers)]
+    columns = ["allocopt_s", "allocopt_exact_s", "relaxation_first_s", "whole_milp_s",
+               *(f"sia_{name}_s" for name in solvers)]
     for column in columns:
         values = np.array([r[column] for r in rows])
         summary[column] = {"median": float(np.median(values)), "max": float(values.max()),
