@@ -40,7 +40,7 @@ import numpy as np
 
 from allocopt.errors import InvalidOptionError, NotOptimalError
 from allocopt.formulations.base import ModelSolver, PolicyResult, base_model
-from allocopt.formulations.job_types import _TypeModel, all_distinct, job_type_groups
+from allocopt.formulations.job_types import TypeModel, all_distinct, job_type_groups
 from allocopt.problem import PairThroughputs, Problem
 from allocopt.solution import Solution, Status
 from allocopt.warm_start import WarmStart
@@ -231,7 +231,7 @@ class _TypePairs(_Columns):
 
     def __init__(self, problem: Problem, heterogeneity_aware: bool, weight: np.ndarray):
         self.problem, self.heterogeneity_aware = problem, heterogeneity_aware
-        whole = _TypeModel(problem, "max_min_fairness_column_generation", True, np.zeros(0, dtype=np.int64))
+        whole = TypeModel(problem, "max_min_fairness_column_generation", True, np.zeros(0, dtype=np.int64))
         self.pairs, count, rows = whole.type_pairs, whole.count, whole.rows
         self.weight = weight[rows]
         self.share = 1.0 / count[self.pairs]
@@ -247,7 +247,7 @@ class _TypePairs(_Columns):
         self.pairs_per_type_pair = whole.pairs_per_key
 
     def solve(self, chosen: np.ndarray, solver: ModelSolver) -> Solution:
-        self.types = _TypeModel(self.problem, "max_min_fairness_column_generation", True, chosen)
+        self.types = TypeModel(self.problem, "max_min_fairness_column_generation", True, chosen)
         normalized = (self.types.throughput if self.heterogeneity_aware else self.types.time) * self.weight
         self.types.model.maximize_minimum(normalized, name="normalized_throughput")
         return solver.solve(self.types.model, "max_min_fairness (column generation by job type)")

@@ -183,13 +183,13 @@ def _type_pairs(problem: Problem, type_of_job: np.ndarray, n_types: int
     return index
 
 
-class _TypeModel:
+class TypeModel:
     """The LP over job types (see the module docstring) and how to spread its
     solution back to jobs and pairs."""
 
     def __init__(self, problem: Problem, name: str, space_sharing: bool, type_pairs: np.ndarray | None = None):
-        """``type_pairs``: the indices (into :attr:`type_pairs`) of the type pairs that get columns (default all;
-        column generation)."""
+        """``type_pairs``: the indices (into the attribute ``type_pairs``) of the type pairs that get
+        columns (default all; column generation)."""
         if space_sharing and problem.pairs is None:
             raise InvalidOptionError("space_sharing=True needs Problem(pair_throughputs=...): the throughput "
                                      "of each pair of jobs that may share GPUs")
@@ -259,7 +259,7 @@ def max_min_fairness_by_job_type(problem: Problem, solver: ModelSolver, *, heter
     ``type_pair_matrix`` (n_type_pairs, n_gpu_types; summed over the pairs of
     each type pair).
     """
-    types = _TypeModel(problem, "max_min_fairness_by_job_type", space_sharing)
+    types = TypeModel(problem, "max_min_fairness_by_job_type", space_sharing)
     weight = problem.scale_factors[types.rows] / problem.priority_weights[types.rows]
     if heterogeneity_aware:
         normalized = types.throughput * (weight / problem.proportional_throughputs[types.rows])
@@ -279,7 +279,7 @@ def max_throughput_by_job_type(problem: Problem, solver: ModelSolver, *, normali
                                  "solve it per job")
     if normalize_by_cost and problem.costs is None:
         raise InvalidOptionError("normalize_by_cost=True needs Problem(costs=...) with a price per GPU type")
-    types = _TypeModel(problem, "max_throughput_by_job_type", space_sharing)
+    types = TypeModel(problem, "max_throughput_by_job_type", space_sharing)
     if normalize_by_cost:
         total = (types.X * (types.count[:, None] * types.T / problem.costs)).sum()
         if types.Q is not None:
