@@ -78,7 +78,6 @@ from allocopt.solution import Solution, Status
 ROUNDOFF = 1e-9  # margin of the fixing tests, relative to the bound (keeps more entries, never fewer)
 FIRST_DELTA = 1e-6  # first regret threshold of the fixing, relative to the bound
 WHOLE_FRACTION = 0.5  # when fixing leaves more than this fraction of the entries, the whole MILP is solved
-SMALL_ENTRIES = 1_000  # up to this many entries one MILP (at the known gap) costs less than a first small one
 PRICE_RTOL = 1e-10  # the price search stops when its cutting planes promise less, relative to the bound
 MAX_PRICE_EVALUATIONS = 200
 
@@ -263,8 +262,7 @@ def _solve_by_prices(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray
     ``delta`` is tiny (:data:`FIRST_DELTA`; often enough, and its MILP is
     small); after it ``delta`` is the gap of the best known point (that MILP
     or a greedy repair of the best responses, :func:`_greedy_incumbent`),
-    which holds that point and so ends the loop: two MILPs at most (one up to :data:`SMALL_ENTRIES` entries,
-    where the first ``delta`` is that gap). When fixing would keep more than :data:`WHOLE_FRACTION`
+    which holds that point and so ends the loop: two MILPs at most. When fixing would keep more than :data:`WHOLE_FRACTION`
     of the entries the whole MILP is solved instead. Returns ``x`` (per entry), the last reduced
     MILP's Solution (None when fixing left nothing to solve) and extras.
     """
@@ -306,9 +304,7 @@ def _solve_by_prices(problem: GoodputProblem, rows: np.ndarray, cols: np.ndarray
     eps = ROUNDOFF * max(1.0, abs(bound))
     # a feasible point: fixing at its gap keeps it, so a reduced MILP at that threshold proves its optimum
     known_gap = float(cost @ _greedy_incumbent(per_job, t, g, cost, r, m, capacity, pinned_entry)) - bound
-    # a first MILP at a tiny threshold keeps it small; on small rounds a MILP costs HiGHS's setup whatever
-    # its size (a few ms), so the one at the known gap, which proves the optimum, comes first
-    delta = known_gap if rows.size <= SMALL_ENTRIES else min(known_gap, FIRST_DELTA * max(1.0, abs(bound)))
+    delta = min(known_gap, FIRST_DELTA * max(1.0, abs(bound)))
     options = replace(solver.options, mip_gap=solver.options.mip_gap or 0.0)
     solves = 0
     while True:
