@@ -23,8 +23,9 @@ choice and its reason in ``Allocation.extras["technique"]`` and
     few types; falls back to the plain LP when it does not certify quickly.
 ``column_generation``
     pair columns priced by the duals (space sharing with distinct jobs).
-``relaxation_first`` / ``whole_milp``
-    Sia's MILP by GPU prices and fixing, or whole.
+``relaxation_first`` / ``whole_milp`` / ``dynamic_programming``
+    Sia's MILP by GPU prices and fixing, whole, or by dynamic programming
+    over the GPUs in use of each type (small clusters).
 
 ``auto`` rules, in order: technique options the caller set explicitly are
 kept; for ``water_filling``, ``aggregate_job_types`` (by job class) when there
@@ -37,7 +38,10 @@ for max throughput (after the closed form and job types, without deadlines),
 ``price_decomposition`` from the same size (from a warm start's GPU prices when
 it carries them);
 ``column_generation`` under space sharing with more than
-:data:`COLUMN_GENERATION_MIN_PAIRS` pairs; else ``plain``.
+:data:`COLUMN_GENERATION_MIN_PAIRS` pairs; else ``plain``. For ``sia``,
+``dynamic_programming`` up to :data:`DYNAMIC_PROGRAMMING_MAX_WORK` states
+times entries (the rounds Sia's simulator gives on its 64-GPU cluster), else
+``relaxation_first``.
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ from allocopt.formulations.base import PolicyResult
 from allocopt.formulations.closed_forms import max_min_fairness_closed_form, max_throughput_closed_form
 from allocopt.formulations.job_types import job_type_groups
 from allocopt.formulations.max_min_fairness import normalized_coefficients
+from allocopt.formulations.sia import state_space
 from allocopt.formulations.water_filling import job_classes
+from allocopt.goodput_problem import GoodputProblem
 from allocopt.problem import Problem
 
 #: Technique names :func:`allocopt.solve` accepts, and the policies each applies to.
@@ -66,15 +72,19 @@ TECHNIQUES: Mapping[str, tuple[str, ...]] = {
     "column_generation": ("max_min_fairness",),
     "relaxation_first": ("sia",),
     "whole_milp": ("sia",),
+    "dynamic_programming": ("sia",),
 }
 #: Policy options that select a technique (an explicit value keeps ``auto`` from choosing; ``gavel_program``:
 #: Gavel's own cvxpy LP, :mod:`allocopt.formulations.gavel_programs`).
 TECHNIQUE_OPTIONS = ("aggregate_job_types", "price_decomposition", "column_generation", "relaxation_first",
-                     "gavel_program")
+                     "dynamic_programming", "gavel_program")
 #: ``auto`` takes price decomposition from this many distinct jobs up (below, the plain LP is as fast).
 PRICE_DECOMPOSITION_MIN_JOBS = 1024
 PRICE_DECOMPOSITION_MAX_TYPES = 32
 COLUMN_GENERATION_MIN_PAIRS = 20_000
+#: ``auto`` solves Sia's MILP by dynamic programming up to this many states times entries (Sia's 64-GPU
+#: cluster, 10,625 states, and its simulator's rounds of up to ~20 jobs: ~2 million; a few ms).
+DYNAMIC_PROGRAMMING_MAX_WORK = 10_000_000
 
 
 @dataclass
@@ -126,6 +136,11 @@ def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explici
     if given:
         return Choice("explicit", {}, f"technique option(s) {', '.join(given)} given")
     if policy == "sia":
+        work = state_space(problem) * int(problem.valid.sum()) if isinstance(problem, GoodputProblem) else None
+        if work is not None and work <= DYNAMIC_PROGRAMMING_MAX_WORK:
+            return Choice("dynamic_programming", _options_for("dynamic_programming", policy_options),
+                          f"Sia's MILP on a small cluster: dynamic programming over its {state_space(problem):,} "
+                          "counts of GPUs in use")
         return Choice("relaxation_first", {}, "Sia's MILP: GPU prices, then a MILP over the undecided entries")
     if policy == "water_filling" and isinstance(problem, Problem):
         return _water_filling(problem, policy_options)

@@ -244,7 +244,9 @@ def test_optimum_equals_enumeration(backend):
     for seed, options in zip(range(6), itertools.cycle(OPTION_SETS)):
         problem = random_problem(seed)
         best, value = enumerate_optimum(problem, **options)
-        alloc = allocopt.solve(problem, "sia", backend=backend, **solve_options(backend), **options)
+        # the MILP on this backend (on a cluster this small auto takes dynamic programming, no backend)
+        alloc = allocopt.solve(problem, "sia", backend=backend, technique="relaxation_first", **solve_options(backend),
+                               **options)
         assert alloc.status is Status.OPTIMAL and alloc.backend == backend
         assert alloc.objective == pytest.approx(best, abs=1e-6), (seed, options)
         assert value(alloc.configuration.tolist()) == pytest.approx(best, abs=1e-6), (seed, options)
@@ -370,7 +372,7 @@ def test_no_jobs_crowded_cluster_and_user_presolve():
     empty = allocopt.solve(GoodputProblem(np.zeros((0, len(CONFIGS))), CONFIGS, CLUSTER), "sia")
     assert empty.configuration.shape == (0,) and empty.to_dict() == {} and empty.backend is None
     crowded = allocopt.solve(GoodputProblem(np.ones((12, len(CONFIGS))), CONFIGS, CLUSTER), "sia",
-                             solver_options={"presolve": "on"})
+                             technique="relaxation_first", solver_options={"presolve": "on"})
     assert crowded.allocated.sum() == 8 and crowded.gpus_used.tolist() == [4, 4]
     # the price search, then at most one MILP over the tied jobs
     assert crowded.timings.num_solves in (1, 2) and "sia" in repr(crowded)
@@ -396,7 +398,7 @@ def test_relaxation_first_has_the_milp_optimum():
     reduced_milps = 0
     for seed, options in itertools.product(range(6), OPTION_SETS):
         problem = contended_problem(seed)
-        fast = allocopt.solve(problem, "sia", **options)
+        fast = allocopt.solve(problem, "sia", technique="relaxation_first", **options)
         whole = allocopt.solve(problem, "sia", mip_gap=0.0, relaxation_first=False, **options)
         assert fast.objective == pytest.approx(whole.objective, rel=1e-9, abs=1e-9), (seed, options)
         assert fast.extras["mip_gap"] == 0.0 and whole.extras["mip_gap"] <= 1e-9
@@ -409,6 +411,38 @@ def test_relaxation_first_has_the_milp_optimum():
             reduced_milps += 1
             assert 0 < fast.extras["milp_binaries"] <= problem.valid.sum() and fast.extras["milp_solves"] <= 6
     assert reduced_milps > 0
+
+
+@pytest.mark.parametrize("make", [random_problem, contended_problem])
+def test_dynamic_programming_has_the_milp_optimum(make):
+    """On small clusters auto solves Sia's MILP by dynamic programming over the GPUs in use per type: the
+    optimum of an enumeration (random problems: pinned and rigid jobs, every sign of p) and of the whole MILP
+    at zero gap (150 jobs contending for 24 GPUs), feasible, pinned jobs kept; no backend is called."""
+    for seed, options in itertools.product(range(6), OPTION_SETS):
+        problem = make(seed)
+        alloc = allocopt.solve(problem, "sia", **options)
+        assert alloc.extras["technique"] == "dynamic_programming" and alloc.backend is None
+        assert alloc.status is Status.OPTIMAL and alloc.extras["mip_gap"] == 0.0
+        if make is random_problem:
+            best, value = enumerate_optimum(problem, **options)
+            assert alloc.objective == pytest.approx(best, abs=1e-9), (seed, options)
+            assert value(alloc.configuration.tolist()) == pytest.approx(best, abs=1e-9)
+        else:
+            whole = allocopt.solve(problem, "sia", technique="whole_milp", mip_gap=0.0, **options)
+            assert alloc.objective == pytest.approx(whole.objective, rel=1e-9, abs=1e-9), (seed, options)
+        assert np.all(alloc.gpus_used <= problem.cluster.capacity)
+        pinned = np.flatnonzero(problem.pinned)
+        assert (alloc.configuration[pinned] == problem.previous[pinned]).all()
+
+
+def test_dynamic_programming_limits():
+    """Asked for on a cluster too large it is a clear error; auto keeps the price path there."""
+    from allocopt.bench.instances import sia_rounds
+
+    problem = sia_rounds(640, seed=1)[0]["first"]
+    with pytest.raises(InvalidOptionError, match="dynamic programming would keep"):
+        allocopt.solve(problem, "sia", technique="dynamic_programming")
+    assert allocopt.solve(problem, "sia").extras["technique"] == "relaxation_first"
 
 
 def test_relaxation_first_is_exact_on_steady_rounds_where_the_default_gap_is_not():
