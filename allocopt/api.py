@@ -114,8 +114,8 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
         ``plain``, ``closed_form``, ``aggregate_job_types``,
         ``price_decomposition``, ``column_generation`` (max-min fairness,
         max throughput; ``plain`` and ``aggregate_job_types`` also
-        water-filling), ``relaxation_first``, ``whole_milp`` (sia) force
-        one. ``Allocation.extras["technique"]`` and ``["technique_reason"]``
+        water-filling), ``relaxation_first``, ``whole_milp``,
+        ``dynamic_programming`` (sia) force one. ``Allocation.extras["technique"]`` and ``["technique_reason"]``
         say which was used and why.
     **policy_options
         Options of the policy (e.g. ``heterogeneity_aware=False``).
