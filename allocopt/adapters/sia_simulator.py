@@ -36,7 +36,8 @@ Differences from Sia's code, on purpose:
   (``prefer_later``): the larger of two GPU counts, the later GPU type, which is
   what Sia's CBC solve returns in effect; it matters, as a job that takes fewer
   GPUs explores larger configurations later (Sia's ``max_replicas`` doubles).
-  Ties across jobs are still broken by HiGHS, not CBC. With ``sia_program="CBC"``
+  Ties across jobs are still broken by allocopt's technique (on Sia's 64-GPU
+  cluster its dynamic programming, which keeps the first of tied choices), not CBC. With ``sia_program="CBC"``
   the stand-in instead writes Sia's own program (float32 utilities with Sia's
   1e-4 goodputs for unusable configurations, Sia's cvxpy expression and
   constraint order; :mod:`allocopt.formulations.sia_programs`) and solves it with
