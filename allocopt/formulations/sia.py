@@ -78,7 +78,7 @@ from allocopt.solution import Solution, Status
 ROUNDOFF = 1e-9  # margin of the fixing tests, relative to the bound (keeps more entries, never fewer)
 FIRST_DELTA = 1e-6  # first regret threshold of the fixing, relative to the bound
 WHOLE_FRACTION = 0.5  # when fixing leaves more than this fraction of the entries, the whole MILP is solved
-MAX_STATE_WORK = 500_000_000  # dynamic programming: states times entries at most (memory: 4 bytes each)
+MAX_STATE_WORK = 100_000_000  # dynamic programming: states times entries at most (4 bytes each: 400 MB)
 PRICE_RTOL = 1e-10  # the price search stops when its cutting planes promise less, relative to the bound
 MAX_PRICE_EVALUATIONS = 200
 
