@@ -16,7 +16,7 @@ from allocopt import cli
 from allocopt.backends import get_backend
 from allocopt.throughput import ThroughputTable
 from conftest import ALL_BACKENDS
-from tests.runtime.helpers import count_steps_command, steps_written
+from tests.runtime.helpers import count_steps_command, interruptible, steps_written
 
 TOL = 1e-6
 
@@ -332,7 +332,7 @@ def test_exit_codes_are_documented_in_help():
 
 def test_ctrl_c_exits_130_with_one_line():
     process = subprocess.Popen([sys.executable, "-m", "allocopt", "solve", "-"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
         _wait_until_idle(process.pid)  # imported, blocked reading stdin
         process.send_signal(signal.SIGINT)

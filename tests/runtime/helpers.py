@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -53,6 +54,13 @@ def marked_processes(mark: str) -> list[int]:
         except (OSError, IndexError):
             continue
     return out
+
+
+def interruptible() -> None:
+    """``preexec_fn`` of a child that a test stops with SIGINT: Ctrl-C's default disposition, as a
+    terminal's foreground process has it. A runner that starts the tests in the background (SIGINT
+    ignored, as a shell's ``&`` does) would otherwise pass the ignoring on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def repo_env() -> dict[str, str]:

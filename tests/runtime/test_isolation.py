@@ -23,7 +23,8 @@ from allocopt.errors import DataFileError, InvalidProblemError
 from allocopt.runtime.devices import cpu_devices
 from allocopt.runtime.local import JobSpec, LocalExecutor, cpu_threads
 from allocopt.runtime.loop import JobConfig, Scheduler, StateStore, load_jobs
-from tests.runtime.helpers import COUNT_STEPS, count_steps_command, marked_processes, repo_env, steps_written
+from tests.runtime.helpers import (COUNT_STEPS, count_steps_command, interruptible, marked_processes, repo_env,
+                                   steps_written)
 
 
 def _write(tmp_path: Path, jobs: list[dict], name: str = "jobs.json") -> Path:
@@ -138,7 +139,7 @@ def test_ctrl_c_stops_the_jobs_with_one_line_and_the_rerun_resumes(tmp_path: Pat
     env = {**repo_env(), "XDG_STATE_HOME": str(tmp_path / "xdg")}  # no --state: the default location
     proc = subprocess.Popen([sys.executable, "-m", "allocopt", "run", str(jobs_file), "--cluster", "cpu=2",
                              "--round-seconds", "1", "--grace-s", "1"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     limit = time.time() + 30
     while not (steps_written(tmp_path / "a.txt") and steps_written(tmp_path / "b.txt")) and time.time() < limit:
         time.sleep(0.05)

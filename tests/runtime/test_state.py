@@ -21,7 +21,7 @@ from allocopt.runtime import client
 from allocopt.runtime.devices import cpu_devices
 from allocopt.runtime.local import LocalExecutor
 from allocopt.runtime.loop import StateStore
-from tests.runtime.helpers import count_steps_command, marked_processes, repo_env, steps_written
+from tests.runtime.helpers import count_steps_command, interruptible, marked_processes, repo_env, steps_written
 
 
 def _jobs(tmp_path: Path, mark: str, total: int = 100_000, **env: str) -> Path:
@@ -35,7 +35,8 @@ def _jobs(tmp_path: Path, mark: str, total: int = 100_000, **env: str) -> Path:
 def _start(tmp_path: Path, jobs_file: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "allocopt", "run", str(jobs_file), "--cluster", "cpu=2",
                              "--round-seconds", "1", "--grace-s", "1", "--state", str(tmp_path / "s.db"), *extra],
-                            env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
 
 
 def _rounds(db: Path) -> int:
