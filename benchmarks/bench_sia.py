@@ -152,7 +152,7 @@ def dumped_rounds(directory: Path, sia_solvers: list[str], repeat: int, info: di
                "configurations": problem.num_configurations}
         row["allocopt_s"], alloc = best(lambda: allocopt.solve(problem, record["policy"], **options))
         row["technique"] = alloc.extras.get("technique")
-        row["allocopt_exact_s"], exact = best(lambda: allocopt.solve(problem, record["policy"],
+        row["allocopt_exact_s"], _ = best(lambda: allocopt.solve(problem, record["policy"],
                                                                      **{**options, "mip_gap": 0.0}))
         for technique in ("relaxation_first", "whole_milp"):
             row[f"{technique}_s"], _ = best(lambda: allocopt.solve(problem, record["policy"], technique=technique,

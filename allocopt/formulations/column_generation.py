@@ -34,6 +34,7 @@ the full LP, so the restricted optimum is the pairwise optimum.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import replace
 
 import numpy as np
@@ -169,7 +170,7 @@ def max_min_fairness_column_generation(problem: Problem, solver: ModelSolver, *,
     return replace(result, status=Status.TIME_LIMIT, message=message)
 
 
-class _Columns:
+class _Columns(ABC):
     """The pair columns column generation prices: ``pairs`` (m, 2) of the LP's units (jobs or job types),
     each member's epigraph-row coefficient per GPU type ``coef`` (m, k, 2) and time-row coefficient ``share``
     (m, 2), the most its variable can be ``most`` (m,; its time rows bound it), the GPUs a pair occupies
@@ -183,13 +184,13 @@ class _Columns:
     usable: np.ndarray
     gain: np.ndarray
 
+    @abstractmethod
     def solve(self, chosen: np.ndarray, solver: ModelSolver) -> Solution:
         """The LP restricted to the pairs ``chosen`` (indices into ``pairs``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def result(self, solution: Solution, chosen: np.ndarray, extras: dict) -> PolicyResult:
         """The allocation of the restricted LP's ``solution``."""
-        raise NotImplementedError
 
 
 class _JobPairs(_Columns):
