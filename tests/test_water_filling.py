@@ -274,3 +274,20 @@ def test_jobs_capped_by_their_own_time_freeze_in_few_lps(seed, capacity):
     gains = np.array([bottleneck_gain(problem, level, i) for i in range(problem.num_jobs)])
     assert gains.max() < 2e-4  # RISE: a job is a bottleneck when it cannot rise by 1e-4 of its level
     assert_feasible(alloc)
+
+
+def test_large_runs_agree_with_a_cold_backend():
+    """Runs of at least PRIMAL_FIRST columns solve with primal simplex, its bounds unperturbed, each LP from
+    the last one's basis; their levels equal scipy's, whose HiGHS solves every LP from scratch with its
+    defaults."""
+    from allocopt.bench.instances import uniform_problem
+    from allocopt.formulations import water_filling as wf
+
+    problem = uniform_problem(460, 8, 1)
+    assert problem.num_jobs * (problem.cluster.num_gpu_types + 1) + 1 >= wf.PRIMAL_FIRST  # X, d and t
+    alloc = allocopt.solve(problem, "water_filling", technique="plain")
+    cold = allocopt.solve(problem, "water_filling", backend="scipy", technique="plain")
+    assert alloc.objective == pytest.approx(cold.objective, rel=1e-12)
+    u = rates(problem).max(axis=1)
+    np.testing.assert_array_less(np.abs(alloc.normalized_throughput - cold.normalized_throughput), 1e-9 * u)
+    assert_feasible(alloc)
