@@ -278,8 +278,8 @@ def test_jobs_capped_by_their_own_time_freeze_in_few_lps(seed, capacity):
 
 def test_large_runs_agree_with_a_cold_backend():
     """Runs of at least PRIMAL_FIRST columns solve with primal simplex, its bounds unperturbed, each LP from
-    the last one's basis; their levels equal scipy's, whose HiGHS solves every LP from scratch with its
-    defaults."""
+    the last one's basis; their levels equal scipy's, whose HiGHS solves every LP from scratch (its bounds
+    perturbed)."""
     from allocopt.bench.instances import uniform_problem
     from allocopt.formulations import water_filling as wf
 

@@ -729,7 +729,7 @@ class _HighsSession:
             # numerical trouble: again, with other settings and algorithms
             if set(retry) & set(self.solver.options.solver_options) or retry.get(PERTURBATION) == \
                     self.options.solver_options.get(PERTURBATION, 1.0):
-                continue  # not where the caller chose that option, nor the option it has
+                continue  # not where the caller chose that option, nor the setting the LP already had
             if from_scratch:
                 self.handle.clearSolver()
             self._set(retry)
