@@ -53,6 +53,22 @@ except ImportError:
 
 #: Exit status reported for a rank whose actor died (its node was lost, or it was killed).
 ACTOR_DIED_STATUS = -1
+RESTART_WAIT_S = 60.0  # how long a call waits for an actor that Ray is restarting
+# what a call raises while Ray restarts its actor (older Ray has no such error: it holds the call)
+_RESTARTING = getattr(ray.exceptions, "ActorUnavailableError", ())
+
+
+def _get_when_up(call: Any) -> Any:
+    """``ray.get(call())`` for an idempotent actor call, called again while its actor is restarting
+    (within ``RESTART_WAIT_S``)."""
+    deadline = time.monotonic() + RESTART_WAIT_S
+    while True:
+        try:
+            return ray.get(call())
+        except _RESTARTING:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def accelerator_resource(gpu_type: str) -> str:
@@ -242,8 +258,9 @@ class RayExecutor(LocalExecutor):
                      progress: Sequence[Path]) -> list[Rank]:
         gpu = lease.gpu_type != CPU_TYPE
         actors = [self._actors[g] for g in lease.gpu_ids]
-        nodes = ray.get([a.node.remote() for a in actors])  # asked each time: a restarted actor may move
-        port = ray.get(actors[0].free_port.remote())
+        # asked each time: a restarted actor may move (and a killed one may still be restarting)
+        nodes = _get_when_up(lambda: [a.node.remote() for a in actors])
+        port = _get_when_up(actors[0].free_port.remote)
         peers: dict[str, list[int]] = {}  # node id -> the job's ranks there
         for r, (node_id, _, _) in enumerate(nodes):
             peers.setdefault(node_id, []).append(r)
