@@ -33,7 +33,7 @@ import asyncio
 import os
 import subprocess
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ RESTART_WAIT_S = 60.0  # how long a call waits for an actor that Ray is restarti
 _RESTARTING = getattr(ray.exceptions, "ActorUnavailableError", ())
 
 
-def _get_when_up(call: Any) -> Any:
+def _get_when_up(call: Callable[[], Any]) -> Any:
     """``ray.get(call())`` for an idempotent actor call, called again while its actor is restarting
     (within ``RESTART_WAIT_S``)."""
     deadline = time.monotonic() + RESTART_WAIT_S
