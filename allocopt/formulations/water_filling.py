@@ -716,11 +716,12 @@ class _HighsSession:
             if dual and "simplex_strategy" not in self.options.solver_options:
                 self.handle.setOptionValue("simplex_strategy", 1)
         else:
-            if low.num_cols >= PRIMAL_FIRST:
+            large = low.num_cols >= PRIMAL_FIRST
+            if large:
                 self.options = replace(self.options, solver_options={PERTURBATION: 0.0,
                                                                      **self.options.solver_options})
             self.handle = self.backend.build(low, self.options)
-            if low.num_cols >= PRIMAL_FIRST and "simplex_strategy" not in self.options.solver_options:
+            if large and "simplex_strategy" not in self.options.solver_options:
                 self.handle.setOptionValue("simplex_strategy", 4)
         self.last = low
         t1 = time.perf_counter()

@@ -104,8 +104,7 @@ def test_preempted_job_resumes_from_its_checkpoint_without_lost_or_repeated_step
     # more (up to 10) until both have checkpointed steps (on a loaded machine a start can take a round)
     rounds = 0
     while rounds < 3 or (rounds < 10 and min(ex.checkpointed_steps(n) for n in ("p", "q")) == 0):
-        k = rounds
-        ex.run_round(_plan(k, 3.0, _lease("p", (k % 2,), 3.0), _lease("q", (1 - k % 2,), 3.0)))
+        ex.run_round(_plan(rounds, 3.0, _lease("p", (rounds % 2,), 3.0), _lease("q", (1 - rounds % 2,), 3.0)))
         rounds += 1
     _stop_all(ex, rounds)
     for n in ("p", "q"):
