@@ -6,15 +6,24 @@ fairness, so every job is preempted and resumed from its checkpoint at least
 once, then prints per-job steps, measured throughput and restarts, and the
 executor's launch-to-first-step and stop (preempt) latencies and its fraction
 of extended leases. Skips itself (exit 0) without NVIDIA GPUs or without torch.
+Two stand-alone runs of the slowest job on the first GPU measure its steps per
+second and its start-up (launch to first step). By default a round lasts four
+start-ups (at least 15 s), and each job has two rounds of work after its
+start-ups, so that every job is preempted on any GPU, however fast. Jobs
+checkpoint every quarter of their steps and when stopped.
 
-    python benchmarks/gpu_time_sharing.py [--round-seconds 15] [--steps 3000] [--work-dir DIR]
+    python benchmarks/gpu_time_sharing.py [--round-seconds S] [--steps N] [--work-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +31,8 @@ import numpy as np
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--round-seconds", type=float, default=15.0)
-    parser.add_argument("--steps", type=int, default=3000, help="total steps of each job")
+    parser.add_argument("--round-seconds", type=float, help="default: four job start-ups, at least 15 s")
+    parser.add_argument("--steps", type=int, help="total steps of each job (default: sized from a stand-alone run)")
     parser.add_argument("--work-dir", help="state and job files (default: a temporary directory)")
     args = parser.parse_args()
 
@@ -47,17 +56,26 @@ def main() -> int:
 
     gpu_type = gpus[0].gpu_type
     same = [d for d in gpus if d.gpu_type == gpu_type]
-    print(f"devices: {len(same)} x {gpu_type} ({same[0].name}, {same[0].memory_mib} MiB); "
-          f"round {args.round_seconds:g} s, {args.steps} steps per job")
     script = str(Path(__file__).resolve().parents[1] / "examples" / "pytorch_mlp.py")
     n_jobs = max(3, 2 * len(same) + 1)
-    jobs = [JobConfig(f"mlp{k}", [sys.executable, script, "--hidden", str(1024 * (1 + k % 3)), "--batch-size", "512"],
-                      args.steps) for k in range(n_jobs)]
+    model = [[sys.executable, script, "--hidden", str(1024 * (1 + k % 3)), "--batch-size", "512"] for k in range(n_jobs)]
+    rate, startup_s = stand_alone_rate(model[2], same[0].index)
+    print(f"stand-alone {' '.join(model[2][2:])} on GPU {same[0].index}: {rate:.0f} steps/s, "
+          f"{startup_s:.1f} s from launch to the first step")
+    # a job restarted every round makes progress only after its start-up: rounds of at least four start-ups
+    round_s = args.round_seconds or max(15.0, math.ceil(4 * startup_s))
+    steps = args.steps or math.ceil(2 * max(round_s - startup_s, round_s / 4) * rate)
+    print(f"devices: {len(same)} x {gpu_type} ({same[0].name}, {same[0].memory_mib} MiB); "
+          f"round {round_s:g} s, {steps} steps per job")
+    # a checkpoint of the largest model (~120 MB with Adam's state) takes a good part of a second: every
+    # quarter of a job's steps keeps them a small share of its time (a stop request checkpoints too)
+    every = ["--checkpoint-every", str(max(50, steps // 4))]
+    jobs = [JobConfig(f"mlp{k}", command + every, steps) for k, command in enumerate(model)]
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="allocopt-gpu-"))
     work.mkdir(parents=True, exist_ok=True)
     executor = LocalExecutor({}, same, work / "runtime", grace_s=5.0)
     state = StateStore(work / "state.db")
-    scheduler = Scheduler(jobs, Cluster({gpu_type: len(same)}), executor, state, round_seconds=args.round_seconds)
+    scheduler = Scheduler(jobs, Cluster({gpu_type: len(same)}), executor, state, round_seconds=round_s)
     report = scheduler.run()
     state.close()
 
@@ -81,6 +99,19 @@ def main() -> int:
     ok = len(resumed) == len(jobs) and all(j["status"] == "done" for j in report["jobs"].values())
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
+
+
+def stand_alone_rate(command: list[str], gpu_index: int) -> tuple[float, float]:
+    """Steps per second of ``command`` run stand-alone on one GPU, and seconds from its launch to its
+    first step (interpreter, imports, CUDA context, model), from two runs of different lengths."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu_index), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    seconds = []
+    for steps in (200, 2200):
+        start = time.perf_counter()
+        subprocess.run([*command, "--steps", str(steps)], env=env, check=True, stdout=subprocess.DEVNULL)
+        seconds.append(time.perf_counter() - start)
+    rate = 2000 / max(seconds[1] - seconds[0], 1e-3)
+    return rate, max(seconds[0] - 200 / rate, 0.0)
 
 
 if __name__ == "__main__":
