@@ -16,6 +16,7 @@ Usage::
     python benchmarks/property_suite.py --budget 5000 --jobs 2
     python benchmarks/property_suite.py --budget 500 --backends pulp,cvxpy --seed 7
     python benchmarks/property_suite.py --budget 2500 --first 2500  # problems 2500..4999 of the run
+    python benchmarks/property_suite.py --policies water_filling,water_filling/float --seed 1
 """
 
 from __future__ import annotations
@@ -61,20 +62,20 @@ def agree(policy: str, backend: str, alloc: allocopt.Allocation, reference: allo
     a, b = alloc.objective, reference.objective
     if abs(a - b) > tol * max(abs(a), abs(b)) + 1e-12:
         return False
-    if policy == "water_filling":
+    if policy.startswith("water_filling"):
         u = props.rates(alloc.problem).max(axis=1)
         return bool(np.all(np.abs(props.normalized(alloc) - props.normalized(reference)) <= 10 * tol * u + 1e-12))
     return True
 
 
-def check(args: tuple[int, int, tuple[str, ...], int]) -> list[tuple[str, str, str, str]]:
+def check(args: tuple[int, int, tuple[str, ...], int, tuple[str, ...]]) -> list[tuple[str, str, str, str]]:
     """Outcomes (policy, backend, outcome, detail) of one problem."""
-    seed, index, backends, reference_every = args
+    seed, index, backends, reference_every, policies = args
     problem_seed, n_jobs, n_types, wide, entities = draw(seed, index)
     out = []
     problem, entity_policies = props.make_problem(problem_seed, n_jobs, n_types, wide, entities)
     tag = f"seed={problem_seed} n_jobs={n_jobs} n_types={n_types} wide={wide} entities={entities}"
-    for policy in props.POLICIES:
+    for policy in policies:
         name, options = policy.split("/")[0], dict(props.POLICIES[policy])
         if name == "water_filling":
             options["entity_policies"] = entity_policies
@@ -102,7 +103,7 @@ def check(args: tuple[int, int, tuple[str, ...], int]) -> list[tuple[str, str, s
             try:
                 if policy == "max_throughput":
                     ok = abs(alloc.objective - props.dense_max_throughput(problem)) <= 1e-7 * abs(alloc.objective)
-                elif policy == "water_filling":
+                elif name == "water_filling":
                     expected = props.dense_water_filling(problem, entity_policies)
                     ok = bool(np.all(np.abs(props.normalized(alloc) - expected)
                                      <= 1e-5 * props.rates(problem).max(axis=1)))
@@ -123,13 +124,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="index of the first problem, to run a long budget in ranges (default 0)")
     parser.add_argument("--backends", default="highs,scipy,pulp,cvxpy",
                         help="comma-separated backends (gurobi only on problems of at most 3 jobs)")
+    parser.add_argument("--policies", default=",".join(props.POLICIES),
+                        help="comma-separated policies of the suite (default: all of them)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--reference-every", type=int, default=5,
                         help="compare every N-th small moderate problem with the dense formulation (0: never)")
     parser.add_argument("--json", help="write the counts and the failures to this file")
     args = parser.parse_args(argv)
     backends = tuple(b for b in args.backends.split(",") if b)
-    tasks = [(args.seed, i, backends, args.reference_every) for i in range(args.first, args.first + args.budget)]
+    policies = tuple(p for p in args.policies.split(",") if p)
+    unknown = sorted(set(policies) - set(props.POLICIES))
+    if unknown:
+        parser.error(f"unknown policies {unknown}; the suite's are {', '.join(props.POLICIES)}")
+    tasks = [(args.seed, i, backends, args.reference_every, policies)
+             for i in range(args.first, args.first + args.budget)]
     counts: collections.Counter = collections.Counter()
     failures: list[tuple[str, str, str, str]] = []
     t0 = time.perf_counter()

@@ -241,7 +241,7 @@ def test_level_duals_are_in_the_lps_own_units_after_refinement(backend, monkeypa
     monkeypatch.setattr(wf._WaterFill, "level_lp", recording_level_lp)
     monkeypatch.setattr(wf._Lps, "refine", recording_refine)
     problem, _ = make_problem(3035033774, 6, 2, True, False)
-    allocopt.solve(problem, "water_filling", backend=backend)
+    allocopt.solve(problem, "water_filling", backend=backend, exact=False)  # exact LPs need no refinement
     assert any(refinements), "no level LP was refined: the test no longer covers refinement"
     np.testing.assert_allclose(shares, 1.0, rtol=1e-6)
 
@@ -291,3 +291,49 @@ def test_large_runs_agree_with_a_cold_backend():
     u = rates(problem).max(axis=1)
     np.testing.assert_array_less(np.abs(alloc.normalized_throughput - cold.normalized_throughput), 1e-9 * u)
     assert_feasible(alloc)
+
+
+# ----- exact levels ----------------------------------------------------------------------------
+#: problems of the property suite's wide family (seed 1 of its long run) on which the floating-point
+#: solvers ended 0.79 and 0.67 u_i apart (the second: one job 2.3e-3 u_i on HiGHS, 0.67 u_i on scipy)
+FLOAT_SOLVERS_APART = [(2670833651, 12, 4, True), (840497928, 11, 4, False)]
+
+
+@pytest.mark.parametrize("seed, n_jobs, n_types, entities", FLOAT_SOLVERS_APART)
+def test_small_runs_solve_their_lps_exactly_and_every_backend_agrees(seed, n_jobs, n_types, entities):
+    from test_properties import make_problem
+
+    problem, policies = make_problem(seed, n_jobs, n_types, True, entities)
+    runs = {b: allocopt.solve(problem, "water_filling", backend=b, entity_policies=policies)
+            for b in ("highs", "scipy", "pulp")}
+    u = rates(problem).max(axis=1)
+    for backend, alloc in runs.items():
+        assert alloc.extras["num_exact_lp_solves"] == alloc.extras["num_lp_solves"] > 0, backend
+        assert alloc.extras["num_refinements"] == 0
+        assert_feasible(alloc)
+        np.testing.assert_array_less(np.abs(alloc.normalized_throughput - runs["highs"].normalized_throughput),
+                                     1e-12 * u + 1e-300)
+    float_run = allocopt.solve(problem, "water_filling", entity_policies=policies, exact=False)
+    assert float_run.extras["num_exact_lp_solves"] == 0
+    assert float_run.objective == pytest.approx(runs["highs"].objective, rel=1e-6)
+
+
+def test_an_exact_lp_over_its_time_limit_leaves_the_rest_of_the_run_to_the_backend(monkeypatch):
+    from test_properties import make_problem
+
+    from allocopt.formulations import water_filling as wf
+
+    problem, _ = make_problem(1001, 28, 8, True, False)  # 253 columns: exact by default, ~15 ms per LP here
+    monkeypatch.setattr(wf, "EXACT_TIME_LIMIT_S", 1e-3)  # GLPK's limit is in whole milliseconds
+    alloc = allocopt.solve(problem, "water_filling")
+    assert alloc.extras["num_exact_lp_solves"] < alloc.extras["num_lp_solves"]
+    assert alloc.status is allocopt.Status.OPTIMAL
+    assert_feasible(alloc)
+    exact = allocopt.solve(problem, "water_filling", exact=True)
+    assert alloc.objective == pytest.approx(exact.objective, rel=1e-6)
+
+
+def test_exact_option_is_checked():
+    problem = Problem.from_json(ISSUE_EXAMPLE)
+    with pytest.raises(InvalidOptionError, match="exact must be None, True or False"):
+        allocopt.solve(problem, "water_filling", exact="yes")

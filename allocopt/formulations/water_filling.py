@@ -169,13 +169,32 @@ run divides every row by ``u_i`` (coefficients at most 1), and after that the
 frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run.
 Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
+Exact levels. Runs whose LPs have at most ``EXACT_MAX_COLUMNS = 256`` columns (one per job and
+type, one per job and ``t``: about 28 jobs on 8 types) solve every LP with GLPK's exact simplex
+(:mod:`allocopt.backends.glpk`: rational arithmetic over the model's doubles), whatever the
+backend. Each LP's answer is then its exact optimum and duals rounded to doubles, the tests above
+decide on them, and every backend returns the same allocation. The floating-point solvers, each
+within its tolerances, did not (Limits, below): on a fresh seed of the property suite's wide family
+they ended up to ``0.79 u_i`` apart on 6 of 5,000 problems; on one of them a job got
+``2.3 \\cdot 10^{-3} u_i`` from HiGHS, ``0.67 u_i`` from scipy and ``5.3 \\cdot 10^{-3} u_i`` from CBC,
+where the exact run gives it ``2.28 \\cdot 10^{-3} u_i`` (the level before moved by
+``4.7 \\cdot 10^{-5}`` between HiGHS and scipy, on the same floors). Exact answers rounded to doubles
+can leave a later LP infeasible by a unit in the last place (a fixed ``tau`` or a floor a rounding
+above its exact value): it is solved again with the level rows ``EXACT_SLACK = 10^{-12}`` lower (rows
+scaled to about 1; far below the give). Exact LPs are not refined. Their time grows fast with the
+size (the bits of the rationals): a whole run takes 0.03-0.3 s at 12-24 jobs on 4-8 types and
+minutes at 50 on 8, so an LP that takes more than ``EXACT_TIME_LIMIT_S = 10`` s is solved by the
+backend, as is the rest of the run. ``exact=False`` solves every LP on the backend (as larger runs
+do), ``exact=True`` exactly whatever the size.
+
 Limits. A level LP can itself be ill-conditioned: a violation of a row by
 ``10^{-8}`` (within a solver's tolerance) can raise ``t*`` by 10% and more,
 where a frozen job's floor is held with a sliver of a slow type (checked in
 exact rational arithmetic: optimum 57.7 where HiGHS, within ``10^{-8}``, found
 113.9; 3.588 where CBC found 3.87 at ``10^{-9}`` and 126.5 at its default
 tolerances). Refinement and the retries above answer such LPs to the digits
-the data have; the wider give stays for an LP no retry finishes. Measured with
+the data have; the wider give stays for an LP no retry finishes. This holds for the LPs
+solved in floating point (``exact=False``, and runs above ``EXACT_MAX_COLUMNS``). Measured with
 ``benchmarks/property_suite.py`` (all of its wide family): ``scipy`` apart from
 ``highs`` by more than ``10^{-5} u_i`` on none of 5,000 problems with highspy 1.16 and scipy 1.17 (on 1
 while refinement stopped at ``10^{-13}``; on that one, 2823835977, with highspy 1.8 and scipy 1.13 still:
@@ -197,6 +216,7 @@ Learning Workloads", OSDI 2020 (Sec. 4.1, hierarchical policies).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -205,13 +225,16 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from allocopt.backends import RawResult, solve_model
+from allocopt.backends import RawResult, SolveOptions, solve_model
+from allocopt.backends.glpk import GlpkExactBackend
 from allocopt.errors import InvalidOptionError, SolverError
 from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model, clean_matrix
 from allocopt.formulations.job_types import group_rows
 from allocopt.model import CompiledModel, LinExpr
 from allocopt.problem import Problem
 from allocopt.solution import Solution, Status
+
+logger = logging.getLogger(__name__)
 
 ENTITY_POLICIES = ("fairness", "fifo")
 MIN_ROW_SCALE = 1e-6  # a job's row is divided by its level, or by at least this fraction of u_i
@@ -260,6 +283,13 @@ PERTURBATION = "primal_simplex_bound_perturbation_multiplier"
 # other jobs than the other backends did. Each retry: (options, from scratch).
 RETRIES = (({PERTURBATION: 1.0}, False), ({"simplex_strategy": 1}, True))
 HIGHS_OWN = {"simplex_strategy": 1, "simplex_iteration_limit": 2**31 - 1}  # HiGHS's defaults, restored after a retry
+# Runs whose LPs have at most this many columns solve them in exact rational arithmetic (GLPK's exact
+# simplex), whatever the backend: there the floating-point solvers, each within its tolerances, ended
+# up to u_i apart on the property suite's wide family (see Exact levels in the module docstring). Its time
+# grows fast with the size: 0.03-0.3 s per run at 12-24 jobs x 4-8 types, minutes at 50 x 8.
+EXACT_MAX_COLUMNS = 256
+EXACT_TIME_LIMIT_S = 10.0  # per LP; an LP that takes longer is solved by the backend
+EXACT_SLACK = 1e-12  # (rows scaled to about 1) what an exact LP infeasible by rounding gives way
 
 
 def _last_retries(backend: str, size: int) -> tuple[dict[str, Any], ...]:
@@ -477,16 +507,20 @@ class WaterFilling(Policy):
     """Hierarchical water-filling max-min fairness (see the module docstring)."""
     name = "water_filling"
     options = {"heterogeneity_aware": True, "space_sharing": False, "entity_policies": None,
-               "aggregate_job_types": False}
+               "aggregate_job_types": False, "exact": None}
     # The LPs start from the bases of this solve's own previous LPs; a basis from an earlier
     # allocation's last LPs (most jobs frozen) is a poor start for the first ones.
     warm_starts = False
 
     def allocate(self, problem: Problem, solver: ModelSolver, *, heterogeneity_aware: bool = True,
                  space_sharing: bool = False, entity_policies: Mapping[Any, str] | None = None,
-                 aggregate_job_types: bool = False) -> PolicyResult:
+                 aggregate_job_types: bool = False, exact: bool | None = None) -> PolicyResult:
         """Water-fill; ``entity_policies`` maps entity ids to ``"fairness"`` (default) or ``"fifo"``;
-        ``aggregate_job_types`` solves by job class (:func:`water_filling_by_job_class`)."""
+        ``aggregate_job_types`` solves by job class (:func:`water_filling_by_job_class`); ``exact``:
+        the LPs in exact rational arithmetic (None: where they have at most ``EXACT_MAX_COLUMNS``
+        columns, False: never, True: always; see Exact levels in the module docstring)."""
+        if exact not in (None, True, False):
+            raise InvalidOptionError(f"water_filling: exact must be None, True or False, got {exact!r}")
         if entity_policies is not None and not isinstance(entity_policies, Mapping):
             raise InvalidOptionError("entity_policies must be a dict {entity: 'fairness' | 'fifo'}, got "
                                      f"{type(entity_policies).__name__}")
@@ -497,9 +531,9 @@ class WaterFilling(Policy):
             if space_sharing:
                 raise InvalidOptionError("water_filling: aggregate_job_types does not support space_sharing; "
                                          "solve per job (aggregate_job_types=False)")
-            return water_filling_by_job_class(problem, solver, heterogeneity_aware, entity_policies)
+            return water_filling_by_job_class(problem, solver, heterogeneity_aware, entity_policies, exact)
         return _WaterFill(problem, solver, _hierarchy(problem, entity_policies), heterogeneity_aware,
-                          space_sharing).run()
+                          space_sharing, exact=exact).run()
 
 
 def job_classes(problem: Problem, entity_policies: Mapping[Any, str] | None = None
@@ -515,7 +549,8 @@ def job_classes(problem: Problem, entity_policies: Mapping[Any, str] | None = No
 
 
 def water_filling_by_job_class(problem: Problem, solver: ModelSolver, heterogeneity_aware: bool = True,
-                               entity_policies: Mapping[Any, str] | None = None) -> PolicyResult:
+                               entity_policies: Mapping[Any, str] | None = None, exact: bool | None = None
+                               ) -> PolicyResult:
     """Water-filling over job classes (:func:`job_classes`), each class's row copied to its jobs.
 
     Permuting interchangeable jobs maps the problem onto itself, and its level vector is unique,
@@ -529,7 +564,7 @@ def water_filling_by_job_class(problem: Problem, solver: ModelSolver, heterogene
     count = np.bincount(of_job, minlength=rows.size).astype(np.float64)
     classes = problem.subset(rows)
     result = _WaterFill(classes, solver, _hierarchy(classes, entity_policies, count), heterogeneity_aware,
-                        False, count).run()
+                        False, count, exact).run()
     extras = {**result.extras, "levels": result.extras["levels"][of_job], "type_of_job": of_job,
               "num_job_types": int(rows.size)}
     return PolicyResult(result.matrix[of_job], result.objective, result.status, None,
@@ -556,7 +591,7 @@ class _Lps:
     other backends solve each LP from scratch."""
 
     def __init__(self, problem: Problem, solver: ModelSolver, n_of: Callable[[AllocationModel], LinExpr],
-                 space_sharing: bool, count: np.ndarray | None = None):
+                 space_sharing: bool, count: np.ndarray | None = None, exact: bool | None = None):
         self.solver = solver
         base = base_model(problem, name="water_filling", space_sharing=space_sharing, multiplicity=count)
         n = n_of(base)
@@ -584,8 +619,16 @@ class _Lps:
         self.defaults = {"highs": SOLVER_DEFAULTS, "scipy": TOLERANCES, "cvxpy": TOLERANCES if cvxpy_highs else {},
                          "pulp": CBC_TOLERANCES}
         backend = solver.backend
+        # by default exact where small, unless the caller's time limit is below an exact LP's
+        limit = solver.options.time_limit_s
+        if exact is None:
+            exact = model.num_cols <= EXACT_MAX_COLUMNS and (limit is None or limit >= EXACT_TIME_LIMIT_S)
+        if exact:
+            GlpkExactBackend.check_installed()
+        self.exact = bool(exact)
+        self.exact_solves = 0
         last = _last_retries(backend, model.num_rows + model.num_cols) if backend != "cvxpy" or cvxpy_highs else ()
-        self.session = _HighsSession(solver, last) if backend == "highs" else None
+        self.session = _HighsSession(solver, last) if backend == "highs" and not self.exact else None
         last = [({backend: {**self.defaults.get(backend, {}), **options}}, False) for options in last]
         # HiGHS without presolve (scipy, cvxpy) right after the tight tolerances, as the highs backend solves
         early = 1 if backend in ("scipy", "cvxpy") else 0
@@ -622,7 +665,7 @@ class _Lps:
         of the optimum by its duals is refined (:meth:`refine`); ``dual``: on ``highs``, by dual simplex from
         the previous LP's basis (else primal simplex)."""
         solution = self._solve_once(model, dual)
-        for _ in range(REFINEMENTS if refine else 0):
+        for _ in range(REFINEMENTS if refine and not self.exact else 0):
             if solution.status is not Status.OPTIMAL or solution.x is None or _gap(model, solution) <= EXACT:
                 break
             refined = self.refine(model, solution)
@@ -667,6 +710,22 @@ class _Lps:
             self.session.handle.setBasis(basis)
 
     def _solve_once(self, model: CompiledModel, dual: bool = False) -> Solution:
+        if self.exact:
+            options = SolveOptions(time_limit_s=EXACT_TIME_LIMIT_S, verbose=self.solver.options.verbose)
+            solution = GlpkExactBackend().solve(model, options)
+            if solution.status is Status.INFEASIBLE:
+                # the levels, floors and fixed tau the rows hold are exact optima rounded to doubles, a unit
+                # in the last place above them at times: once more with the level rows EXACT_SLACK lower
+                row_lb = model.row_lb.copy()
+                row_lb[self.level_rows] -= EXACT_SLACK
+                solution = GlpkExactBackend().solve(replace(model, row_lb=row_lb), options)
+            if solution.status is Status.OPTIMAL:
+                self.exact_solves += 1
+                return self.solver.record(solution)
+            if solution.status is Status.TIME_LIMIT:  # the next LPs, alike, would take as long
+                self.exact = False
+            logger.info("water_filling: GLPK's exact simplex did not solve an LP (%s); %s solves it%s",
+                        solution.message, self.solver.backend, "" if self.exact else " and the rest of the run")
         if self.session is not None:
             return self.session.solve(model, dual)
         A = model.A.copy()
@@ -792,7 +851,7 @@ class _WaterFill:
     """The state of one water-filling run: frozen jobs, their levels, and the last exactly feasible point."""
 
     def __init__(self, problem: Problem, solver: ModelSolver, tree: _Hierarchy, heterogeneity_aware: bool,
-                 space_sharing: bool, count: np.ndarray | None = None):
+                 space_sharing: bool, count: np.ndarray | None = None, exact: bool | None = None):
         self.problem, self.solver, self.tree = problem, solver, tree
         self.heterogeneity_aware = heterogeneity_aware
         n_jobs, s = problem.num_jobs, problem.scale_factors.astype(np.float64)
@@ -811,7 +870,7 @@ class _WaterFill:
         self.use = s if count is None else s * count  # GPUs per unit of a row's time (its jobs together)
         fraction = problem.capacity / max(float(problem.capacity.sum()), float(self.use.sum()))
         self.achieved = (self.alone * problem.runnable) @ fraction
-        self.lps = _Lps(problem, solver, self._n_of, space_sharing, count)
+        self.lps = _Lps(problem, solver, self._n_of, space_sharing, count, exact)
         self.rows: np.ndarray | None = None  # r_i
         self.plain_rows = False  # r_i = u_i (after numerical trouble)
         self.t_unit = np.inf
@@ -1076,5 +1135,6 @@ class _WaterFill:
             first_level = min(first_level, float((levels[first] / self.first_slope[first]).min()))
         extras = {"levels": levels / self.problem.priority_weights, "num_iterations": self.iterations,
                   "num_cap_probes": self.cap_probes, "num_refinements": self.lps.refinements,
-                  "num_lp_solves": self.solver.num_solves - self.solves_before}
+                  "num_lp_solves": self.solver.num_solves - self.solves_before,
+                  "num_exact_lp_solves": self.lps.exact_solves}
         return PolicyResult(clean_matrix(X), first_level, status, P, message, extras)

@@ -519,3 +519,30 @@ def test_pulp_reads_cbc_values_and_duals_in_full() -> None:
     np.testing.assert_allclose(solution.values["x"], [1 / 3, 1 / 7], rtol=1e-14)
     np.testing.assert_allclose(solution.duals["thirds"], [1 / 3, 1 / 7], rtol=1e-14)
     assert solution.objective == pytest.approx(1 / 3 + 1 / 7, rel=1e-14)
+
+
+# ----- GLPK's exact simplex (water-filling's small runs; not a selectable backend) ----------------
+
+@pytest.mark.parametrize("case_name", LPS)
+def test_glpk_exact_on_the_lp_battery(case_name: str) -> None:
+    from allocopt.backends.glpk import GlpkExactBackend
+
+    exact = _backend_class(GlpkExactBackend)
+    test_lp_optimum_values_and_duals(exact, case_name)
+    test_duals_match_finite_differences(exact, case_name)
+
+
+def test_glpk_exact_infeasible_and_unbounded() -> None:
+    from allocopt.backends.glpk import GlpkExactBackend
+
+    exact = _backend_class(GlpkExactBackend)
+    for make in (functools.partial(_infeasible, "continuous"), _infeasible_with_a_ray):
+        assert _solve(exact, make()).status is Status.INFEASIBLE
+    assert _solve(exact, _unbounded()).status is Status.UNBOUNDED
+
+
+def _backend_class(cls: type[Backend]) -> Backend:
+    reason = cls.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    return cls()

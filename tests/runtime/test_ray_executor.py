@@ -157,9 +157,13 @@ def test_job_whose_actor_died_restarts_from_its_checkpoint(tmp_path: Path, ex: R
     pid = json.loads(Path(f"{envs}.0").read_text())["pid"]
     actor_pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # d's parent: the actor
     os.kill(actor_pid, signal.SIGKILL)  # as when its node is lost: d dies with it, and Ray restarts the actor
-    [second] = ex.run_round(_plan(1, 8.0, _lease("d", (0,), 8.0, extended=True)))
-    assert first.steps == 10 and second.outcome is RoundOutcome.COMPLETED and second.restarted
-    assert steps_written(out) == list(range(40)) and ex.held_jobs == ()
+    # under load Ray's restart of the actor can take most of a round: more rounds until d completes
+    later = []
+    while len(later) < 5 and (not later or later[-1].outcome is RoundOutcome.PREEMPTED):
+        later += ex.run_round(_plan(1 + len(later), 8.0, _lease("d", (0,), 8.0, extended=True)))
+    assert first.steps == 10 and later[-1].outcome is RoundOutcome.COMPLETED
+    assert later[0].restarted or "crashed" in later[0].message  # the lease's process was gone: a new launch
+    assert sum(r.steps for r in later) == 30 and steps_written(out) == list(range(40)) and ex.held_jobs == ()
 
 
 def test_missing_resources_are_named(tmp_path: Path, ray_address: str) -> None:
