@@ -323,7 +323,7 @@ def test_an_exact_lp_over_its_time_limit_leaves_the_rest_of_the_run_to_the_backe
 
     from allocopt.formulations import water_filling as wf
 
-    problem, _ = make_problem(1001, 28, 8, True, False)  # 253 columns: exact by default, ~15 ms per LP here
+    problem, _ = make_problem(1001, 28, 8, True, False)  # 253 columns: exact by default, ~10 ms per LP here
     monkeypatch.setattr(wf, "EXACT_TIME_LIMIT_S", 1e-3)  # GLPK's limit is in whole milliseconds
     alloc = allocopt.solve(problem, "water_filling")
     assert alloc.extras["num_exact_lp_solves"] < alloc.extras["num_lp_solves"]

@@ -169,8 +169,8 @@ run divides every row by ``u_i`` (coefficients at most 1), and after that the
 frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run.
 Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
-Exact levels. Runs whose LPs have at most ``EXACT_MAX_COLUMNS = 256`` columns (one per job and
-type, one per job and ``t``: about 28 jobs on 8 types) solve every LP with GLPK's exact simplex
+Exact levels. Runs whose LPs have at most ``EXACT_MAX_COLUMNS = 512`` columns (one per job and
+type, one per job and ``t``: about 56 jobs on 8 types, 100 on 4) solve every LP with GLPK's exact simplex
 (:mod:`allocopt.backends.glpk`: rational arithmetic over the model's doubles), whatever the
 backend. Each LP's answer is then its exact optimum and duals rounded to doubles, the tests above
 decide on them, and every backend returns the same allocation. The floating-point solvers, each
@@ -181,10 +181,11 @@ where the exact run gives it ``2.28 \\cdot 10^{-3} u_i`` (the level before moved
 ``4.7 \\cdot 10^{-5}`` between HiGHS and scipy, on the same floors). Exact answers rounded to doubles
 can leave a later LP infeasible by a unit in the last place (a fixed ``tau`` or a floor a rounding
 above its exact value): it is solved again with the level rows ``EXACT_SLACK = 10^{-12}`` lower (rows
-scaled to about 1; far below the give). Exact LPs are not refined. Their time grows fast with the
-size (the bits of the rationals): a whole run takes 0.03-0.3 s at 12-24 jobs on 4-8 types and
-minutes at 50 on 8, so an LP that takes more than ``EXACT_TIME_LIMIT_S = 10`` s is solved by the
-backend, as is the rest of the run. ``exact=False`` solves every LP on the backend (as larger runs
+scaled to about 1; far below the give). Exact LPs are not refined. Their time grows with the size
+faster than the floating-point solvers' (the bits of the rationals): a whole run took a median of
+0.02 s at 12 jobs on 4 types, 0.2 s at 28 on 8 and 0.5 s at 55 on 8 or 99 on 4 (wide family; about
+what HiGHS took), and 3.8 s at 100 on 8 (``exact=True``; HiGHS 1.0 s). An LP that takes more than
+``EXACT_TIME_LIMIT_S = 10`` s is solved by the backend, as is the rest of the run. ``exact=False`` solves every LP on the backend (as larger runs
 do), ``exact=True`` exactly whatever the size.
 
 Limits. A level LP can itself be ill-conditioned: a violation of a row by
@@ -286,8 +287,8 @@ HIGHS_OWN = {"simplex_strategy": 1, "simplex_iteration_limit": 2**31 - 1}  # HiG
 # Runs whose LPs have at most this many columns solve them in exact rational arithmetic (GLPK's exact
 # simplex), whatever the backend: there the floating-point solvers, each within its tolerances, ended
 # up to u_i apart on the property suite's wide family (see Exact levels in the module docstring). Its time
-# grows fast with the size: 0.03-0.3 s per run at 12-24 jobs x 4-8 types, minutes at 50 x 8.
-EXACT_MAX_COLUMNS = 256
+# grows faster with the size than theirs: about HiGHS's up to here (0.5 s per run at 55 jobs x 8 types).
+EXACT_MAX_COLUMNS = 512
 EXACT_TIME_LIMIT_S = 10.0  # per LP; an LP that takes longer is solved by the backend
 EXACT_SLACK = 1e-12  # (rows scaled to about 1) what an exact LP infeasible by rounding gives way
 
