@@ -5,8 +5,8 @@ Not one of the selectable backends: water-filling solves the LPs of its small ru
 tolerances, end up far apart. GLPK's floating-point simplex finds a basis first; its exact
 simplex then goes on from it in rational arithmetic over the model's coefficients (every double is
 a rational), so the basis it ends on is optimal exactly and the values it reports are the exact
-ones rounded to doubles. The time it takes grows fast with the model (bits of the rationals), so
-callers keep it to small models and set a time limit.
+ones rounded to doubles. Its time grows with the model faster than a floating-point solver's (the
+bits of the rationals), so callers keep it to small models and set a time limit.
 https://www.gnu.org/software/glpk/ (glpk.pdf, ``glp_exact``)
 """
 
@@ -20,7 +20,6 @@ import scipy.sparse as sp
 from allocopt.backends.base import Backend, RawResult, SolveOptions
 from allocopt.model import CompiledModel
 from allocopt.solution import Status
-
 
 FLOAT_ITERATIONS = 10  # per row and column: the most iterations of the floating-point simplex before the exact one
 
@@ -50,7 +49,7 @@ class GlpkExactBackend(Backend):
         A = sp.coo_matrix(model.A)
         if A.nnz:  # GLPK's arrays are 1-based: element 0 is unused
             rows, cols, values = glp.intArray(A.nnz + 1), glp.intArray(A.nnz + 1), glp.doubleArray(A.nnz + 1)
-            # element by element: swiglpk has no bulk copy (the models here are small)
+            # element by element (the models here are small)
             for k, (i, j, v) in enumerate(zip((A.row + 1).tolist(), (A.col + 1).tolist(), A.data.tolist()), 1):
                 rows[k], cols[k], values[k] = i, j, v
             glp.glp_load_matrix(lp, A.nnz, rows, cols, values)
