@@ -8,7 +8,9 @@ factors and optionally entities with fairness and fifo policies. Checked:
 
 * every policy solves on every backend, the answer passes allocopt's own check
   (:mod:`allocopt.verify`) and the base constraints;
-* backends agree with HiGHS on the objective (and water-filling on every level);
+* backends agree with HiGHS on the objective (and water-filling on every level), water-filling
+  twice: as it runs by default (small runs solve their LPs exactly, whatever the backend) and with
+  ``exact=False`` (``water_filling/float``: every LP on the backend);
 * on small moderate problems, the answer agrees with a dense formulation written
   here from the definitions (``scipy.optimize.linprog``, one LP per job and
   level for water-filling), not with the models the package builds;
