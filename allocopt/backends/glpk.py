@@ -49,7 +49,7 @@ class GlpkExactBackend(Backend):
         A = sp.coo_matrix(model.A)
         if A.nnz:  # GLPK's arrays are 1-based: element 0 is unused
             rows, cols, values = glp.intArray(A.nnz + 1), glp.intArray(A.nnz + 1), glp.doubleArray(A.nnz + 1)
-            # element by element (the models here are small)
+            # element by element (the models here are small): swiglpk 5.0's as_intArray did not hold the list here
             for k, (i, j, v) in enumerate(zip((A.row + 1).tolist(), (A.col + 1).tolist(), A.data.tolist()), 1):
                 rows[k], cols[k], values[k] = i, j, v
             glp.glp_load_matrix(lp, A.nnz, rows, cols, values)

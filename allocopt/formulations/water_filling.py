@@ -170,8 +170,8 @@ frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run.
 Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
 Exact levels. Runs whose LPs have at most ``EXACT_MAX_COLUMNS = 512`` columns (one per job and
-type, one per job and ``t``: about 56 jobs on 8 types, 100 on 4) solve every LP with GLPK's exact simplex
-(:mod:`allocopt.backends.glpk`: rational arithmetic over the model's doubles), whatever the
+type, one per job and ``t``: about 56 jobs on 8 types, 100 on 4) solve every LP with GLPK's exact
+simplex (:mod:`allocopt.backends.glpk`: rational arithmetic over the model's doubles), whatever the
 backend. Each LP's answer is then its exact optimum and duals rounded to doubles, the tests above
 decide on them, and every backend returns the same allocation. The floating-point solvers, each
 within its tolerances, did not (Limits, below): on a fresh seed of the property suite's wide family
@@ -189,8 +189,8 @@ what HiGHS took), and 3.8 s at 100 on 8 (``exact=True``; HiGHS 1.0 s). An LP tha
 ``benchmarks/property_suite.py --seed 1 --policies water_filling,water_filling/float`` (5,000
 problems, both families): highs, scipy, cvxpy and CBC agree on all 5,000 and with the dense
 formulation on its 250; with ``exact=False`` scipy, CBC and cvxpy disagreed with HiGHS on 5, 6 and 3.
-On seed 0 (1,500 problems, exact levels) all four agree too. ``exact=False`` solves every LP on the backend (as larger runs
-do), ``exact=True`` exactly whatever the size.
+On seed 0 (1,500 problems, exact levels) all four agree too. ``exact=False`` solves every LP on the
+backend (as larger runs do), ``exact=True`` exactly whatever the size.
 
 Limits. A level LP can itself be ill-conditioned: a violation of a row by
 ``10^{-8}`` (within a solver's tolerance) can raise ``t*`` by 10% and more,
