@@ -541,6 +541,25 @@ def test_glpk_exact_infeasible_and_unbounded() -> None:
     assert _solve(exact, _unbounded()).status is Status.UNBOUNDED
 
 
+def test_glpk_exact_solves_the_model_as_given() -> None:
+    """glp_exact replaces a non-integral double by a nearby small fraction (0.3333333333 by 1/3, 1e-10 away);
+    the backend hands it the model scaled to integers, so the answer is the given model's."""
+    from allocopt.backends.glpk import GlpkExactBackend
+
+    exact = _backend_class(GlpkExactBackend)
+    m = Model()
+    x = m.add_variable("x", 2, ub=np.array([np.inf, 0.7000000001]))
+    m.add_constraint("third", x * np.array([0.3333333333, 1.0]) <= np.array([1.0, np.inf]))
+    m.add_constraint("sum", x.sum() <= 3.1000000001)
+    m.maximize(x.dot(np.array([1.0, 0.1000000001])))
+    solution = _solve(exact, m.compile())
+    assert solution.status is Status.OPTIMAL
+    assert solution.values["x"][0] == 1 / 0.3333333333  # 3.0000000003, where 1/3 gives 3.0
+    assert solution.values["x"][1] == pytest.approx(3.1000000001 - 1 / 0.3333333333, rel=1e-15)
+    assert solution.duals["third"][0] == pytest.approx(0.8999999999 / 0.3333333333, rel=1e-15)
+    assert float(solution.duals["sum"]) == pytest.approx(0.1000000001, rel=1e-15)
+
+
 def _backend_class(cls: type[Backend]) -> Backend:
     reason = cls.unavailable_reason()
     if reason is not None:
