@@ -7,9 +7,10 @@ on every backend asked for; each answer must be optimal, pass allocopt's own che
 (``allocopt.verify``, inside ``allocopt.solve``) and the base constraints, and agree
 with HiGHS. Every ``--reference-every``-th moderate problem with at most 6 jobs is
 also compared with the dense ``scipy.optimize.linprog`` formulations of the test
-file. Prints the counts by outcome (``ok``, ``disagree``, ``error:<type>``,
-``infeasible-answer``) per policy and backend, and exits 1 if anything but ``ok``
-was counted.
+file; water-filling's exact levels on both families, with the exact lexicographic
+max-min vector (``dense_water_filling(..., exact=True)``). Prints the counts by
+outcome (``ok``, ``disagree``, ``error:<type>``, ``infeasible-answer``) per policy
+and backend, and exits 1 if anything but ``ok`` was counted.
 
 Usage::
 
@@ -97,16 +98,17 @@ def check(args: tuple[int, int, tuple[str, ...], int, tuple[str, ...]]) -> list[
             if backend in backends:
                 ok = backend == "highs" or "highs" not in answers or agree(policy, backend, alloc, answers["highs"])
                 out.append((policy, backend, "ok" if ok else "disagree", tag))
-        if (reference_every and index % reference_every == 0 and not wide and n_jobs <= 6 and "highs" in answers
-                and policy != "min_makespan" and policy != "finish_time_fairness"):
+        exact = policy == "water_filling"  # its exact levels: checked on both families
+        if (reference_every and index % reference_every == 0 and (exact or not wide) and n_jobs <= 6
+                and "highs" in answers and policy != "min_makespan" and policy != "finish_time_fairness"):
             alloc = answers["highs"]
             try:
                 if policy == "max_throughput":
                     ok = abs(alloc.objective - props.dense_max_throughput(problem)) <= 1e-7 * abs(alloc.objective)
                 elif name == "water_filling":
-                    expected = props.dense_water_filling(problem, entity_policies)
+                    expected = props.dense_water_filling(problem, entity_policies, exact=exact)
                     ok = bool(np.all(np.abs(props.normalized(alloc) - expected)
-                                     <= 1e-5 * props.rates(problem).max(axis=1)))
+                                     <= (1e-6 if exact else 1e-5) * props.rates(problem).max(axis=1)))
                 else:
                     expected = props.dense_max_min(problem, policy == "max_min_fairness")
                     ok = abs(alloc.objective - expected) <= 1e-7 * abs(expected)

@@ -13,7 +13,9 @@ factors and optionally entities with fairness and fifo policies. Checked:
   ``exact=False`` (``water_filling/float``: every LP on the backend);
 * on small moderate problems, the answer agrees with a dense formulation written
   here from the definitions (``scipy.optimize.linprog``, one LP per job and
-  level for water-filling), not with the models the package builds;
+  level for water-filling), not with the models the package builds; water-filling's
+  exact levels, on both families, with the lexicographic max-min vector computed
+  here with every LP in rational arithmetic (GLPK's exact simplex);
 * adding a GPU never lowers the max-min level; water-filling's first level is
   max-min fairness's objective, every job gets at least its max-min share, and
   its sorted levels are lexicographically at least max-min's.
@@ -132,11 +134,57 @@ class Dense:
         return row
 
     def solve(self, c: np.ndarray, rows: list[np.ndarray], rhs: list[float], extra=(None, None)) -> float:
+        """min c x over the base rows, ``rows x <= rhs``, the columns' bounds and ``extra``'s; returns -min."""
         res = linprog(c, A_ub=np.vstack([self.A, *rows]), b_ub=np.concatenate([self.b, rhs]),
                       bounds=self.bounds + [extra], method="highs",
                       options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
         assert res.status == 0, res.message
         return -res.fun
+
+
+class ExactDense(Dense):
+    """:class:`Dense` with each LP solved in rational arithmetic (GLPK's ``glp_exact``, through
+    ``swiglpk``). ``glp_exact`` replaces a non-integral double by a nearby small fraction, so each row and
+    the objective are first multiplied by a power of two that makes all their values integers."""
+
+    def solve(self, c: np.ndarray, rows: list[np.ndarray], rhs: list[float], extra=(None, None)) -> float:
+        import swiglpk as glp
+
+        A, b = np.vstack([self.A, *rows]), np.concatenate([self.b, rhs])
+
+        def exponent(values: np.ndarray) -> np.ndarray:  # m 2^e, 0.5 <= |m| < 1: m 2^53 is an integer
+            return np.where(values != 0, 53 - np.frexp(values)[1], 0)
+
+        row_exp = np.maximum(exponent(A).max(axis=1), exponent(b)).clip(min=0)
+        obj_exp = int(exponent(c).max().clip(min=0))
+        A, b, c = np.ldexp(A, row_exp[:, None]), np.ldexp(b, row_exp), np.ldexp(c, obj_exp)
+        assert all(np.all(v == np.floor(v)) for v in (A, b, c))
+        lp = glp.glp_create_prob()
+        try:
+            glp.glp_term_out(glp.GLP_OFF)
+            m, n = A.shape
+            glp.glp_add_rows(lp, m)
+            glp.glp_add_cols(lp, n)
+            for i in range(m):
+                glp.glp_set_row_bnds(lp, i + 1, glp.GLP_UP, 0.0, float(b[i]))
+            for j, (lo, hi) in enumerate([*self.bounds, extra]):
+                kind = (glp.GLP_FR if lo is None and hi is None else glp.GLP_LO if hi is None
+                        else glp.GLP_FX if lo == hi else glp.GLP_DB)
+                glp.glp_set_col_bnds(lp, j + 1, kind, float(lo or 0), float(hi or 0))
+                glp.glp_set_obj_coef(lp, j + 1, float(c[j]))
+            rows_, cols_ = np.nonzero(A)
+            ia, ja, ar = glp.intArray(rows_.size + 1), glp.intArray(rows_.size + 1), glp.doubleArray(rows_.size + 1)
+            for k, (i, j) in enumerate(zip(rows_.tolist(), cols_.tolist()), 1):
+                ia[k], ja[k], ar[k] = i + 1, j + 1, float(A[i, j])
+            glp.glp_load_matrix(lp, rows_.size, ia, ja, ar)
+            parm = glp.glp_smcp()
+            glp.glp_init_smcp(parm)
+            parm.msg_lev = glp.GLP_MSG_OFF
+            glp.glp_adv_basis(lp, 0)
+            assert glp.glp_exact(lp, parm) == 0 and glp.glp_get_status(lp) == glp.GLP_OPT
+            return -glp.glp_get_obj_val(lp) / 2.0**obj_exp
+        finally:
+            glp.glp_delete_prob(lp)
 
 
 def dense_max_min(problem: Problem, heterogeneity_aware: bool = True) -> float:
@@ -161,14 +209,20 @@ def floor_of(level: np.ndarray) -> np.ndarray:
     return np.where(single > given, np.nextafter(single, np.float32(0)), single).astype(np.float64)
 
 
-def dense_water_filling(problem: Problem, entity_policies: dict | None) -> np.ndarray:
+def dense_water_filling(problem: Problem, entity_policies: dict | None, exact: bool = False) -> np.ndarray:
     """Levels ``n_i`` by progressive filling with water-filling's give (see
     :mod:`allocopt.formulations.water_filling`): per level max t with every frozen job at its floor
     (:func:`floor_of`), then one LP per active job (the most it can get while the other active jobs
     keep their targets less ``GIVE_WAY`` shared among them); jobs that cannot rise by ``RISE`` of their
-    target (``u_i`` at a share of 0, at least ``1e-6 u_i``) freeze."""
+    target (``u_i`` at a share of 0, at least ``1e-6 u_i``) freeze.
+
+    ``exact``: the lexicographic max-min levels themselves, as water-filling's exact runs decide them:
+    every LP in rational arithmetic (:class:`ExactDense`), floors and targets held to ``1 - 1e-13`` of
+    the levels (the exact answers are rounded to doubles), and a job freezes when it cannot rise by
+    ``1e-9`` of its target."""
     a = rates(problem)
-    lp = Dense(problem, a)
+    lp = (ExactDense if exact else Dense)(problem, a)
+    slack, rise = (1e-14, 1e-12) if exact else (None, RISE)
     n, u = lp.n, a.max(axis=1)
     w = problem.priority_weights
     if problem.entities is None:
@@ -191,18 +245,21 @@ def dense_water_filling(problem: Problem, entity_policies: dict | None) -> np.nd
         c = np.zeros(n * lp.k + 1)
         c[-1] = -1.0
         rows = [lp.n_row(i, 0.0 if frozen[i] else slope[i]) for i in range(n)]
-        floor = floor_of(level)
+        floor = level * (1 - slack) if exact else floor_of(level)
         t = lp.solve(c, rows, np.where(frozen, -floor, offset).tolist())
         target = np.where(frozen, level, np.maximum(slope * t - offset, 0.0))
         scale = np.clip(np.where(sigma > 0, target, u), 1e-6 * u, u)
         gain = np.full(n, np.inf)
         give = GIVE_WAY / max((~frozen).sum() - 1, 1)  # the give of each other active job
         for i in np.flatnonzero(~frozen):
-            held = np.where(frozen, floor, (1 - give) * target)
-            held[i] = target[i] * (1 - 1e-7)  # linprog's t is within HiGHS's default tolerance
+            if exact:
+                held = np.where(frozen, floor, (1 - slack) * target)
+            else:
+                held = np.where(frozen, floor, (1 - give) * target)
+                held[i] = target[i] * (1 - 1e-7)  # linprog's t is within HiGHS's default tolerance
             most = lp.solve(lp.n_row(i), [lp.n_row(j) for j in range(n)], (-held).tolist(), (0, 0))
             gain[i] = (most - target[i]) / scale[i]
-        stuck = gain <= RISE
+        stuck = gain <= rise
         if not stuck.any():  # the job that gains least
             stuck[np.argmin(gain)] = True
         level[stuck] = target[stuck]
@@ -236,18 +293,25 @@ def test_every_backend_solves_feasibly_and_agrees(policy, backend, seed, n_jobs,
         np.testing.assert_array_less(np.abs(normalized(alloc) - normalized(reference)), 10 * tol * u + 1e-12)
 
 
-@pytest.mark.parametrize("policy", ["max_min_fairness", "max_min_fairness/plain", "max_throughput", "water_filling"])
+@pytest.mark.parametrize("policy", ["max_min_fairness", "max_min_fairness/plain", "max_throughput", "water_filling",
+                                    "water_filling/float"])
 @settings(PROPERTY, max_examples=40)
-@given(seed=st.integers(0, 2**32 - 1), n_jobs=st.integers(1, 6), n_types=st.integers(1, 3), entities=st.booleans())
-def test_agrees_with_dense_formulation(policy, seed, n_jobs, n_types, entities):
-    problem, entity_policies = make_problem(seed, n_jobs, n_types, False, entities)
+@given(seed=st.integers(0, 2**32 - 1), n_jobs=st.integers(1, 6), n_types=st.integers(1, 3), wide=st.booleans(),
+       entities=st.booleans())
+def test_agrees_with_dense_formulation(policy, seed, n_jobs, n_types, wide, entities):
+    """Small problems, against the dense formulations above; both families for water-filling's exact levels
+    (the lexicographic max-min vector itself), the moderate one elsewhere."""
+    wide = wide and policy == "water_filling"
+    problem, entity_policies = make_problem(seed, n_jobs, n_types, wide, entities)
     alloc = solve(problem, policy, "highs", entity_policies)
     if policy == "max_throughput":
         assert alloc.objective == pytest.approx(dense_max_throughput(problem), rel=1e-7)
-    elif policy == "water_filling":
-        expected = dense_water_filling(problem, entity_policies)
+    elif policy.startswith("water_filling"):
+        exact = policy == "water_filling"
+        assert alloc.extras["num_exact_lp_solves"] == (alloc.extras["num_lp_solves"] if exact else 0)
+        expected = dense_water_filling(problem, entity_policies, exact=exact)
         u = rates(problem).max(axis=1)
-        np.testing.assert_array_less(np.abs(normalized(alloc) - expected), 1e-5 * u)
+        np.testing.assert_array_less(np.abs(normalized(alloc) - expected), (1e-6 if exact else 1e-5) * u)
         np.testing.assert_allclose(alloc.extras["levels"] * problem.priority_weights, normalized(alloc),
                                    rtol=1e-7, atol=1e-12)
     else:

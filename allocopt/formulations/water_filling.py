@@ -27,8 +27,10 @@ active job (largest ``time_since_start``, ties in job order) and 0 for its
 other active jobs. Without entities every job is an entity of weight ``w_i``,
 so the constraint reads ``n_i >= w_i t``: plain weighted water-filling, whose
 first level is :mod:`max_min_fairness <allocopt.formulations.max_min_fairness>`'s
-objective. The result is the lexicographic max-min vector ``n``, but for the
-give ``delta`` of the frozen levels (below).
+objective. The result is the lexicographic max-min vector ``n``: for runs whose
+LPs are solved exactly (small runs, Exact levels below) to the rounding of each
+LP's answer to doubles, for the others but for the give ``delta`` of the frozen
+levels and the bottleneck test's ``RISE`` (below).
 
 Frozen levels give way. In later LPs a frozen job holds ``(1 - delta) L_i``
 (``delta = GIVE_WAY = 5e-7``) rounded down to 24 significant bits, not ``L_i``,
@@ -171,26 +173,34 @@ Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
 Exact levels. Runs whose LPs have at most ``EXACT_MAX_COLUMNS = 512`` columns (one per job and
 type, one per job and ``t``: about 56 jobs on 8 types, 100 on 4) solve every LP with GLPK's exact
-simplex (:mod:`allocopt.backends.glpk`: rational arithmetic over the model's doubles), whatever the
-backend. Each LP's answer is then its exact optimum and duals rounded to doubles, the tests above
-decide on them, and every backend returns the same allocation. The floating-point solvers, each
-within its tolerances, did not (Limits, below): on a fresh seed of the property suite's wide family
-they ended up to ``0.79 u_i`` apart on 6 of 5,000 problems; on one of them a job got
-``2.3 \\cdot 10^{-3} u_i`` from HiGHS, ``0.67 u_i`` from scipy and ``5.3 \\cdot 10^{-3} u_i`` from CBC,
-where the exact run gives it ``2.28 \\cdot 10^{-3} u_i`` (the level before moved by
-``4.7 \\cdot 10^{-5}`` between HiGHS and scipy, on the same floors). Exact answers rounded to doubles
-can leave a later LP infeasible by a unit in the last place (a fixed ``tau`` or a floor a rounding
-above its exact value): it is solved again with the level rows ``EXACT_SLACK = 10^{-12}`` lower (rows
-scaled to about 1; far below the give). Exact LPs are not refined. Their time grows with the size
-faster than the floating-point solvers' (the bits of the rationals): a whole run took a median of
-0.02 s at 12 jobs on 4 types, 0.2 s at 28 on 8 and 0.5 s at 55 on 8 or 99 on 4 (wide family; about
-what HiGHS took), and 3.8 s at 100 on 8 (``exact=True``; HiGHS 1.0 s). An LP that takes more than
-``EXACT_TIME_LIMIT_S = 10`` s is solved by the backend, as is the rest of the run. Measured with
-``benchmarks/property_suite.py --seed 1 --policies water_filling,water_filling/float`` (5,000
-problems, both families): highs, scipy, cvxpy and CBC agree on all 5,000 and with the dense
-formulation on its 250; with ``exact=False`` scipy, CBC and cvxpy disagreed with HiGHS on 5, 6 and 3.
-On seed 0 (1,500 problems, exact levels) all four agree too. ``exact=False`` solves every LP on the
-backend (as larger runs do), ``exact=True`` exactly whatever the size.
+simplex (:mod:`allocopt.backends.glpk`: rational arithmetic on the model's doubles), whatever the
+backend, and decide on its answers (exact optima and duals rounded to doubles) without the
+tolerances above: a job stays active when it can rise by more than ``EXACT_RISE = 10^{-12}`` of its
+target, a positive dual certifies a bottleneck, a cap probe must reach its cap within
+``EXACT_RISE``, and frozen levels give way by ``EXACT_GIVE_WAY = 10^{-14}`` only (each answer is
+rounded). Such a run returns the lexicographic max-min vector itself, and every backend the same
+allocation. Checked against the test suite's own dense formulation with each LP solved exactly
+(``dense_water_filling(..., exact=True)`` in ``tests/test_properties.py``, one LP per level and job):
+within ``4 \\cdot 10^{-8} u_i`` on the property suite's wide family at 12 jobs on 4 types (13
+problems; most within ``10^{-12} u_i``) and ``5 \\cdot 10^{-6} u_i`` at 40 jobs on 8 types (8 problems;
+6 within ``10^{-9} u_i``), where the tolerances above (the floating-point runs) end up to
+``0.18 u_i`` and ``0.96 u_i`` from it. What remains is the vector's own sensitivity: there, levels
+``10^{-12}`` apart (a job the reference's held targets let rise by ``10^{-12}``, which an exact
+positive dual freezes here) became later levels ``3 \\cdot 10^{-7}`` apart. The
+floating-point solvers, each within its tolerances, also disagreed among themselves (Limits,
+below): on a fresh seed of the property suite's wide family they ended up to ``0.79 u_i`` apart on
+6 of 5,000 problems. Exact answers rounded to doubles can leave a later LP infeasible by a unit in
+the last place (a fixed ``tau`` or a floor a rounding above its exact value): it is solved again
+with the level rows ``EXACT_SLACK = 10^{-12}`` lower (rows scaled to about 1). Exact LPs are not
+refined. Their time grows with the size faster than the floating-point solvers' (the bits of the
+rationals): a whole run took a median of 0.02 s at 12 jobs on 4 types, 0.1 s at 28 on 8 and 0.4 s
+at 55 on 8 (wide family; about what HiGHS took), and 2.4 s at 100 on 8 (``exact=True``; HiGHS
+0.8 s). An LP that takes more than ``EXACT_TIME_LIMIT_S = 10`` s is solved by the backend, as is
+the rest of the run, with the tolerances above. ``exact=False`` solves every LP on the backend (as
+larger runs do), ``exact=True`` exactly whatever the size. So a run's answer depends on its path on
+data at the edges of the supported range (on the wide family, up to ``0.2 u_i`` at 12 jobs and
+``u_i`` at 100 jobs on 8 types), not on moderate data (within ``10^{-5} u_i``, the property suite's
+dense check).
 
 Limits. A level LP can itself be ill-conditioned: a violation of a row by
 ``10^{-8}`` (within a solver's tolerance) can raise ``t*`` by 10% and more,
@@ -295,6 +305,11 @@ HIGHS_OWN = {"simplex_strategy": 1, "simplex_iteration_limit": 2**31 - 1}  # HiG
 EXACT_MAX_COLUMNS = 512
 EXACT_TIME_LIMIT_S = 10.0  # per LP; an LP that takes longer is solved by the backend
 EXACT_SLACK = 1e-12  # (rows scaled to about 1) what an exact LP infeasible by rounding gives way
+# Runs whose LPs are exact decide at these instead (see Exact levels in the module docstring): a job rises
+# when it can rise by more than EXACT_RISE of its scale (and a cap probe succeeds within it), a positive dual
+# certifies, and frozen levels give way by EXACT_GIVE_WAY only (the exact answers are rounded to doubles)
+EXACT_RISE = 1e-12
+EXACT_GIVE_WAY = 1e-14
 
 
 def _last_retries(backend: str, size: int) -> tuple[dict[str, Any], ...]:
@@ -866,7 +881,6 @@ class _WaterFill:
         self.frozen = np.zeros(n_jobs, dtype=bool)
         self.level = np.zeros(n_jobs)  # L_i of frozen jobs, in units of n
         self.floor = np.zeros(n_jobs)  # what frozen jobs hold in later LPs: (1 - give_way) L_i, or less
-        self.give_way = GIVE_WAY  # WIDER_GIVE_WAY after numerical trouble
         self.iterations = 0
         self.cap_probes = 0  # level LPs of fill_caps
         self.cap_misses = self.cap_skips = 0  # fill_caps runs ended at their first probe in a row; chances to skip
@@ -876,10 +890,27 @@ class _WaterFill:
         fraction = problem.capacity / max(float(problem.capacity.sum()), float(self.use.sum()))
         self.achieved = (self.alone * problem.runnable) @ fraction
         self.lps = _Lps(problem, solver, self._n_of, space_sharing, count, exact)
+        # EXACT_GIVE_WAY while the LPs are exact, else GIVE_WAY (WIDER_GIVE_WAY after numerical trouble)
+        self.give_way = EXACT_GIVE_WAY if self.lps.exact else GIVE_WAY
         self.rows: np.ndarray | None = None  # r_i
         self.plain_rows = False  # r_i = u_i (after numerical trouble)
         self.t_unit = np.inf
         self.last: tuple[Solution, np.ndarray] | None = None
+
+    @property
+    def rise(self) -> float:
+        """What a job must be able to rise by (relative to its scale) to stay active."""
+        return EXACT_RISE if self.lps.exact else RISE
+
+    @property
+    def dual_tol(self) -> float:
+        """A row's dual above this certifies its job stuck."""
+        return 0.0 if self.lps.exact else DUAL_TOL
+
+    @property
+    def cap_reached(self) -> float:
+        """A cap probe succeeds when its level is within this (relative) of the probed cap."""
+        return EXACT_RISE if self.lps.exact else CAP_REACHED
 
     def _n_of(self, base: AllocationModel) -> LinExpr:
         return (base.throughput if self.heterogeneity_aware else base.time) * self.scale
@@ -894,12 +925,12 @@ class _WaterFill:
         return x
 
     def rising(self, scale: np.ndarray) -> np.ndarray:
-        """Jobs the current point proves able to rise by more than ``RISE`` of their ``scale``
+        """Jobs the current point proves able to rise by more than :attr:`rise` of their ``scale``
         with nothing else changed: idle time of theirs on a type with idle GPUs."""
         problem = self.problem
         room = np.minimum(self.idle_gpus[None, :] / self.use[:, None], self.idle_time[:, None])
         gain = (self.alone * np.where(problem.runnable, room, 0.0)).max(axis=1)
-        return gain > RISE * scale
+        return gain > self.rise * scale
 
     # ----- one level ------------------------------------------------------------------
     def level_lp(self, slope: np.ndarray, offset: np.ndarray, positive: np.ndarray, refine: bool = True
@@ -966,7 +997,7 @@ class _WaterFill:
         return self.give_way / max(jobs - 1.0, 1.0)
 
     def stuck(self, level: _Level, jobs: np.ndarray, scale: np.ndarray) -> np.ndarray:
-        """The jobs of the mask ``jobs`` unable to rise above their targets by ``RISE`` of their ``scale``
+        """The jobs of the mask ``jobs`` unable to rise above their targets by :attr:`rise` of their ``scale``
         while every other active job keeps its target and every frozen one its floor, less the give
         (improvement LPs, see the module docstring)."""
         candidates = jobs.copy()
@@ -978,7 +1009,7 @@ class _WaterFill:
             solution = self.lps.solve(model)
             if solution.status is not Status.OPTIMAL:  # no conclusion: the jobs stay active
                 break
-            raised = solution.values["improvement"] * IMPROVEMENT > RISE
+            raised = solution.values["improvement"] * IMPROVEMENT > self.rise
             if not (candidates & raised).any():
                 return candidates
             candidates &= ~raised
@@ -991,6 +1022,9 @@ class _WaterFill:
         tree, first_level = self.tree, None
         while not self.frozen.all():
             self.iterations += 1
+            if self.give_way < GIVE_WAY and not self.lps.exact:  # the exact LPs stopped at their time limit
+                self.give_way = GIVE_WAY
+                self.floor = np.minimum(self.floor, _round_down((1.0 - GIVE_WAY) * self.level))
             active = ~self.frozen
             share = tree.shares(active)
             positive = active & (share > 0)
@@ -1006,20 +1040,20 @@ class _WaterFill:
             target = level.target
             # what a rise is measured against: the target (at least MIN_ROW_SCALE u_i), u_i at a share of 0
             scale = np.clip(np.where(positive, target, self.most), MIN_ROW_SCALE * self.most, self.most)
-            # a row with a positive dual is tight in every optimum, and its job cannot rise by RISE even
+            # a row with a positive dual is tight in every optimum, and its job cannot rise by rise even
             # where the other active jobs give way when the duals say so: the LP's optimum is concave in
             # its right-hand sides, so it is at most tau* - dual_i rise_i + sum_{j != i} dual_j give_j
-            rise = RISE * scale / self.rows
+            rise = self.rise * scale / self.rows
             give = np.where(active, self.active_give(active) * target / self.rows * level.dual, 0.0)
-            certain = active & (level.dual > DUAL_TOL) & (level.dual * rise > 2.0 * (give.sum() - give))
-            tight = active & (self.achieved <= target + RISE * scale) & ~self.rising(scale)
-            undecided = (tight | (active & (level.dual > DUAL_TOL))) & ~certain
+            certain = active & (level.dual > self.dual_tol) & (level.dual * rise > 2.0 * (give.sum() - give))
+            tight = active & (self.achieved <= target + self.rise * scale) & ~self.rising(scale)
+            undecided = (tight | (active & (level.dual > self.dual_tol))) & ~certain
             if undecided.any():
                 certain |= self.stuck(level, undecided, scale)
             if not certain.any():  # the row of largest dual weight holds t up: tight in every optimum
                 certain[np.flatnonzero(positive)[np.argmax(level.dual_share[positive])]] = True
             self._freeze(certain, target)
-            capped = certain & (target >= (1.0 - CAP_REACHED) * self.most)
+            capped = certain & (target >= (1.0 - self.cap_reached) * self.most)
             if self.problem.entities is None and capped.any():
                 if self.cap_skips:
                     self.cap_skips -= 1
@@ -1031,7 +1065,8 @@ class _WaterFill:
     def _freeze(self, jobs: np.ndarray, target: np.ndarray) -> None:
         """Freeze the jobs of the mask ``jobs`` at their ``target``."""
         self.level[jobs] = target[jobs]
-        self.floor[jobs] = _round_down((1.0 - self.give_way) * target[jobs])
+        given = (1.0 - self.give_way) * target[jobs]
+        self.floor[jobs] = given if self.lps.exact else _round_down(given)
         self.frozen |= jobs
         # the floors the current point holds (all but solver noise), so every LP has a feasible point
         self.floor[self.frozen] = np.minimum(self.floor[self.frozen], self.achieved[self.frozen])
@@ -1067,7 +1102,7 @@ class _WaterFill:
             if level is None:
                 done, step = m, 2 * step
                 continue
-            bound = min(m, done + int(np.searchsorted(caps[done:m], level * (1.0 + CAP_REACHED), side="right")) + 1)
+            bound = min(m, done + int(np.searchsorted(caps[done:m], level * (1.0 + self.cap_reached), side="right")) + 1)
             halve = 2 * (bound - done) > m - done
             failed = bound
         # a run that ended at its first probe: the next runs are likely short too, so skip as many
@@ -1100,7 +1135,7 @@ class _WaterFill:
         # unrefined: the probe decides at CAP_REACHED, far above the solver's tolerances, and a job it
         # freezes holds its cap, known exactly, less the give
         level = self.level_lp(slope, offset, active, refine=False)
-        if level is not None and level.t >= (1.0 - CAP_REACHED) * cap:
+        if level is not None and level.t >= (1.0 - self.cap_reached) * cap:
             self._freeze(mask, level.target)
             return None
         self.last, self.achieved, self.idle_gpus, self.idle_time = saved
