@@ -14,12 +14,13 @@ becomes 1/3. That is as far from the model as a floating-point solver's toleranc
 ill-conditioned LP moves with it. So the model GLPK gets is scaled by powers of two (exactly)
 until every coefficient and bound is an integer: each column by the least power that makes its
 finite bounds integral, then each row, and the objective, by the least that makes theirs integral
-(:func:`_integral_scales`); the answers are scaled back, again exactly.
+(:class:`_Integral`); the answers are scaled back, again exactly.
 https://www.gnu.org/software/glpk/ (glpk.pdf, ``glp_exact``)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,34 +44,29 @@ class GlpkExactBackend(Backend):
     def build(self, model: CompiledModel, options: SolveOptions) -> Any:
         import swiglpk as glp
 
-        scales = _integral_scales(model)
-        if scales is None:
+        integral = _Integral.of(model)
+        if integral is None:
             return None
-        col_exp, row_exp, obj_exp = scales
         glp.glp_term_out(glp.GLP_ON if options.verbose else glp.GLP_OFF)
         lp = glp.glp_create_prob()
         glp.glp_set_obj_dir(lp, glp.GLP_MIN)
-        m, n = model.num_rows, model.num_cols
-        glp.glp_add_rows(lp, max(m, 1))  # glp_exact fails on a model without rows: a free empty row then
-        glp.glp_add_cols(lp, n)
-        row_bounds = _bounds(np.ldexp(model.row_lb, row_exp), np.ldexp(model.row_ub, row_exp))
-        for i, (kind, lo, hi) in enumerate(row_bounds, 1):
+        glp.glp_add_rows(lp, max(model.num_rows, 1))  # glp_exact fails on a model without rows: a free empty row
+        glp.glp_add_cols(lp, model.num_cols)
+        for i, (kind, lo, hi) in enumerate(_bounds(integral.row_lb, integral.row_ub), 1):
             glp.glp_set_row_bnds(lp, i, kind, lo, hi)
-        for j, (kind, lo, hi) in enumerate(_bounds(np.ldexp(model.col_lb, col_exp), np.ldexp(model.col_ub, col_exp)), 1):
+        for j, (kind, lo, hi) in enumerate(_bounds(integral.col_lb, integral.col_ub), 1):
             glp.glp_set_col_bnds(lp, j, kind, lo, hi)
-        c = np.ldexp(model.c, obj_exp - col_exp)
-        for j in np.flatnonzero(c):
-            glp.glp_set_obj_coef(lp, int(j) + 1, float(c[j]))
-        A = sp.coo_matrix(model.A)
+        for j in np.flatnonzero(integral.c):
+            glp.glp_set_obj_coef(lp, int(j) + 1, float(integral.c[j]))
+        A = integral.A
         if A.nnz:  # GLPK's arrays are 1-based: element 0 is unused
-            data = np.ldexp(A.data, row_exp[A.row] - col_exp[A.col])
             rows, cols, values = glp.intArray(A.nnz + 1), glp.intArray(A.nnz + 1), glp.doubleArray(A.nnz + 1)
             # element by element (the models here are small): swiglpk 5.0's as_intArray did not hold the list here
-            for k, (i, j, v) in enumerate(zip((A.row + 1).tolist(), (A.col + 1).tolist(), data.tolist()), 1):
+            for k, (i, j, v) in enumerate(zip((A.row + 1).tolist(), (A.col + 1).tolist(), A.data.tolist()), 1):
                 rows[k], cols[k], values[k] = i, j, v
             glp.glp_load_matrix(lp, A.nnz, rows, cols, values)
         glp.glp_scale_prob(lp, glp.GLP_SF_AUTO)  # for the floating-point simplex only: glp_exact ignores it
-        return lp, scales
+        return lp, integral
 
     def run(self, handle: Any, model: CompiledModel, options: SolveOptions) -> RawResult:
         import swiglpk as glp
@@ -78,7 +74,7 @@ class GlpkExactBackend(Backend):
         if handle is None:
             return RawResult(Status.ERROR, raw_status="the model's values span too many powers of two to be "
                                                       "made integral in doubles")
-        lp, (col_exp, row_exp, obj_exp) = handle
+        lp, integral = handle
         try:
             parm = glp.glp_smcp()
             glp.glp_init_smcp(parm)
@@ -110,36 +106,56 @@ class GlpkExactBackend(Backend):
                             model.num_cols)
             y = np.fromiter((glp.glp_get_row_dual(lp, i) for i in range(1, model.num_rows + 1)), float,
                             model.num_rows)
-            x, y = np.ldexp(x, -col_exp), np.ldexp(y, row_exp - obj_exp)
+            x, y = integral.unscaled(x, y)
             return RawResult(Status.OPTIMAL, raw_status=raw + " (optimal, exact)", x=x, row_duals=y)
         finally:
             glp.glp_delete_prob(lp)
 
 
-def _integral_scales(model: CompiledModel) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """Exponents ``(columns, rows, objective)`` of the powers of two that make every value of ``model``
-    integral: column ``j``'s bounds times ``2**columns[j]``, row ``i``'s coefficients
-    ``A_ij 2**(rows[i] - columns[j])`` and bounds times ``2**rows[i]``, the objective's
-    ``c_j 2**(objective - columns[j])``. None where a value would overflow."""
-    A = sp.coo_matrix(model.A)
-    col_exp = np.maximum(_needed(model.col_lb), _needed(model.col_ub)).clip(min=0)
-    entry = _needed(np.ldexp(A.data, -col_exp[A.col]))
-    row_exp = np.maximum(_needed(model.row_lb), _needed(model.row_ub))
-    np.maximum.at(row_exp, A.row, entry)
-    row_exp = row_exp.clip(min=0)
-    obj_exp = int(max(_needed(np.ldexp(model.c, -col_exp)).max(initial=0), 0))
-    values = [np.ldexp(A.data, row_exp[A.row] - col_exp[A.col]), np.ldexp(model.row_lb, row_exp),
-              np.ldexp(model.row_ub, row_exp), np.ldexp(model.col_lb, col_exp), np.ldexp(model.col_ub, col_exp),
-              np.ldexp(model.c, obj_exp - col_exp)]
-    if not all(np.all(np.isinf(v) == np.isinf(w)) for v, w in zip(
-            values, [A.data, model.row_lb, model.row_ub, model.col_lb, model.col_ub, model.c])):
-        return None
-    return col_exp, row_exp, obj_exp
+@dataclass(frozen=True)
+class _Integral:
+    """A model scaled by powers of two until every value is an integer: column ``j`` by ``2**col_exp[j]``
+    (its bounds integral), then row ``i`` by ``2**row_exp[i]`` and the objective by ``2**obj_exp`` (their
+    coefficients and bounds integral). Exact: only exponents change."""
+
+    A: sp.coo_matrix
+    row_lb: np.ndarray
+    row_ub: np.ndarray
+    col_lb: np.ndarray
+    col_ub: np.ndarray
+    c: np.ndarray
+    col_exp: np.ndarray
+    row_exp: np.ndarray
+    obj_exp: int
+
+    @classmethod
+    def of(cls, model: CompiledModel) -> _Integral | None:
+        """``model`` made integral; None where a value would overflow (or underflow)."""
+        A = sp.coo_matrix(model.A)
+        col_exp = np.maximum(_needed(model.col_lb), _needed(model.col_ub)).clip(min=0)
+        row_exp = np.maximum(_needed(model.row_lb), _needed(model.row_ub))
+        np.maximum.at(row_exp, A.row, _needed(np.ldexp(A.data, -col_exp[A.col])))
+        row_exp = row_exp.clip(min=0)
+        obj_exp = int(max(_needed(np.ldexp(model.c, -col_exp)).max(initial=0), 0))
+        with np.errstate(over="ignore"):  # an overflow is found below
+            data = np.ldexp(A.data, row_exp[A.row] - col_exp[A.col])
+            scaled = cls(sp.coo_matrix((data, (A.row, A.col)), shape=A.shape),
+                         np.ldexp(model.row_lb, row_exp), np.ldexp(model.row_ub, row_exp),
+                         np.ldexp(model.col_lb, col_exp), np.ldexp(model.col_ub, col_exp),
+                         np.ldexp(model.c, obj_exp - col_exp), col_exp, row_exp, obj_exp)
+        pairs = ((scaled.A.data, A.data), (scaled.row_lb, model.row_lb), (scaled.row_ub, model.row_ub),
+                 (scaled.col_lb, model.col_lb), (scaled.col_ub, model.col_ub), (scaled.c, model.c))
+        kept = all(np.array_equal(np.isinf(a), np.isinf(b)) and np.array_equal(a == 0, b == 0) for a, b in pairs)
+        return scaled if kept else None
+
+    def unscaled(self, x: np.ndarray, row_duals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The scaled model's column values and row duals in the model's own units."""
+        return np.ldexp(x, -self.col_exp), np.ldexp(row_duals, self.row_exp - self.obj_exp)
 
 
 def _needed(values: np.ndarray) -> np.ndarray:
-    """Per value, the least ``k`` (at most; possibly less) with ``value * 2**k`` an integer: a double is
-    ``m 2**e`` with ``0.5 <= |m| < 1`` and ``m 2**53`` an integer. Zero and infinite values need nothing."""
+    """Per value, a ``k`` with ``value * 2**k`` an integer (not always the least): a double is ``m 2**e``
+    with ``0.5 <= |m| < 1`` and ``m 2**53`` an integer. Zero and infinite values need none."""
     _, exponent = np.frexp(np.where(np.isfinite(values), values, 0.0))
     return np.where(np.isfinite(values) & (values != 0), 53 - exponent, np.iinfo(np.int64).min // 2).astype(np.int64)
 

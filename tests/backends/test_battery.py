@@ -560,6 +560,20 @@ def test_glpk_exact_solves_the_model_as_given() -> None:
     assert float(solution.duals["sum"]) == pytest.approx(0.1000000001, rel=1e-15)
 
 
+def test_glpk_exact_refuses_a_model_it_cannot_make_integral() -> None:
+    """1e300 and 1e-300 in one row: no power of two makes both integral within doubles."""
+    from allocopt.backends.glpk import GlpkExactBackend
+
+    exact = _backend_class(GlpkExactBackend)
+    m = Model()
+    x = m.add_variable("x", 2, ub=1.0)
+    m.add_constraint("wide", x * np.array([1e300, 1e-300]) <= np.array([1.0]))
+    m.maximize(x.sum())
+    solution = _solve(exact, m.compile())
+    assert solution.status is Status.ERROR
+    assert "powers of two" in solution.message
+
+
 def _backend_class(cls: type[Backend]) -> Backend:
     reason = cls.unavailable_reason()
     if reason is not None:
