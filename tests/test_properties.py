@@ -217,9 +217,9 @@ def dense_water_filling(problem: Problem, entity_policies: dict | None, exact: b
     target (``u_i`` at a share of 0, at least ``1e-6 u_i``) freeze.
 
     ``exact``: the lexicographic max-min levels themselves, as water-filling's exact runs decide them:
-    every LP in rational arithmetic (:class:`ExactDense`), floors and targets held to ``1 - 1e-13`` of
-    the levels (the exact answers are rounded to doubles), and a job freezes when it cannot rise by
-    ``1e-9`` of its target."""
+    every LP in rational arithmetic (:class:`ExactDense`), floors and targets held ``1e-14`` of the
+    terms they come from below them (the exact answers are rounded to doubles), and a job freezes when
+    it cannot rise by ``1e-12`` of its target."""
     a = rates(problem)
     lp = (ExactDense if exact else Dense)(problem, a)
     slack, rise = (1e-14, 1e-12) if exact else (None, RISE)
@@ -232,6 +232,7 @@ def dense_water_filling(problem: Problem, entity_policies: dict | None, exact: b
         fifo = np.array([(entity_policies or {}).get(problem.entity_ids[e]) == "fifo" for e in entity])
     age = problem.time_since_start
     frozen, level = np.zeros(n, dtype=bool), np.zeros(n)
+    size = np.zeros(n)  # the largest term a level was computed from (w t, less the entity's frozen levels)
     while not frozen.all():
         sigma = np.zeros(n)
         for e in set(entity[~frozen].tolist()):
@@ -245,15 +246,15 @@ def dense_water_filling(problem: Problem, entity_policies: dict | None, exact: b
         c = np.zeros(n * lp.k + 1)
         c[-1] = -1.0
         rows = [lp.n_row(i, 0.0 if frozen[i] else slope[i]) for i in range(n)]
-        floor = level * (1 - slack) if exact else floor_of(level)
+        floor = level - slack * size if exact else floor_of(level)
         t = lp.solve(c, rows, np.where(frozen, -floor, offset).tolist())
         target = np.where(frozen, level, np.maximum(slope * t - offset, 0.0))
         scale = np.clip(np.where(sigma > 0, target, u), 1e-6 * u, u)
         gain = np.full(n, np.inf)
         give = GIVE_WAY / max((~frozen).sum() - 1, 1)  # the give of each other active job
         for i in np.flatnonzero(~frozen):
-            if exact:
-                held = np.where(frozen, floor, (1 - slack) * target)
+            if exact:  # less what rounding w t - F may have added
+                held = np.where(frozen, floor, target - slack * slope * t)
             else:
                 held = np.where(frozen, floor, (1 - give) * target)
                 held[i] = target[i] * (1 - 1e-7)  # linprog's t is within HiGHS's default tolerance
@@ -262,7 +263,7 @@ def dense_water_filling(problem: Problem, entity_policies: dict | None, exact: b
         stuck = gain <= rise
         if not stuck.any():  # the job that gains least
             stuck[np.argmin(gain)] = True
-        level[stuck] = target[stuck]
+        level[stuck], size[stuck] = target[stuck], (slope * t)[stuck]
         frozen |= stuck
     return level
 
