@@ -108,7 +108,7 @@ def check(args: tuple[int, int, tuple[str, ...], int, tuple[str, ...]]) -> list[
                 elif name == "water_filling":
                     expected = props.dense_water_filling(problem, entity_policies, exact=exact)
                     ok = bool(np.all(np.abs(props.normalized(alloc) - expected)
-                                     <= (1e-6 if exact else 1e-5) * props.rates(problem).max(axis=1)))
+                                     <= (1e-8 if exact else 1e-5) * props.rates(problem).max(axis=1)))
                 else:
                     expected = props.dense_max_min(problem, policy == "max_min_fairness")
                     ok = abs(alloc.objective - expected) <= 1e-7 * abs(expected)

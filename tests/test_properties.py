@@ -312,12 +312,23 @@ def test_agrees_with_dense_formulation(policy, seed, n_jobs, n_types, wide, enti
         assert alloc.extras["num_exact_lp_solves"] == (alloc.extras["num_lp_solves"] if exact else 0)
         expected = dense_water_filling(problem, entity_policies, exact=exact)
         u = rates(problem).max(axis=1)
-        np.testing.assert_array_less(np.abs(normalized(alloc) - expected), (1e-6 if exact else 1e-5) * u)
+        np.testing.assert_array_less(np.abs(normalized(alloc) - expected), (1e-8 if exact else 1e-5) * u)
         np.testing.assert_allclose(alloc.extras["levels"] * problem.priority_weights, normalized(alloc),
                                    rtol=1e-7, atol=1e-12)
     else:
         aware = policy == "max_min_fairness"
         assert alloc.objective == pytest.approx(dense_max_min(problem, aware), rel=1e-7)
+
+
+@pytest.mark.parametrize("seed, n_jobs", [(7, 12), (1, 12), (2205713150, 11)])
+def test_exact_levels_are_the_lexicographic_max_min_vector(seed, n_jobs):
+    """Wide problems on which the floating-point runs' tolerances (RISE, the give) end 2e-3..0.18 u_i
+    from the exact vector: the default run is that vector."""
+    problem, _ = make_problem(seed, n_jobs, 4, True, False)
+    alloc = allocopt.solve(problem, "water_filling")
+    assert alloc.extras["num_exact_lp_solves"] == alloc.extras["num_lp_solves"] and alloc.backend == "glpk-exact"
+    expected = dense_water_filling(problem, None, exact=True)
+    np.testing.assert_array_less(np.abs(normalized(alloc) - expected), 1e-7 * rates(problem).max(axis=1))
 
 
 @settings(PROPERTY, max_examples=30)

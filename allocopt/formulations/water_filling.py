@@ -181,7 +181,9 @@ target, a positive dual certifies a bottleneck, a cap probe must reach its cap w
 rounded). Such a run returns the lexicographic max-min vector itself, and every backend the same
 allocation. Checked against the test suite's own dense formulation with each LP solved exactly
 (``dense_water_filling(..., exact=True)`` in ``tests/test_properties.py``, one LP per level and job):
-within ``4 \\cdot 10^{-8} u_i`` on the property suite's wide family at 12 jobs on 4 types (13
+within ``2.6 \\cdot 10^{-10} u_i`` on all 2,515 problems of at most 6 jobs among 5,000 of the property
+suite (seed 5, both families, with and without entities; median ``10^{-14} u_i``), within
+``4 \\cdot 10^{-8} u_i`` on the property suite's wide family at 12 jobs on 4 types (13
 problems; most within ``10^{-12} u_i``) and ``5 \\cdot 10^{-6} u_i`` at 40 jobs on 8 types (8 problems;
 6 within ``10^{-9} u_i``), where the tolerances above (the floating-point runs) end up to
 ``0.18 u_i`` and ``0.96 u_i`` from it. What remains is the vector's own sensitivity: there, levels
@@ -189,13 +191,16 @@ problems; most within ``10^{-12} u_i``) and ``5 \\cdot 10^{-6} u_i`` at 40 jobs 
 positive dual freezes here) became later levels ``3 \\cdot 10^{-7}`` apart. The
 floating-point solvers, each within its tolerances, also disagreed among themselves (Limits,
 below): on a fresh seed of the property suite's wide family they ended up to ``0.79 u_i`` apart on
-6 of 5,000 problems. Exact answers rounded to doubles can leave a later LP infeasible by a unit in
+6 of 5,000 problems. ``benchmarks/property_suite.py --seed 3 --policies
+water_filling,water_filling/float`` (5,000 problems): highs, scipy, cvxpy and CBC agree on all
+5,000 and with the exact reference on its 492; with ``exact=False`` scipy, CBC and cvxpy disagreed
+with HiGHS on 8, 6 and 7. Exact answers rounded to doubles can leave a later LP infeasible by a unit in
 the last place (a fixed ``tau`` or a floor a rounding above its exact value): it is solved again
 with the level rows ``EXACT_SLACK = 10^{-12}`` lower (rows scaled to about 1). Exact LPs are not
 refined. Their time grows with the size faster than the floating-point solvers' (the bits of the
 rationals): a whole run took a median of 0.02 s at 12 jobs on 4 types, 0.1 s at 28 on 8 and 0.4 s
-at 55 on 8 (wide family; about what HiGHS took), and 2.4 s at 100 on 8 (``exact=True``; HiGHS
-0.8 s). An LP that takes more than ``EXACT_TIME_LIMIT_S = 10`` s is solved by the backend, as is
+at 55 on 8 (wide family; about what HiGHS took), and 1.0-5.2 s at 100 on 8 (``exact=True``, 4
+problems; HiGHS 0.3-0.7 s). An LP that takes more than ``EXACT_TIME_LIMIT_S = 10`` s is solved by the backend, as is
 the rest of the run, with the tolerances above. ``exact=False`` solves every LP on the backend (as
 larger runs do), ``exact=True`` exactly whatever the size. So a run's answer depends on its path on
 data at the edges of the supported range (on the wide family, up to ``0.2 u_i`` at 12 jobs and
