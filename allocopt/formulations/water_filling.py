@@ -193,7 +193,7 @@ floating-point solvers, each within its tolerances, also disagreed among themsel
 below): on a fresh seed of the property suite's wide family they ended up to ``0.79 u_i`` apart on
 6 of 5,000 problems. ``benchmarks/property_suite.py --seed 3 --policies
 water_filling,water_filling/float`` (5,000 problems): highs, scipy, cvxpy and CBC agree on all
-5,000 and with the exact reference on its 492; with ``exact=False`` scipy, CBC and cvxpy disagreed
+5,000 and with the exact reference on its 492 (one after a fix of the reference's own rounding); with ``exact=False`` scipy, CBC and cvxpy disagreed
 with HiGHS on 8, 6 and 7. Exact answers rounded to doubles can leave a later LP infeasible by a unit in
 the last place (a fixed ``tau`` or a floor a rounding above its exact value): it is solved again
 with the level rows ``EXACT_SLACK = 10^{-12}`` lower (rows scaled to about 1). Exact LPs are not
