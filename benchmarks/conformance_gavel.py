@@ -5,7 +5,8 @@ outside this repository: point ``--gavel-dir`` at a checkout and run this script
 with a Python that has Gavel's simulator dependencies (numpy < 2.3, cvxpy with
 ECOS and cvxopt (GLPK_MI, or Gavel's water-filling silently stops after one
 level), scipy, grpcio + generated stubs (``make rpc_stubs`` in ``scheduler/``),
-psutil, matrix_completion) and allocopt's (highspy)::
+psutil, matrix_completion) and allocopt's (highspy, swiglpk: without it water-filling runs
+without exact levels and logs a warning)::
 
     python benchmarks/conformance_gavel.py --gavel-dir /tmp/gavel [--traces artifact_evaluation ...]
 

@@ -3,6 +3,11 @@ improvement over max-min fairness, errors."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import ALL_BACKENDS, assert_feasible
@@ -337,3 +342,26 @@ def test_exact_option_is_checked():
     problem = Problem.from_json(ISSUE_EXAMPLE)
     with pytest.raises(InvalidOptionError, match="exact must be None, True or False"):
         allocopt.solve(problem, "water_filling", exact="yes")
+
+
+def test_without_swiglpk_small_runs_solve_in_floating_point_with_a_warning():
+    """swiglpk is a core dependency, but allocopt run from a path (a scheduler's own environment) can lack
+    it: the default then solves in floating point and says so; ``exact=True`` raises naming the package."""
+    code = ("import logging, sys\n"
+            "sys.modules['swiglpk'] = None  # not importable\n"
+            "logging.basicConfig(level=logging.WARNING)\n"
+            "import allocopt\n"
+            f"problem = allocopt.Problem.from_json({ISSUE_EXAMPLE!r})\n"
+            "alloc = allocopt.solve(problem, 'water_filling')\n"
+            "print(alloc.status.value, alloc.extras['num_exact_lp_solves'], alloc.backend)\n"
+            "try:\n"
+            "    allocopt.solve(problem, 'water_filling', exact=True)\n"
+            "except allocopt.errors.BackendNotInstalledError as err:\n"
+            "    print('raised:', err)\n")
+    root = Path(allocopt.__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(root)}, check=True)
+    status, exact_solves, backend = out.stdout.splitlines()[0].split()
+    assert (status, exact_solves, backend) == ("optimal", "0", "highs")
+    assert "raised: backend 'glpk-exact' needs the Python package(s) swiglpk" in out.stdout
+    assert "its LPs are solved in floating point, without exact levels" in out.stderr

@@ -543,7 +543,8 @@ class WaterFilling(Policy):
         """Water-fill; ``entity_policies`` maps entity ids to ``"fairness"`` (default) or ``"fifo"``;
         ``aggregate_job_types`` solves by job class (:func:`water_filling_by_job_class`); ``exact``:
         the LPs in exact rational arithmetic (None: where they have at most ``EXACT_MAX_COLUMNS``
-        columns, False: never, True: always; see Exact levels in the module docstring)."""
+        columns and ``swiglpk`` is importable, with a warning where not; False: never, True: always;
+        see Exact levels in the module docstring)."""
         if exact not in (None, True, False):
             raise InvalidOptionError(f"water_filling: exact must be None, True or False, got {exact!r}")
         if entity_policies is not None and not isinstance(entity_policies, Mapping):
@@ -648,6 +649,11 @@ class _Lps:
         limit = solver.options.time_limit_s
         if exact is None:
             exact = model.num_cols <= EXACT_MAX_COLUMNS and (limit is None or limit >= EXACT_TIME_LIMIT_S)
+            missing = GlpkExactBackend.unavailable_reason() if exact else None
+            if missing is not None:  # a core dependency, missing where allocopt runs from a path, not installed
+                logger.warning("water_filling: %s; its LPs are solved in floating point, without exact levels",
+                               missing)
+                exact = False
         if exact:
             GlpkExactBackend.check_installed()
         self.exact = bool(exact)
