@@ -209,7 +209,8 @@ def floor_of(level: np.ndarray) -> np.ndarray:
     return np.where(single > given, np.nextafter(single, np.float32(0)), single).astype(np.float64)
 
 
-def dense_water_filling(problem: Problem, entity_policies: dict | None, exact: bool = False) -> np.ndarray:
+def dense_water_filling(problem: Problem, entity_policies: dict | None, exact: bool = False,
+                        heterogeneity_aware: bool = True) -> np.ndarray:
     """Levels ``n_i`` by progressive filling with water-filling's give (see
     :mod:`allocopt.formulations.water_filling`): per level max t with every frozen job at its floor
     (:func:`floor_of`), then one LP per active job (the most it can get while the other active jobs
@@ -220,7 +221,7 @@ def dense_water_filling(problem: Problem, entity_policies: dict | None, exact: b
     every LP in rational arithmetic (:class:`ExactDense`), floors and targets held ``1e-14`` of the
     terms they come from below them (the exact answers are rounded to doubles), and a job freezes when
     it cannot rise by ``1e-12`` of its target."""
-    a = rates(problem)
+    a = rates(problem, heterogeneity_aware)
     lp = (ExactDense if exact else Dense)(problem, a)
     slack, rise = (1e-14, 1e-12) if exact else (None, RISE)
     n, u = lp.n, a.max(axis=1)
@@ -318,6 +319,18 @@ def test_agrees_with_dense_formulation(policy, seed, n_jobs, n_types, wide, enti
     else:
         aware = policy == "max_min_fairness"
         assert alloc.objective == pytest.approx(dense_max_min(problem, aware), rel=1e-7)
+
+
+@settings(PROPERTY, max_examples=30)
+@given(seed=st.integers(0, 2**32 - 1), n_jobs=st.integers(1, 6), n_types=st.integers(1, 3), wide=st.booleans(),
+       entities=st.booleans())
+def test_exact_agnostic_levels_agree_with_dense_formulation(seed, n_jobs, n_types, wide, entities):
+    """Gavel's heterogeneity-agnostic water-filling (levels in time shares): also the exact vector."""
+    problem, entity_policies = make_problem(seed, n_jobs, n_types, wide, entities)
+    alloc = allocopt.solve(problem, "water_filling", entity_policies=entity_policies, heterogeneity_aware=False)
+    expected = dense_water_filling(problem, entity_policies, exact=True, heterogeneity_aware=False)
+    np.testing.assert_array_less(np.abs(normalized(alloc, False) - expected),
+                                 1e-8 * rates(problem, False).max(axis=1))
 
 
 @pytest.mark.parametrize("seed, n_jobs", [(7, 12), (1, 12), (2205713150, 11)])
