@@ -183,7 +183,7 @@ allocation. Checked against the test suite's own dense formulation with each LP 
 (``dense_water_filling(..., exact=True)`` in ``tests/test_properties.py``, one LP per level and job):
 within ``2.6 \\cdot 10^{-10} u_i`` on all 2,515 problems of at most 6 jobs among 5,000 of the property
 suite (seed 5, both families, with and without entities; median ``10^{-14} u_i``; heterogeneity-agnostic:
-within ``8 \\cdot 10^{-14}`` of ``u_i`` on 283 such problems of seed 11), within
+within ``8 \\cdot 10^{-14} u_i`` on 283 such problems of seed 11), within
 ``4 \\cdot 10^{-8} u_i`` on the property suite's wide family at 12 jobs on 4 types (13
 problems; most within ``10^{-12} u_i``) and ``5 \\cdot 10^{-6} u_i`` at 40 jobs on 8 types (8 problems;
 6 within ``10^{-9} u_i``), where the tolerances above (the floating-point runs) end up to
