@@ -365,3 +365,15 @@ def test_without_swiglpk_small_runs_solve_in_floating_point_with_a_warning():
     assert (status, exact_solves, backend) == ("optimal", "0", "highs")
     assert "raised: backend 'glpk-exact' needs the Python package(s) swiglpk" in out.stdout
     assert "its LPs are solved in floating point, without exact levels" in out.stderr
+
+
+def test_a_level_lp_no_backend_setting_solves_is_solved_exactly():
+    """CBC called level LPs of this 85-job wide run infeasible with every retry (an InfeasibleError before):
+    each such LP is solved by GLPK's exact simplex instead, and the run ends optimal."""
+    from test_properties import make_problem
+
+    problem, policies = make_problem(4291298633, 85, 8, True, True)  # 766 columns: floating point
+    alloc = allocopt.solve(problem, "water_filling", backend="pulp", entity_policies=policies)
+    assert alloc.status is allocopt.Status.OPTIMAL
+    assert 0 < alloc.extras["num_exact_lp_solves"] < alloc.extras["num_lp_solves"]
+    assert_feasible(alloc)

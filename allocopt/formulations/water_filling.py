@@ -168,7 +168,9 @@ dual and primal simplex and its interior point method give up on (coefficients
 ``3 \\cdot 10^{-5}..10^6``); these last retries have iteration limits (scipy's
 HiGHS looped without end on one interior point solve). If the level LP fails even so, the rest of the
 run divides every row by ``u_i`` (coefficients at most 1), and after that the
-frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run.
+frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run; a level
+LP that no retry answers is solved by GLPK's exact simplex (Exact levels, below; CBC called level
+LPs of an 85-job wide run infeasible in every setting, 8 of them in one run, 6.7 s in all).
 Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
 Exact levels. Runs whose LPs have at most ``EXACT_MAX_COLUMNS = 512`` columns (one per job and
@@ -659,6 +661,7 @@ class _Lps:
             GlpkExactBackend.check_installed()
         self.exact = bool(exact)
         self.exact_solves = 0
+        self.exact_too_slow = False  # an exact LP reached EXACT_TIME_LIMIT_S
         last = _last_retries(backend, model.num_rows + model.num_cols) if backend != "cvxpy" or cvxpy_highs else ()
         self.session = _HighsSession(solver, last) if backend == "highs" and not self.exact else None
         last = [({backend: {**self.defaults.get(backend, {}), **options}}, False) for options in last]
@@ -743,34 +746,54 @@ class _Lps:
 
     def _solve_once(self, model: CompiledModel, dual: bool = False) -> Solution:
         if self.exact:
-            options = SolveOptions(time_limit_s=EXACT_TIME_LIMIT_S, verbose=self.solver.options.verbose)
-            solution = GlpkExactBackend().solve(model, options)
-            if solution.status is Status.INFEASIBLE:
-                # the levels, floors and fixed tau the rows hold are exact optima rounded to doubles, a unit
-                # in the last place above them at times: once more with the level rows EXACT_SLACK lower
-                row_lb = model.row_lb.copy()
-                row_lb[self.level_rows] -= EXACT_SLACK
-                solution = GlpkExactBackend().solve(replace(model, row_lb=row_lb), options)
+            solution = self._exact(model)
             if solution.status is Status.OPTIMAL:
-                self.exact_solves += 1
-                return self.solver.record(solution)
+                return solution
             if solution.status is Status.TIME_LIMIT:  # the next LPs, alike, would take as long
                 self.exact = False
+                self.exact_too_slow = True
             logger.info("water_filling: GLPK's exact simplex did not solve an LP (%s); %s solves it%s",
                         solution.message, self.solver.backend, "" if self.exact else " and the rest of the run")
         if self.session is not None:
-            return self.session.solve(model, dual)
-        A = model.A.copy()
-        A.eliminate_zeros()
-        model = replace(model, A=A)
-        # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
-        # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
-        # backend's _last_retries
-        for defaults, scaled in self.attempts:
-            solution = self._solve(model, defaults, scaled)
-            if not _trouble(solution, self.solver):
-                break
-        return self.solver.record(solution)
+            solution = self.session.solve(model, dual)
+        else:
+            A = model.A.copy()
+            A.eliminate_zeros()
+            model = replace(model, A=A)
+            # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
+            # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
+            # backend's _last_retries
+            for defaults, scaled in self.attempts:
+                solution = self._solve(model, defaults, scaled)
+                if not _trouble(solution, self.solver):
+                    break
+            solution = self.solver.record(solution)
+        return solution
+
+    def rescue(self, model: CompiledModel, solution: Solution) -> Solution:
+        """``model``, which the backend failed on in every setting, by GLPK's exact simplex where it has not
+        tried and is installed; its solution where optimal, else ``solution``."""
+        if self.exact or self.exact_too_slow or not GlpkExactBackend.is_installed():
+            return solution
+        exact = self._exact(model)
+        logger.info("water_filling: %s did not solve a level LP (%s); GLPK's exact simplex: %s",
+                    self.solver.backend, solution.message, exact.message)
+        return exact if exact.status is Status.OPTIMAL else solution
+
+    def _exact(self, model: CompiledModel) -> Solution:
+        """``model`` by GLPK's exact simplex (recorded where optimal)."""
+        options = SolveOptions(time_limit_s=EXACT_TIME_LIMIT_S, verbose=self.solver.options.verbose)
+        solution = GlpkExactBackend().solve(model, options)
+        if solution.status is Status.INFEASIBLE:
+            # the levels, floors and fixed tau the rows hold are exact optima rounded to doubles, a unit
+            # in the last place above them at times: once more with the level rows EXACT_SLACK lower
+            row_lb = model.row_lb.copy()
+            row_lb[self.level_rows] -= EXACT_SLACK
+            solution = GlpkExactBackend().solve(replace(model, row_lb=row_lb), options)
+        if solution.status is Status.OPTIMAL:
+            self.exact_solves += 1
+            self.solver.record(solution)
+        return solution
 
     def _solve(self, model: CompiledModel, defaults: Mapping[str, Any], scaled: bool) -> Solution:
         rows = cols = None
@@ -968,14 +991,15 @@ class _WaterFill:
             self.t_unit = unit
         weight = np.where(positive, slope * self.t_unit / rows, 0.0)
         rhs = np.where(self.frozen, self.floor, low_target) / rows
-        solution = self.lps.solve(self.lps.model(rows, weight, rhs, None, None), refine=refine)
+        model = self.lps.model(rows, weight, rhs, None, None)
+        solution = self.lps.solve(model, refine=refine)
         if solution.status is Status.INFEASIBLE and self.frozen.any():
             # the floors are at most what the last point achieved, but that float sum can exceed what
             # is achievable by a few units in the last place (an LP infeasible by 6e-17 in exact
             # arithmetic, which scipy's HiGHS reported so): once more with them 8 units lower
             floor = self.floor * (1.0 - 8 * np.finfo(float).eps)
-            solution = self.lps.solve(self.lps.model(rows, weight, np.where(self.frozen, floor, low_target) / rows,
-                                                     None, None), refine=refine)
+            model = self.lps.model(rows, weight, np.where(self.frozen, floor, low_target) / rows, None, None)
+            solution = self.lps.solve(model, refine=refine)
             if not _trouble(solution, self.solver):
                 self.floor = floor
         if _trouble(solution, self.solver) and not self.plain_rows:
@@ -989,6 +1013,8 @@ class _WaterFill:
             self.give_way = WIDER_GIVE_WAY
             self.floor = np.minimum(self.floor, (1.0 - WIDER_GIVE_WAY) * self.level)
             return self.level_lp(slope, offset, positive, refine)
+        if _trouble(solution, self.solver):  # no retry found an answer (CBC, on some 85-job wide runs)
+            solution = self.lps.rescue(model, solution)
         solution = self.solver.check(solution, f"water_filling level LP of iteration {self.iterations}")
         self._point(solution)
         if solution.status is not Status.OPTIMAL:  # best_effort: stop here
