@@ -184,8 +184,8 @@ rounded). Such a run returns the lexicographic max-min vector itself, and every 
 allocation. Checked against the test suite's own dense formulation with each LP solved exactly
 (``dense_water_filling(..., exact=True)`` in ``tests/test_properties.py``, one LP per level and job):
 within ``2.6 \\cdot 10^{-10} u_i`` on all 2,515 problems of at most 6 jobs among 5,000 of the property
-suite (seed 5, both families, with and without entities; median ``10^{-14} u_i``; heterogeneity-agnostic:
-within ``8 \\cdot 10^{-14} u_i`` on 283 such problems of seed 11), within
+suite (seed 5, both families, with and without entities; median ``10^{-14} u_i``;
+heterogeneity-agnostic: within ``8 \\cdot 10^{-14} u_i`` on 283 such problems of seed 11), within
 ``4 \\cdot 10^{-8} u_i`` on the property suite's wide family at 12 jobs on 4 types (13
 problems; most within ``10^{-12} u_i``) and ``5 \\cdot 10^{-6} u_i`` at 40 jobs on 8 types (8 problems;
 6 within ``10^{-9} u_i``), where the tolerances above (the floating-point runs) end up to
@@ -196,15 +196,16 @@ floating-point solvers, each within its tolerances, also disagreed among themsel
 below): on a fresh seed of the property suite's wide family they ended up to ``0.79 u_i`` apart on
 6 of 5,000 problems. ``benchmarks/property_suite.py --seed 3 --policies
 water_filling,water_filling/float`` (5,000 problems): highs, scipy, cvxpy and CBC agree on all
-5,000 and with the exact reference on its 492 (one after a fix of the reference's own rounding); with ``exact=False`` scipy, CBC and cvxpy disagreed
-with HiGHS on 8, 6 and 7. Exact answers rounded to doubles can leave a later LP infeasible by a unit in
-the last place (a fixed ``tau`` or a floor a rounding above its exact value): it is solved again
-with the level rows ``EXACT_SLACK = 10^{-12}`` lower (rows scaled to about 1). Exact LPs are not
-refined. Their time grows with the size faster than the floating-point solvers' (the bits of the
-rationals): a whole run took a median of 0.02 s at 12 jobs on 4 types, 0.1 s at 28 on 8 and 0.4 s
-at 55 on 8 (wide family; about what HiGHS took), and 1.0-5.2 s at 100 on 8 (``exact=True``, 4
-problems; HiGHS 0.3-0.7 s). An LP that takes more than ``EXACT_TIME_LIMIT_S = 10`` s is solved by the backend, as is
-the rest of the run, with the tolerances above. ``exact=False`` solves every LP on the backend (as
+5,000 and with the exact reference on its 492 (one after a fix of the reference's own rounding);
+with ``exact=False`` scipy, CBC and cvxpy disagreed with HiGHS on 8, 6 and 7. Exact answers rounded
+to doubles can leave a later LP infeasible by a unit in the last place (a fixed ``tau`` or a floor a
+rounding above its exact value): it is solved again with the level rows ``EXACT_SLACK = 10^{-12}``
+lower (rows scaled to about 1). Exact LPs are not refined. Their time grows with the size faster
+than the floating-point solvers' (the bits of the rationals): a whole run took a median of 0.02 s
+at 12 jobs on 4 types, 0.1 s at 28 on 8 and 0.4 s at 55 on 8 (wide family; about what HiGHS took),
+and 1.0-5.2 s at 100 on 8 (``exact=True``, 4 problems; HiGHS 0.3-0.7 s). An LP that takes more
+than ``EXACT_TIME_LIMIT_S = 10`` s is solved by the backend, as is the rest of the run, with the
+tolerances above. ``exact=False`` solves every LP on the backend (as
 larger runs do), ``exact=True`` exactly whatever the size. So a run's answer depends on its path on
 data at the edges of the supported range (on the wide family, up to ``0.2 u_i`` at 12 jobs and
 ``u_i`` at 100 jobs on 8 types), not on moderate data (within ``10^{-5} u_i``, the property suite's
@@ -755,20 +756,18 @@ class _Lps:
             logger.info("water_filling: GLPK's exact simplex did not solve an LP (%s); %s solves it%s",
                         solution.message, self.solver.backend, "" if self.exact else " and the rest of the run")
         if self.session is not None:
-            solution = self.session.solve(model, dual)
-        else:
-            A = model.A.copy()
-            A.eliminate_zeros()
-            model = replace(model, A=A)
-            # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
-            # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
-            # backend's _last_retries
-            for defaults, scaled in self.attempts:
-                solution = self._solve(model, defaults, scaled)
-                if not _trouble(solution, self.solver):
-                    break
-            solution = self.solver.record(solution)
-        return solution
+            return self.session.solve(model, dual)
+        A = model.A.copy()
+        A.eliminate_zeros()
+        model = replace(model, A=A)
+        # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
+        # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
+        # backend's _last_retries
+        for defaults, scaled in self.attempts:
+            solution = self._solve(model, defaults, scaled)
+            if not _trouble(solution, self.solver):
+                break
+        return self.solver.record(solution)
 
     def rescue(self, model: CompiledModel, solution: Solution) -> Solution:
         """``model``, which the backend failed on in every setting, by GLPK's exact simplex where it has not
@@ -1078,7 +1077,7 @@ class _WaterFill:
             target = level.target
             # what a rise is measured against: the target (at least MIN_ROW_SCALE u_i), u_i at a share of 0
             scale = np.clip(np.where(positive, target, self.most), MIN_ROW_SCALE * self.most, self.most)
-            # a row with a positive dual is tight in every optimum, and its job cannot rise by rise even
+            # a row with a positive dual is tight in every optimum, and its job cannot rise by `rise` even
             # where the other active jobs give way when the duals say so: the LP's optimum is concave in
             # its right-hand sides, so it is at most tau* - dual_i rise_i + sum_{j != i} dual_j give_j
             rise = self.rise * scale / self.rows
@@ -1140,7 +1139,8 @@ class _WaterFill:
             if level is None:
                 done, step = m, 2 * step
                 continue
-            bound = min(m, done + int(np.searchsorted(caps[done:m], level * (1.0 + self.cap_reached), side="right")) + 1)
+            reached = int(np.searchsorted(caps[done:m], level * (1.0 + self.cap_reached), side="right"))
+            bound = min(m, done + reached + 1)
             halve = 2 * (bound - done) > m - done
             failed = bound
         # a run that ended at its first probe: the next runs are likely short too, so skip as many
