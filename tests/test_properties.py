@@ -490,10 +490,10 @@ def test_cap_probe_of_a_job_whose_cap_the_point_reaches(seed, wide):
         np.testing.assert_array_less(np.abs(normalized(alloc) - normalized(reference)), 1e-5 * u + 1e-12)
 
 
-@pytest.mark.parametrize("policy", [pytest.param("water_filling/float", marks=pytest.mark.xfail(
-    strict=True, reason="known: CBC's own LPs end this former failure about u_i from the exact vector, called "
-    "optimal; its level-LP duals do not single the run out (water_filling's Limits)")), "water_filling"])
+@pytest.mark.parametrize("policy", ["water_filling/float", "water_filling"])
 def test_cbc_on_the_former_failure_893998634(policy):
+    """CBC's own LPs ended this run about u_i from the exact vector, called optimal, until the LPs CBC fails
+    in every setting were solved exactly before any other fallback."""
     problem, entity_policies = make_problem(893998634, 11, 4, True, True)
     reference = solve(problem, "water_filling", "highs", entity_policies)
     alloc = solve(problem, policy, "pulp", entity_policies)

@@ -96,3 +96,14 @@ def test_cli_verbosity_flags(tmp_path):
     assert json.loads(default.stdout)["allocation"] == json.loads(quiet.stdout)["allocation"]
     assert default.stderr.startswith("allocopt: warning: infeasible") and default.stderr.count("\n") == 1
     assert quiet.stderr == ""
+
+
+def test_an_inaccurate_cvxpy_solution_is_said_in_the_result_not_warned(capfd):
+    """cvxpy warns on stderr when its solver's answer is inaccurate (SCS stopped after 5 iterations here);
+    the result says it instead (here the answer fails the check of every answer against the problem)."""
+    pytest.importorskip("cvxpy")
+    problem = allocopt.Problem([[40, 10], [12, 4], [100, 50]], allocopt.Cluster({"v100": 1, "k80": 1}))
+    allocation = allocopt.solve(problem, "max_throughput", backend="cvxpy", best_effort=True,
+                                solver_options={"solver": "SCS", "max_iters": 5})
+    assert allocation.status is allocopt.Status.ERROR and "failed its check" in allocation.message
+    assert capfd.readouterr() == ("", "")

@@ -319,7 +319,8 @@ def test_small_runs_solve_their_lps_exactly_and_every_backend_agrees(seed, n_job
         np.testing.assert_array_less(np.abs(alloc.normalized_throughput - runs["highs"].normalized_throughput),
                                      1e-12 * u + 1e-300)
     float_run = allocopt.solve(problem, "water_filling", entity_policies=policies, exact=False)
-    assert float_run.extras["num_exact_lp_solves"] == 0
+    # on the backend, but for the LPs HiGHS fails in every setting (1 or 2 of about 20 on two of these)
+    assert float_run.extras["num_exact_lp_solves"] <= float_run.extras["num_lp_solves"] // 4
     assert float_run.objective == pytest.approx(runs["highs"].objective, rel=1e-6)
 
 
@@ -377,3 +378,43 @@ def test_a_level_lp_no_backend_setting_solves_is_solved_exactly():
     assert alloc.status is allocopt.Status.OPTIMAL
     assert 0 < alloc.extras["num_exact_lp_solves"] < alloc.extras["num_lp_solves"]
     assert_feasible(alloc)
+
+
+def test_cbc_retries_end():
+    """On this 75-job wide run CBC's dual simplex failed a level LP, and the retry with CBC's barrier never
+    ended (one barrier iteration; CBC's time and iteration limits do not stop it): the run now ends, optimal,
+    with feasible levels. In a subprocess with a time limit, so that a retry that does not end fails here."""
+    tests = Path(__file__).resolve().parent
+    code = ("import sys\n"
+            f"sys.path.insert(0, {str(tests)!r})\n"
+            "import allocopt\n"
+            "from conftest import assert_feasible\n"
+            "from test_properties import make_problem\n"
+            "problem, _ = make_problem(3954715779, 75, 7, True, False)  # 525 columns: floating point\n"
+            "alloc = allocopt.solve(problem, 'water_filling', backend='pulp')\n"
+            "assert_feasible(alloc)\n"
+            "print(alloc.status.value)\n")
+    root = Path(allocopt.__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["optimal"]
+
+
+def test_every_lp_the_backend_leaves_unanswered_is_solved_exactly():
+    """CBC held to no iterations answers no LP (each stops at its iteration limit): every one, level and
+    improvement LPs alike, is solved by GLPK's exact simplex before any other fallback, so the run ends
+    where CBC's own floating-point run ends."""
+    problem = Problem.from_json(ISSUE_EXAMPLE)
+    held = allocopt.solve(problem, "water_filling", backend="pulp", exact=False,
+                          solver_options={"options": ["maxIterations 0"]})
+    own = allocopt.solve(problem, "water_filling", backend="pulp", exact=False)
+    assert held.status is allocopt.Status.OPTIMAL
+    assert own.extras["num_exact_lp_solves"] == 0
+    # each LP recorded twice (CBC's stop, then the exact answer), but for refinements (zoomed LPs, which
+    # are not rescued: the point stands where they fail)
+    extras = held.extras
+    assert 2 * extras["num_exact_lp_solves"] + extras["num_refinements"] == extras["num_lp_solves"] > 0
+    u = rates(problem).max(axis=1)
+    n_held, n_own = (a.normalized_throughput * problem.scale_factors for a in (held, own))
+    np.testing.assert_array_less(np.abs(n_held - n_own), 1e-9 * u)

@@ -16,6 +16,7 @@ written (``>= 0`` for inequalities), so ``d objective / d rhs`` is
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,15 @@ def require_solver(name: str, hint: str = "") -> None:
                                  f"{', '.join(cp.installed_solvers())}")
 
 
+@contextlib.contextmanager
+def _inaccurate_unwarned():
+    """cvxpy's UserWarning for an inaccurate solution silenced: the status (``*_inaccurate``) and the
+    message say it, and a library call writes nothing to stderr."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Solution may be inaccurate", category=UserWarning)
+        yield
+
+
 def solve_program(program: Any, name: str, verbose: bool, solver_opts: dict[str, Any]) -> tuple[str, Status, str]:
     """Solve a cvxpy ``program`` written outside a :class:`CompiledModel` (conic programs, the programs
     of other systems' code) with solver ``name``: cvxpy's status (``solver_error: ...`` when the solver
@@ -80,7 +90,8 @@ def solve_program(program: Any, name: str, verbose: bool, solver_opts: dict[str,
     import cvxpy as cp
 
     try:
-        program.solve(solver=name, verbose=verbose, **solver_opts)
+        with _inaccurate_unwarned():
+            program.solve(solver=name, verbose=verbose, **solver_opts)
         native = program.status
     except cp.error.SolverError as err:
         native = f"solver_error: {err}"
@@ -169,7 +180,8 @@ class CvxpyBackend(Backend):
                 solution = handle.chain.solve_via_data(handle.problem, handle.data, warm_start=False,
                                                        verbose=options.verbose,
                                                        solver_opts=dict(handle.solver_opts))
-            handle.problem.unpack_results(solution, handle.chain, handle.inverse_data)
+            with _inaccurate_unwarned():
+                handle.problem.unpack_results(solution, handle.chain, handle.inverse_data)
         except cp.error.SolverError as err:
             detail = str(err)
             if handle.solver == "GUROBI":  # cvxpy swallows Gurobi's errors, the license's size limit too

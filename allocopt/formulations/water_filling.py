@@ -159,18 +159,21 @@ presolve, as ``highs`` solves: its presolve called feasible level LPs
 infeasible) with the solver's own tolerances, then on
 the model equilibrated here (rows, then columns, divided by their largest
 coefficient), then (scipy, cvxpy's HiGHS) with independent pricing and (scipy)
-interior point, (CBC) with its primal simplex, then its barrier. A level LP
-reported infeasible (it has a feasible point: the floors are at most what the
-last point achieved, but that float sum can exceed the exact one by a unit in
-the last place) is first solved again with the floors 8 units in the last
-place lower. Independent pricing finishes level LPs that HiGHS's serial
-dual and primal simplex and its interior point method give up on (coefficients
-``3 \\cdot 10^{-5}..10^6``); these last retries have iteration limits (scipy's
-HiGHS looped without end on one interior point solve). If the level LP fails even so, the rest of the
-run divides every row by ``u_i`` (coefficients at most 1), and after that the
-frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest of the run; a level
-LP that no retry answers is solved by GLPK's exact simplex (Exact levels, below; CBC called level
-LPs of an 85-job wide run infeasible in every setting, 8 of them in one run, 6.7 s in all).
+interior point, (CBC) with its primal simplex (not its barrier: one of its
+iterations never ended on a 75-job wide level LP, past CBC's time and
+iteration limits). These last retries have iteration limits (scipy's HiGHS
+looped without end on one interior point solve). Independent pricing finishes
+level LPs that HiGHS's serial dual and primal simplex and its interior point
+method give up on (coefficients ``3 \\cdot 10^{-5}..10^6``). An LP that no
+retry answers is solved by GLPK's exact simplex (Exact levels, below), before
+any other fallback: CBC called level LPs of an 85-job wide run infeasible in
+every setting. A level LP reported infeasible even so (it has a feasible
+point: the floors are at most what the last point achieved, but that float
+sum can exceed the exact one by a unit in the last place) is solved again
+with the floors 8 units in the last place lower. If it fails even so, the rest
+of the run divides every row by ``u_i`` (coefficients at most 1), and after
+that the frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest
+of the run.
 Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
 Exact levels. Runs whose LPs have at most ``EXACT_MAX_COLUMNS = 512`` columns (one per job and
@@ -223,14 +226,11 @@ solved in floating point (``exact=False``, and runs above ``EXACT_MAX_COLUMNS``)
 ``highs`` by more than ``10^{-5} u_i`` on none of 5,000 problems with highspy 1.16 and scipy 1.17 (on 1
 while refinement stopped at ``10^{-13}``; on that one, 2823835977, with highspy 1.8 and scipy 1.13 still:
 ``3.1 \\cdot 10^{-5} u_i``, two level LPs whose duals lean on the free level, which each round of
-refinement moves by the same ``3.6 \\cdot 10^{-10}``), ``pulp`` and ``cvxpy`` on none of 2,000; CBC still ends a former failure
-(893998634) far from the exact vector, where its dual simplex calls feasible
-level and improvement LPs infeasible and its primal simplex answers them
-wrongly. Its own duals do not single that run out: the worst weak-duality gap
-of an accepted level LP (time fractions bounded by 1) is ``2 \\cdot 10^{-4}`` there, and
-``10^{-4}..0.3`` on 11 other pinned problems that CBC ends within ``5 \\cdot 10^{-6} u_i``
-(8 of them above ``2 \\cdot 10^{-4}``; measured on all 32), so no threshold on them refuses
-the one without the others.
+refinement moves by the same ``3.6 \\cdot 10^{-10}``), ``pulp`` and ``cvxpy`` on none of 2,000. CBC ended a former
+failure (893998634) about ``u_i`` from the exact vector, where its dual simplex called feasible level and
+improvement LPs infeasible and its primal simplex answered them wrongly; with the LPs it fails in every
+setting solved exactly (one of 25 there) it ends ``5.0 \\cdot 10^{-5} u_i`` from the exact vector, where
+HiGHS, scipy and cvxpy end too.
 The former failures are pinned in ``tests/test_properties.py``, each
 checked against an exact rational-arithmetic run of this definition.
 
@@ -333,8 +333,10 @@ def _last_retries(backend: str, size: int) -> tuple[dict[str, Any], ...]:
             "scipy": ({"presolve": False}, {"simplex_strategy": 2, "maxiter": limit},
                       {"method": "highs-ipm", "maxiter": limit}),
             "cvxpy": ({"presolve": "off"}, {"simplex_strategy": 2, "simplex_iteration_limit": limit}),
-            # CBC's dual simplex called feasible level LPs infeasible that its primal simplex and barrier solve
-            "pulp": tuple({"options": [*CBC_TOLERANCES["options"], how]} for how in ("primalSimplex", "barrier")),
+            # CBC's dual simplex called feasible level LPs infeasible that its primal simplex solves. Not its
+            # barrier: on a 75-job wide run one barrier iteration never ended, and CBC's time and iteration
+            # limits do not stop it (the exact rescue, _Lps._rescue, takes what primal simplex leaves)
+            "pulp": ({"options": [*CBC_TOLERANCES["options"], f"maxIterations {limit}", "primalSimplex"]},),
             }.get(backend, ())
 
 
@@ -723,7 +725,7 @@ class _Lps:
         zoomed = replace(model, row_lb=ZOOM * (model.row_lb - Ax), row_ub=ZOOM * (model.row_ub - Ax),
                          col_lb=ZOOM * (model.col_lb - x), col_ub=ZOOM * (model.col_ub - x), c=ZOOM * model.c,
                          offset=0.0)
-        correction = self._solve_once(zoomed)
+        correction = self._solve_once(zoomed, rescue=False)  # the point stands where it fails
         if correction.status is not Status.OPTIMAL or correction.x is None:
             return None
         x = x + correction.x / ZOOM
@@ -745,7 +747,7 @@ class _Lps:
         if basis is not None and self.session.handle is not None:
             self.session.handle.setBasis(basis)
 
-    def _solve_once(self, model: CompiledModel, dual: bool = False) -> Solution:
+    def _solve_once(self, model: CompiledModel, dual: bool = False, rescue: bool = True) -> Solution:
         if self.exact:
             solution = self._exact(model)
             if solution.status is Status.OPTIMAL:
@@ -756,26 +758,29 @@ class _Lps:
             logger.info("water_filling: GLPK's exact simplex did not solve an LP (%s); %s solves it%s",
                         solution.message, self.solver.backend, "" if self.exact else " and the rest of the run")
         if self.session is not None:
-            return self.session.solve(model, dual)
-        A = model.A.copy()
-        A.eliminate_zeros()
-        model = replace(model, A=A)
-        # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
-        # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
-        # backend's _last_retries
-        for defaults, scaled in self.attempts:
-            solution = self._solve(model, defaults, scaled)
-            if not _trouble(solution, self.solver):
-                break
-        return self.solver.record(solution)
+            solution = self.session.solve(model, dual)
+        else:
+            A = model.A.copy()
+            A.eliminate_zeros()
+            stripped = replace(model, A=A)
+            # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
+            # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
+            # backend's _last_retries
+            for defaults, scaled in self.attempts:
+                solution = self._solve(stripped, defaults, scaled)
+                if not _trouble(solution, self.solver):
+                    break
+            solution = self.solver.record(solution)
+        return self._rescue(model, solution) if rescue and _trouble(solution, self.solver) else solution
 
-    def rescue(self, model: CompiledModel, solution: Solution) -> Solution:
+    def _rescue(self, model: CompiledModel, solution: Solution) -> Solution:
         """``model``, which the backend failed on in every setting, by GLPK's exact simplex where it has not
-        tried and is installed; its solution where optimal, else ``solution``."""
+        tried and is installed; its solution where optimal, else ``solution``. Before the callers' own
+        fallbacks (a level LP's rows scaled otherwise, wider give): the LP as it is, answered exactly."""
         if self.exact or self.exact_too_slow or not GlpkExactBackend.is_installed():
             return solution
         exact = self._exact(model)
-        logger.info("water_filling: %s did not solve a level LP (%s); GLPK's exact simplex: %s",
+        logger.info("water_filling: %s did not solve an LP (%s); GLPK's exact simplex: %s",
                     self.solver.backend, solution.message, exact.message)
         return exact if exact.status is Status.OPTIMAL else solution
 
@@ -1012,8 +1017,6 @@ class _WaterFill:
             self.give_way = WIDER_GIVE_WAY
             self.floor = np.minimum(self.floor, (1.0 - WIDER_GIVE_WAY) * self.level)
             return self.level_lp(slope, offset, positive, refine)
-        if _trouble(solution, self.solver):  # no retry found an answer (CBC, on some 85-job wide runs)
-            solution = self.lps.rescue(model, solution)
         solution = self.solver.check(solution, f"water_filling level LP of iteration {self.iterations}")
         self._point(solution)
         if solution.status is not Status.OPTIMAL:  # best_effort: stop here
