@@ -176,8 +176,8 @@ that the frozen levels give way by ``WIDER_GIVE_WAY = 10^{-5}`` for the rest
 of the run.
 Finally each job's time alone is trimmed so that ``n_i`` is its level.
 
-Exact levels. Runs whose LPs have at most ``EXACT_MAX_COLUMNS = 512`` columns (one per job and
-type, one per job and ``t``: about 56 jobs on 8 types, 100 on 4) solve every LP with GLPK's exact
+Exact levels. Runs whose LPs have at most ``EXACT_MAX_COLUMNS = 1024`` columns (one per job and
+type, one per job and ``t``: about 113 jobs on 8 types, 204 on 4) solve every LP with GLPK's exact
 simplex (:mod:`allocopt.backends.glpk`: rational arithmetic on the model's doubles), whatever the
 backend, and decide on its answers (exact optima and duals rounded to doubles) without the
 tolerances above: a job stays active when it can rise by more than ``EXACT_RISE = 10^{-12}`` of its
@@ -205,14 +205,20 @@ to doubles can leave a later LP infeasible by a unit in the last place (a fixed 
 rounding above its exact value): it is solved again with the level rows ``EXACT_SLACK = 10^{-12}``
 lower (rows scaled to about 1). Exact LPs are not refined. Their time grows with the size faster
 than the floating-point solvers' (the bits of the rationals): a whole run took a median of 0.02 s
-at 12 jobs on 4 types, 0.1 s at 28 on 8 and 0.4 s at 55 on 8 (wide family; about what HiGHS took),
-and 1.0-5.2 s at 100 on 8 (``exact=True``, 4 problems; HiGHS 0.3-0.7 s). An LP that takes more
+at 12 jobs on 4 types, 0.1 s at 28 on 8 and 0.4 s at 55 on 8 (wide family; about what HiGHS took).
+Between 512 and 1,024 columns (30 problems, 65-299 jobs on 2-8 types): wide family a median of 0.63 s
+(max 8.9 s; HiGHS 0.31 s, max 6.5 s), where HiGHS's floating-point run ended more than
+``10^{-5} u_i`` from the exact vector on 12 of 15 (up to ``0.6 u_i``), and scipy, CBC and cvxpy took
+0.4-4.6 s; moderate family a median of 0.09 s (max 0.14 s; HiGHS 0.01 s), 4 of 15 more than
+``10^{-5} u_i`` apart (up to ``10^{-4} u_i``). Between 1,024 and 2,048 columns (20 problems) the wide
+family took a median of 5.8 s (max 16.5 s) and 3 of 10 runs reached the exact LPs' time limit, which is
+why the default stops at 1,024. An LP that takes more
 than ``EXACT_TIME_LIMIT_S = 10`` s is solved by the backend, as is the rest of the run, with the
 tolerances above. ``exact=False`` solves every LP on the backend (as
 larger runs do), ``exact=True`` exactly whatever the size. So a run's answer depends on its path on
 data at the edges of the supported range (on the wide family, up to ``0.2 u_i`` at 12 jobs and
-``u_i`` at 100 jobs on 8 types), not on moderate data (within ``10^{-5} u_i``, the property suite's
-dense check).
+``u_i`` at 100 jobs on 8 types), hardly on moderate data (within ``10^{-4} u_i``; ``10^{-5} u_i`` at
+the property suite's sizes, its dense check).
 
 Limits. A level LP can itself be ill-conditioned: a violation of a row by
 ``10^{-8}`` (within a solver's tolerance) can raise ``t*`` by 10% and more,
@@ -310,8 +316,9 @@ HIGHS_OWN = {"simplex_strategy": 1, "simplex_iteration_limit": 2**31 - 1}  # HiG
 # Runs whose LPs have at most this many columns solve them in exact rational arithmetic (GLPK's exact
 # simplex), whatever the backend: there the floating-point solvers, each within its tolerances, ended
 # up to u_i apart on the property suite's wide family (see Exact levels in the module docstring). Its time
-# grows faster with the size than theirs: about HiGHS's up to here (0.5 s per run at 55 jobs x 8 types).
-EXACT_MAX_COLUMNS = 512
+# grows faster with the size than theirs: up to here a median of 0.6 s per run on the wide family (HiGHS
+# 0.3 s), past it 5.8 s, with exact LPs at their time limit in 3 of 10 runs.
+EXACT_MAX_COLUMNS = 1024
 EXACT_TIME_LIMIT_S = 10.0  # per LP; an LP that takes longer is solved by the backend
 EXACT_SLACK = 1e-12  # (rows scaled to about 1) what an exact LP infeasible by rounding gives way
 # Runs whose LPs are exact decide at these instead (see Exact levels in the module docstring): a job rises
