@@ -18,6 +18,7 @@ Usage::
     python benchmarks/property_suite.py --budget 500 --backends pulp,cvxpy --seed 7
     python benchmarks/property_suite.py --budget 2500 --first 2500  # problems 2500..4999 of the run
     python benchmarks/property_suite.py --policies water_filling,water_filling/float --seed 1
+    python benchmarks/property_suite.py --budget 150 --sizes 20-120x2-8 --seed 23  # larger problems
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ from allocopt.errors import LicenseError  # noqa: E402
 FEAS_TOL = 1e-6
 
 
-def draw(seed: int, index: int) -> tuple[int, int, int, bool, bool]:
-    """Problem ``index`` of the run: (seed, n_jobs, n_types, wide, entities)."""
+def draw(seed: int, index: int, jobs: tuple[int, int] = (1, 12), types: tuple[int, int] = (1, 4)
+         ) -> tuple[int, int, int, bool, bool]:
+    """Problem ``index`` of the run: (seed, n_jobs, n_types, wide, entities); ``jobs`` and ``types`` are
+    the (inclusive) ranges of the sizes."""
     rng = np.random.default_rng([seed, index])
-    return (int(rng.integers(2**32)), int(rng.integers(1, 13)), int(rng.integers(1, 5)),
-            bool(rng.random() < 0.5), bool(rng.random() < 0.5))
+    return (int(rng.integers(2**32)), int(rng.integers(jobs[0], jobs[1] + 1)),
+            int(rng.integers(types[0], types[1] + 1)), bool(rng.random() < 0.5), bool(rng.random() < 0.5))
 
 
 def feasible(alloc: allocopt.Allocation) -> bool:
@@ -69,10 +72,11 @@ def agree(policy: str, backend: str, alloc: allocopt.Allocation, reference: allo
     return True
 
 
-def check(args: tuple[int, int, tuple[str, ...], int, tuple[str, ...]]) -> list[tuple[str, str, str, str]]:
+def check(args: tuple[int, int, tuple[str, ...], int, tuple[str, ...], tuple[int, int], tuple[int, int]]
+          ) -> list[tuple[str, str, str, str]]:
     """Outcomes (policy, backend, outcome, detail) of one problem."""
-    seed, index, backends, reference_every, policies = args
-    problem_seed, n_jobs, n_types, wide, entities = draw(seed, index)
+    seed, index, backends, reference_every, policies, jobs, types = args
+    problem_seed, n_jobs, n_types, wide, entities = draw(seed, index, jobs, types)
     out = []
     problem, entity_policies = props.make_problem(problem_seed, n_jobs, n_types, wide, entities)
     tag = f"seed={problem_seed} n_jobs={n_jobs} n_types={n_types} wide={wide} entities={entities}"
@@ -131,14 +135,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--reference-every", type=int, default=5,
                         help="compare every N-th small moderate problem with the dense formulation (0: never)")
+    parser.add_argument("--sizes", default="1-12x1-4",
+                        help="ranges of jobs and GPU types, JOBSxTYPES (default 1-12x1-4; the dense reference "
+                             "only at 6 jobs or fewer)")
     parser.add_argument("--json", help="write the counts and the failures to this file")
     args = parser.parse_args(argv)
+    try:
+        jobs, types = (tuple(int(v) for v in part.split("-")) for part in args.sizes.split("x"))
+        if len(jobs) != 2 or len(types) != 2 or not (1 <= jobs[0] <= jobs[1] and 1 <= types[0] <= types[1]):
+            raise ValueError
+    except ValueError:
+        parser.error(f"--sizes {args.sizes!r}: expected JOBSxTYPES ranges such as 1-12x1-4 or 20-120x2-8")
     backends = tuple(b for b in args.backends.split(",") if b)
     policies = tuple(p for p in args.policies.split(",") if p)
     unknown = sorted(set(policies) - set(props.POLICIES))
     if unknown:
         parser.error(f"unknown policies {unknown}; the suite's are {', '.join(props.POLICIES)}")
-    tasks = [(args.seed, i, backends, args.reference_every, policies)
+    tasks = [(args.seed, i, backends, args.reference_every, policies, jobs, types)
              for i in range(args.first, args.first + args.budget)]
     counts: collections.Counter = collections.Counter()
     failures: list[tuple[str, str, str, str]] = []
@@ -169,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{done} problems in {time.perf_counter() - t0:.0f} s; answers by outcome: {dict(by_outcome)}")
     if args.json:
         Path(args.json).write_text(json.dumps({"budget": args.budget, "first": args.first, "done": done,
-                                               "seed": args.seed,
+                                               "seed": args.seed, "sizes": args.sizes,
                                                "backends": backends,
                                                "counts": [[*k, v] for k, v in sorted(counts.items())],
                                                "failures": failures}, indent=1))
