@@ -212,6 +212,10 @@ class Rank:
             elif event == "exit":
                 self.exit_reason = str(rec.get("reason"))
 
+    def started_step(self) -> int | None:
+        """The step this round's records start from (its first start or paused record), None before any."""
+        return next((step for _, step, event in self.records if event in ("start", "paused")), None)
+
 
 @dataclass
 class _Job:
@@ -222,7 +226,7 @@ class _Job:
     gpu_ids: tuple[int, ...]
     ranks: list[Rank]
     seq: int
-    round_start_step: int | None = None
+    reported_step: int | None = None  # the launch's progress counted in results up to here (None: none yet)
     round_start_t: float = 0.0
     restarted: bool = True
     stopping: bool = False
@@ -613,9 +617,14 @@ class LocalExecutor(Executor):
     def _extend(self, job: _Job, lease: Lease, t0: float) -> None:
         for rank in job.ranks:
             rank.read()
+        if job.reported_step is None and job.ranks:
+            # no result has counted this launch yet (a relaunch that started after its round's end): its
+            # steps since it started count in this round
+            job.reported_step = job.ranks[0].started_step()
+        for rank in job.ranks:
             rank.records = [rec for rec in rank.records if rec[2] == "paused"][-1:]
         job.seq += 1
-        job.round_start_step, job.round_start_t, job.restarted = job.step, t0, False
+        job.round_start_t, job.restarted = t0, False
         _write_json_atomic(self.job_dir(lease.job_id) / f"lease-e{self._epochs[lease.job_id]}.json",
                            self._lease_doc(job.seq, lease, t0))
 
@@ -814,11 +823,13 @@ class LocalExecutor(Executor):
         restarted = job.restarted if job is not None else False
         rank0 = ranks[0] if ranks else None
         steps_now = min((r.step for r in ranks if r.step is not None), default=None)
-        start_step = job.round_start_step if job is not None else None
+        start_step = job.reported_step if job is not None else None
         if start_step is None and rank0 is not None:
-            starts = [s for (_, s, e) in rank0.records if e in ("start", "paused")]
-            start_step = starts[0] if starts else steps_now
+            start_step = rank0.started_step()
+            start_step = steps_now if start_step is None else start_step
         steps = max(0, (steps_now or 0) - (start_step or 0)) if steps_now is not None else 0
+        if job is not None and steps_now is not None:
+            job.reported_step = steps_now
         sps = self._throughput(rank0) if rank0 is not None else None
         if sps is not None and self.estimator is not None and job_id in self.estimator:
             self.estimator.observe(job_id, lease.gpu_type, sps)
