@@ -418,3 +418,23 @@ def test_every_lp_the_backend_leaves_unanswered_is_solved_exactly():
     u = rates(problem).max(axis=1)
     n_held, n_own = (a.normalized_throughput * problem.scale_factors for a in (held, own))
     np.testing.assert_array_less(np.abs(n_held - n_own), 1e-9 * u)
+
+
+def test_exact_levels_reach_1024_columns():
+    """113 jobs on 8 types (1,017 LP columns) solve exactly by default, the same on every backend; 114 jobs
+    (1,026 columns) in floating point."""
+    from test_properties import make_problem
+
+    from allocopt.formulations.water_filling import EXACT_MAX_COLUMNS
+
+    assert EXACT_MAX_COLUMNS == 1024
+    problem, policies = make_problem(7, 113, 8, False, True)
+    runs = {b: allocopt.solve(problem, "water_filling", backend=b, entity_policies=policies) for b in ("highs", "pulp")}
+    u = rates(problem).max(axis=1)
+    for alloc in runs.values():
+        assert alloc.extras["num_exact_lp_solves"] == alloc.extras["num_lp_solves"] > 0
+        assert_feasible(alloc)
+    np.testing.assert_array_less(np.abs(runs["pulp"].normalized_throughput - runs["highs"].normalized_throughput),
+                                 1e-12 * u + 1e-300)
+    problem, policies = make_problem(7, 114, 8, False, True)
+    assert allocopt.solve(problem, "water_filling", entity_policies=policies).extras["num_exact_lp_solves"] == 0
