@@ -226,7 +226,6 @@ class _Job:
     gpu_ids: tuple[int, ...]
     ranks: list[Rank]
     seq: int
-    reported_step: int | None = None  # the launch's progress counted in results up to here (None: none yet)
     round_start_t: float = 0.0
     restarted: bool = True
     stopping: bool = False
@@ -436,6 +435,7 @@ class LocalExecutor(Executor):
         self._retry_at: dict[Hashable, float] = {}
         self._failed_for_good: dict[Hashable, str] = {}
         self._released: dict[Hashable, _Job] = {}  # jobs whose processes ended during the current round
+        self._counted: dict[Hashable, int] = {}  # each job's step as of its last result
         self._epochs: dict[Hashable, int] = {}  # lease epoch of each job's current launch
         self._start_error: dict[Hashable, str] = {}  # launches whose command could not be started
         self._ckpt_cache: dict[Hashable, tuple[tuple[str, int, int], int]] = {}
@@ -617,11 +617,6 @@ class LocalExecutor(Executor):
     def _extend(self, job: _Job, lease: Lease, t0: float) -> None:
         for rank in job.ranks:
             rank.read()
-        if job.reported_step is None and job.ranks:
-            # no result has counted this launch yet (a relaunch that started after its round's end): its
-            # steps since it started count in this round
-            job.reported_step = job.ranks[0].started_step()
-        for rank in job.ranks:
             rank.records = [rec for rec in rank.records if rec[2] == "paused"][-1:]
         job.seq += 1
         job.round_start_t, job.restarted = t0, False
@@ -651,7 +646,7 @@ class LocalExecutor(Executor):
         except OSError as err:  # the command cannot be started (not found, not executable...)
             ranks = []
             self._start_error[lease.job_id] = f"cannot start {spec.command!r}: {err.strerror or err}"
-        self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq, None, t0,
+        self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq, t0,
                                            restarted)
 
     def _start_ranks(self, lease: Lease, spec: JobSpec, env: Mapping[str, str | None],
@@ -823,13 +818,15 @@ class LocalExecutor(Executor):
         restarted = job.restarted if job is not None else False
         rank0 = ranks[0] if ranks else None
         steps_now = min((r.step for r in ranks if r.step is not None), default=None)
-        start_step = job.reported_step if job is not None else None
-        if start_step is None and rank0 is not None:
-            start_step = rank0.started_step()
-            start_step = steps_now if start_step is None else start_step
-        steps = max(0, (steps_now or 0) - (start_step or 0)) if steps_now is not None else 0
-        if job is not None and steps_now is not None:
-            job.reported_step = steps_now
+        # progress since the job's last result, whatever launches made it: a launch that crashed after a
+        # checkpoint its progress file did not yet show, or one that started after its round's end, counts
+        # in the next result; steps redone from an older checkpoint count once
+        counted = self._counted.get(job_id)
+        if counted is None and rank0 is not None:
+            counted = rank0.started_step()
+        steps = max(0, steps_now - counted) if steps_now is not None and counted is not None else 0
+        if steps_now is not None:
+            self._counted[job_id] = steps_now if counted is None else max(counted, steps_now)
         sps = self._throughput(rank0) if rank0 is not None else None
         if sps is not None and self.estimator is not None and job_id in self.estimator:
             self.estimator.observe(job_id, lease.gpu_type, sps)
