@@ -345,6 +345,13 @@ def test_exact_option_is_checked():
         allocopt.solve(problem, "water_filling", exact="yes")
 
 
+def _python(code: str, timeout: float, check: bool = False) -> subprocess.CompletedProcess:
+    """``code`` in a fresh Python process that imports this checkout's allocopt."""
+    root = Path(allocopt.__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(root)}, check=check)
+
+
 def test_without_swiglpk_small_runs_solve_in_floating_point_with_a_warning():
     """swiglpk is a core dependency, but allocopt run from a path (a scheduler's own environment) can lack
     it: the default then solves in floating point and says so; ``exact=True`` raises naming the package."""
@@ -359,9 +366,7 @@ def test_without_swiglpk_small_runs_solve_in_floating_point_with_a_warning():
             "    allocopt.solve(problem, 'water_filling', exact=True)\n"
             "except allocopt.errors.BackendNotInstalledError as err:\n"
             "    print('raised:', err)\n")
-    root = Path(allocopt.__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(root)}, check=True)
+    out = _python(code, timeout=120, check=True)
     status, exact_solves, backend = out.stdout.splitlines()[0].split()
     assert (status, exact_solves, backend) == ("optimal", "0", "highs")
     assert "raised: backend 'glpk-exact' needs the Python package(s) swiglpk" in out.stdout
@@ -394,9 +399,7 @@ def test_cbc_retries_end():
             "alloc = allocopt.solve(problem, 'water_filling', backend='pulp', exact=False)\n"
             "assert_feasible(alloc)\n"
             "print(alloc.status.value)\n")
-    root = Path(allocopt.__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(root)})
+    out = _python(code, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["optimal"]
 

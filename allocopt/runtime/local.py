@@ -226,7 +226,6 @@ class _Job:
     gpu_ids: tuple[int, ...]
     ranks: list[Rank]
     seq: int
-    round_start_t: float = 0.0
     restarted: bool = True
     stopping: bool = False
 
@@ -619,7 +618,7 @@ class LocalExecutor(Executor):
             rank.read()
             rank.records = [rec for rec in rank.records if rec[2] == "paused"][-1:]
         job.seq += 1
-        job.round_start_t, job.restarted = t0, False
+        job.restarted = False
         _write_json_atomic(self.job_dir(lease.job_id) / f"lease-e{self._epochs[lease.job_id]}.json",
                            self._lease_doc(job.seq, lease, t0))
 
@@ -646,8 +645,8 @@ class LocalExecutor(Executor):
         except OSError as err:  # the command cannot be started (not found, not executable...)
             ranks = []
             self._start_error[lease.job_id] = f"cannot start {spec.command!r}: {err.strerror or err}"
-        self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq, t0,
-                                           restarted)
+        self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq,
+                                           restarted=restarted)
 
     def _start_ranks(self, lease: Lease, spec: JobSpec, env: Mapping[str, str | None],
                      progress: Sequence[Path]) -> list[Rank]:
