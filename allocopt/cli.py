@@ -265,6 +265,16 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--solver", metavar="NAME",
                    help="solver of --backend cvxpy (e.g. CLARABEL, an interior-point solver like the ECOS Gavel "
                         "uses: degenerate LPs then get Gavel's central allocations rather than a vertex)")
+    m.add_argument("--option", dest="options", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="a policy option (repeatable); VALUE is parsed as JSON when it can be "
+                        "(e.g. --option p=-1 --option solver_options='{\"solver\": \"ipm\"}')")
+    m.add_argument("--fidelity", metavar="PROFILE",
+                   help="whose simulator to follow: allocopt (allocopt's own model), gavel (Gavel's simulator) or "
+                        "sia (Sia's simulator, with --policy sia) (default: gavel for Gavel's policy names, "
+                        "else allocopt; docs/explanation/fidelity.md)")
+    m.add_argument("--fidelity-field", dest="fidelity_fields", action="append", type=_key_value, default=[],
+                   metavar="FIELD=BOOL", help="override one field of the fidelity profile (repeatable), "
+                                              "e.g. --fidelity sia --fidelity-field packed_placement=false")
     m.add_argument("--run-unallocated", action="store_true",
                    help="let jobs that arrived after the last recompute run on GPUs the walk gives them "
                         "(Gavel holds those GPUs idle until the next recompute)")
@@ -565,13 +575,22 @@ def _run_simulate(args: argparse.Namespace) -> int:
                                       cluster=cluster))
     except OSError as err:
         raise _UsageError(f"cannot read {err.filename}: {err.strerror or err}") from None
+    options = dict(args.options)
+    if args.solver:
+        if "solver_options" in options:
+            raise _UsageError("--solver and --option solver_options=... both set the solver; give one")
+        options["solver_options"] = {"solver": args.solver}
+    fidelity = None
+    if args.fidelity is not None or args.fidelity_fields:
+        fidelity = dict(args.fidelity_fields)
+        if args.fidelity is not None:
+            fidelity["profile"] = args.fidelity
     with _solver_output_to_stderr():
         result = simulate(workload, cluster, args.policy, throughputs=table, round_seconds=args.round_seconds,
                           recompute_min_seconds=args.recompute_min_seconds, seed=args.seed, mode=args.mode,
                           restart_overhead_s=args.restart_overhead_s, window=args.window, backend=args.backend,
                           progress=args.progress, profiles=profiles, run_unallocated=args.run_unallocated,
-                          ftf=args.ftf,
-                          policy_options={"solver_options": {"solver": args.solver}} if args.solver else None)
+                          ftf=args.ftf, policy_options=options or None, fidelity=fidelity)
     for key in ("average_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "restarts_per_job",
                 "gpu_hours_per_job", "num_rounds", "solve_s_per_round", "average_ftf", "max_ftf", "unfair_fraction"):
         if key in result.metrics:
