@@ -213,7 +213,7 @@ def main() -> int:
                 break
             cluster = dict(zip(("v100", "p100", "k80"), (int(v) for v in spec.split(":"))))
             started = time.perf_counter()
-            result = allocopt.simulate(path, cluster, "gavel:" + policy, seed=0,
+            result = allocopt.simulate(path, cluster, "gavel:" + policy, seed=0, fidelity="gavel",
                                        round_seconds=360.0, ftf=False, **settings_for(solver, policy))
             wall = time.perf_counter() - started
             jct, makespan = result.metrics["average_jct_s"], result.metrics["makespan_s"]
