@@ -134,3 +134,39 @@ def test_command_line_fidelity_and_options(tmp_path, capsys, sia_jobs):
     assert code == 2 and "p" in err
     code, _, err = _cli(capsys, *base, "--solver", "ECOS", "--backend", "cvxpy", "--option", "solver_options={}")
     assert code == 2 and "--solver and --option solver_options" in err
+
+
+def _write_gavel_layout(table, path: Path) -> None:
+    """``table`` in the layout of Gavel's ``simulation_throughputs.json``: every pair under both members,
+    mirror images, as Gavel stores them."""
+    document = {t: {str(entry): {"null": float(table.throughputs_steps_per_s[i, j])}
+                    for i, entry in enumerate(table.entries)} for j, t in enumerate(table.gpu_types)}
+    for (a, b, s), values in zip(table.pairs, table.pair_throughputs_steps_per_s):
+        for j, t in enumerate(table.gpu_types):
+            document[t][str((a, s))][str((b, s))] = values[j].tolist()
+            document[t][str((b, s))][str((a, s))] = values[j, ::-1].tolist()
+    path.write_text(json.dumps(document))
+
+
+def test_gavels_throughputs_file_gives_the_same_answer_as_the_shipped_copy(tmp_path, capsys):
+    """Gavel's ``simulation_throughputs.json`` passed with ``--throughputs`` keeps its co-located pairs:
+    ``gavel:gandiva`` (which packs pairs) gives Gavel's 4,996 s either way."""
+    from allocopt.mechanism.workload import load_throughputs
+    from allocopt.throughput import ThroughputTable
+
+    shipped = ThroughputTable.gavel()
+    path = tmp_path / "simulation_throughputs.json"
+    _write_gavel_layout(shipped, path)
+    read = load_throughputs(path)
+    assert set(read.entries) == set(shipped.entries) and len(read.pairs) == len(shipped.pairs) == 921
+    for a, b, s in shipped.pairs[::37]:
+        for t in shipped.gpu_types:
+            assert read.pair_throughput(a, b, s, t) == shipped.pair_throughput(a, b, s, t)
+    trace = str(shipped_trace("artifact_evaluation"))
+    argv = ["simulate", "--trace", trace, "--cluster", "v100=2,p100=0,k80=4", "--policy", "gavel:gandiva",
+            "--fidelity", "gavel", "--no-ftf"]
+    outputs = []
+    for extra in ([], ["--throughputs", str(path)]):
+        assert main(argv + extra) == 0
+        outputs.append([line for line in capsys.readouterr().out.splitlines() if "solve_s" not in line])
+    assert outputs[0] == outputs[1] and len(outputs[0]) > 5 and "average_jct_s: 4996.46" in outputs[0]  # Gavel's own simulator: 4,996.461
