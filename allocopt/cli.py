@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import logging
 import math
@@ -33,7 +34,6 @@ from allocopt import __version__
 from allocopt.allocation import Allocation
 from allocopt.api import solve
 from allocopt.backends import BACKENDS, get_backend, installed_backends
-from allocopt.bench import add_parser as add_bench_parser
 from allocopt.cluster import Cluster
 from allocopt.documents import decode, parse_json, read_text
 from allocopt.errors import (AllocoptError, BackendNotInstalledError, DataFileError, InvalidOptionError,
@@ -41,7 +41,7 @@ from allocopt.errors import (AllocoptError, BackendNotInstalledError, DataFileEr
 from allocopt.formulations import POLICIES, get_policy
 from allocopt.problem import Problem
 from allocopt.server.options import add_arguments as add_serve_arguments
-from allocopt.throughput import ThroughputTable
+from allocopt.throughput.table import ThroughputTable
 from allocopt.throughput.goodput import DEFAULT_LOSS, DEFAULT_LOSS_SCALE, LOSSES
 
 EXIT_FAILURE = 1
@@ -69,10 +69,21 @@ class _UsageError(Exception):
     """Bad input found by the command line itself (file, JSON, output path)."""
 
 
+# Commands whose parsers live in heavier modules, with their one-line help: a command's module is imported
+# only when that command runs (the others get a placeholder with the same help), so that `allocopt solve`
+# does not import the benchmark suite or the Slurm controller.
+LAZY_COMMANDS = {
+    "bench": ("allocopt.bench", "benchmark policies x sizes x backends x techniques against cvxpy baselines"),
+    "slurm": ("allocopt.integrations.slurm", "enact allocopt's rounds on a Slurm cluster (controller, job wrapper)"),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code (:data:`EXIT_CODES`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(command).parse_args(argv)
     except KeyboardInterrupt:
         return _interrupted()
     with _logging(args.verbose - args.quietness):
@@ -144,7 +155,8 @@ def _logging(verbosity: int) -> Iterator[None]:
         package.propagate = saved[1]
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; of :data:`LAZY_COMMANDS`, only ``command``'s arguments are added."""
     parser = argparse.ArgumentParser(
         prog="allocopt", description="Allocate heterogeneous GPU clusters among training jobs.",
         epilog="Exit codes: " + ", ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + ".")
@@ -303,9 +315,11 @@ def _parser() -> argparse.ArgumentParser:
     add_serve_arguments(v)
     v.set_defaults(run=_run_serve)
 
-    add_bench_parser(commands)
-    from allocopt.integrations.slurm import add_parser as add_slurm_parser
-    add_slurm_parser(commands)
+    for name, (module, help_text) in LAZY_COMMANDS.items():
+        if name == command:
+            importlib.import_module(module).add_parser(commands)
+        else:
+            commands.add_parser(name, help=help_text)
     return parser
 
 

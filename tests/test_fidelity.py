@@ -170,3 +170,19 @@ def test_gavels_throughputs_file_gives_the_same_answer_as_the_shipped_copy(tmp_p
         assert main(argv + extra) == 0
         outputs.append([line for line in capsys.readouterr().out.splitlines() if "solve_s" not in line])
     assert outputs[0] == outputs[1] and len(outputs[0]) > 5 and "average_jct_s: 4996.46" in outputs[0]  # Gavel's own simulator: 4,996.461
+
+
+def test_lazy_commands_have_their_real_help():
+    """``allocopt solve`` builds placeholder parsers for the commands in heavier modules; each placeholder's
+    help is the real parser's, so ``allocopt --help`` reads the same either way."""
+    import argparse
+
+    from allocopt.cli import LAZY_COMMANDS, _parser
+
+    def helps(parser: argparse.ArgumentParser) -> dict[str, str]:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return {choice.dest: choice.help for choice in action._choices_actions}
+
+    placeholders = helps(_parser())
+    for name in LAZY_COMMANDS:
+        assert helps(_parser(name))[name] == placeholders[name]
