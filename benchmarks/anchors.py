@@ -190,8 +190,13 @@ def run_soroush(args: argparse.Namespace) -> list[dict[str, Any]]:
     cwd = os.getcwd()
     os.chdir(code)  # benchmark.py reads ../gavel/scheduler/simulation_throughputs.json
     try:
+        from alg import (
+            adapt_waterfiller,
+            approx_waterfiller,
+            equi_depth_binner,
+            geometric_binner,
+        )
         from scripts import benchmark
-        from alg import adapt_waterfiller, approx_waterfiller, equi_depth_binner, geometric_binner
     finally:
         os.chdir(cwd)
     used: list[str] = []
