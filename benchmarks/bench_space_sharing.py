@@ -21,11 +21,12 @@ Usage::
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from allocopt.bench.cli import run
 
 DEFAULTS = ["--policies", "mmf_space_sharing", "--sizes", "512", "--types", "3", "--baseline-time-limit", "600",
-            "--out", "bench-space-sharing"]
+            "--out", str(Path(__file__).parent / "results" / "bench-space-sharing")]
 
 if __name__ == "__main__":
     sys.exit(run(DEFAULTS + sys.argv[1:]))

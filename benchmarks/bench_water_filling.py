@@ -20,11 +20,12 @@ Usage::
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from allocopt.bench.cli import run
 
 DEFAULTS = ["--policies", "water_filling", "--sizes", "256,512,1024,2048", "--types", "3",
-            "--baseline-time-limit", "900", "--out", "bench-water-filling"]
+            "--baseline-time-limit", "900", "--out", str(Path(__file__).parent / "results" / "bench-water-filling")]
 
 if __name__ == "__main__":
     sys.exit(run(DEFAULTS + sys.argv[1:]))

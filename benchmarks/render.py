@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = ROOT / "docs"
 PAGE = DOCS / "reference" / "results.md"
-REGION = re.compile(r"(<!-- results: (?P<name>[\w.-]+)(?: (?P<title>[^>]*?))? -->\n)(?P<body>.*?)(<!-- /results -->)",
+REGION = re.compile(r"(<!-- results: (?P<name>[\w./-]+)(?: (?P<title>[^>]*?))? -->\n)(?P<body>.*?)(<!-- /results -->)",
                     re.DOTALL)
 HEADER = """# Benchmark results
 
@@ -85,11 +85,11 @@ def tables_markdown(doc: dict[str, Any], title: str | None = None) -> str:
 
 def load_results() -> dict[str, dict[str, Any]]:
     out = {}
-    for path in sorted(RESULTS.glob("*.json")):
+    for path in sorted(RESULTS.rglob("*.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
         if doc.get("format") != 1 or "command" not in doc:
             raise SystemExit(f"{path.relative_to(ROOT)}: not a results file (allocopt.bench.output.write_results)")
-        out[path.stem] = doc
+        out[path.relative_to(RESULTS).with_suffix("").as_posix()] = doc
     return out
 
 

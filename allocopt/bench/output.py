@@ -180,8 +180,13 @@ def command_line(argv: Sequence[str] | None = None) -> str:
         return "python"
     script = argv[0]
     name = os.path.basename(script)
-    if name in ("allocopt", "__main__.py") or script in ("-m", "-c"):
-        head = ["allocopt"] if name == "allocopt" else ["python", "-m", "allocopt.bench"]
+    package = os.path.basename(os.path.dirname(os.path.abspath(script)))
+    if name == "allocopt" or (name == "__main__.py" and package == "allocopt"):
+        head = ["allocopt"]  # the console script, or python -m allocopt
+    elif name == "__main__.py":
+        head = ["python", "-m", f"allocopt.{package}"]
+    elif script in ("-m", "-c"):
+        head = ["python", script]
     else:
         try:
             script = os.path.relpath(script)
@@ -205,7 +210,8 @@ def write_results(path: str | os.PathLike[str], benchmark: str, *, tables: Seque
     tables : sequence of dict
         Tables the documentation shows, each from :func:`results_table`.
     data : dict, optional
-        The run's raw numbers (seconds, ratios, counts; units in the keys' names).
+        The run's raw numbers (seconds, ratios, counts; units in the keys' names), as top-level keys
+        of the document next to the ones above (a key of theirs raises ``ValueError``).
     machine : dict, optional
         :func:`allocopt.bench.machine.machine_info` taken at the start of the run (default: now).
     command : str, optional
@@ -222,7 +228,11 @@ def write_results(path: str | os.PathLike[str], benchmark: str, *, tables: Seque
     document = {"format": RESULTS_FORMAT, "benchmark": benchmark, "allocopt_version": __version__,
                 "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
                 "command": command if command is not None else command_line(), "machine": info,
-                "tables": [dict(t) for t in tables], "data": dict(data or {})}
+                "tables": [dict(t) for t in tables]}
+    clash = sorted(set(document) & set(data or {}))
+    if clash:
+        raise ValueError(f"results data may not use the keys {clash}")
+    document.update(data or {})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, document)
