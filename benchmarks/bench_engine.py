@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: ``Engine.allocate()`` after one change, and where its time goes.
 
-An engine holds ``--jobs`` jobs of the issue's first family (throughputs
+An engine holds ``--jobs`` jobs of the bench's ``uniform`` family (throughputs
 U[1, 10] steps/s on each of ``--types`` types, weight 5 on 20% of the jobs,
 scale factors 1/2/4/8 with probabilities .7/.1/.15/.05, n/4 GPUs per type).
 After a cold allocation, each of ``--repeat`` rounds changes one thing (a

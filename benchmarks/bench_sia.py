@@ -57,7 +57,7 @@ from allocopt.bench.output import (
 )
 from allocopt.bench.timing import Measurement, time_allocopt
 
-TARGET_HIGHS_S = 0.5  # issue 7: sia, 5,120 jobs on 2,048 GPUs
+TARGET_HIGHS_S = 0.5  # sia, 5,120 jobs on 2,048 GPUs: seconds per round
 
 COLUMNS = (Column("round", "round", left=True), Column("solver", "solver", left=True),
            Column("build_s", "build_s", seconds), Column("transfer_s", "transfer_s", seconds),

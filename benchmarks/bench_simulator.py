@@ -17,7 +17,7 @@ Three parts (each can be skipped):
   JCT ratio; ``--policies`` names others (e.g. ``max_min_fairness,finish_time_fairness``),
   ``--ftf`` adds the finish-time-fairness companion simulation (``simulate(ftf=True)``).
 * ``artifact``: Gavel's ``artifact_evaluation.trace`` (15 jobs at t=0) on the
-  cluster named in the issue, v100=2, p100=0, k80=4, with
+  artifact's cluster, v100=2, p100=0, k80=4, with
   ``max_min_fairness_perf``, through the mechanism and in ideal mode.
 
 Usage::

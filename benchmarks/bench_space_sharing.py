@@ -9,7 +9,7 @@ solved three exact ways on highs (the pairwise LP, ``aggregate_job_types=True``
 and ``column_generation=True``) against Gavel's
 ``MaxMinFairnessPolicyWithPacking`` in cvxpy with HiGHS
 (:func:`allocopt.bench.baselines.max_min_fairness_space_sharing`). Any
-``allocopt bench`` option overrides them. Target of the issue (reported, not
+``allocopt bench`` option overrides them. Target (reported, not
 asserted): the pairwise LP at least 10x faster than cvxpy, same optimum.
 
 Usage::
