@@ -181,7 +181,7 @@ def test_site_builds_without_warnings(scratch, tmp_path):
     api = (site / "reference" / "api" / "core" / "index.html").read_text(encoding="utf-8")
     assert "from_json" in api and "GoodputProblem" in api
     home = (site / "index.html").read_text(encoding="utf-8")  # the README, its links pointing into the site
-    assert "allocopt demo" in home and 'href="how-to/embed-engine/"' in home
+    assert "What it can do" in home and 'href="how-to/embed-engine/"' in home
 
 
 # ----- the documentation states what is -------------------------------------------------------------
