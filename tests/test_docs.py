@@ -355,3 +355,15 @@ def test_write_results_records_the_run(tmp_path):
     assert command_line([str(ROOT / "allocopt" / "bench" / "__main__.py"), "--quick"]) == \
         "python -m allocopt.bench --quick"
     assert command_line([str(ROOT / "allocopt" / "__main__.py"), "solve", "a b.json"]) == "allocopt solve 'a b.json'"
+
+
+def test_changelog_is_grouped_by_release():
+    """CHANGELOG.md: an Unreleased section on top, then one heading per release, the package's own version
+    among them (pyproject.toml)."""
+    from allocopt import __version__
+
+    headings = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"), re.M)
+    assert headings[0] == "Unreleased", headings
+    assert __version__ in headings, (__version__, headings)
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    assert version and version.group(1) == __version__
