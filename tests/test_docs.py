@@ -298,9 +298,32 @@ def test_documented_command_parses(block, argv, monkeypatch, capsys):
 
 # ----- generated pages are current ------------------------------------------------------------------
 def test_cli_reference_is_current():
-    proc = subprocess.run([sys.executable, str(ROOT / "docs" / "cli_reference.py"), "--check"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr
+    """docs/reference/cli.md has every command and option of the parser (argparse's wording varies with the
+    Python version, so the text itself is compared only by ``python docs/cli_reference.py --check``)."""
+    import argparse
+
+    from allocopt.cli import _parser
+
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]):
+        yield path, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, (*path, name))
+
+    missing = []
+    for path, parser in walk(_parser(), ("allocopt",)):
+        heading = f"`{' '.join(path)}`"
+        found = re.search(rf"^#+ {re.escape(heading)}$", page, re.M)
+        if found is None:
+            missing.append(heading)
+            continue
+        section = page[found.end():].split("\n#", 1)[0]
+        missing += [f"{heading} {option}" for action in parser._actions for option in action.option_strings
+                    if option not in section]
+    assert not missing, "run python docs/cli_reference.py; missing: " + ", ".join(missing)
 
 
 def test_rendered_results_are_current():
