@@ -26,7 +26,7 @@ simplex, ``solver_options={"solver": "simplex"}``; also compared with Gavel's
 own code run with ``--solver HIGHS``, cvxpy's HiGHS, where measured). Where
 several jobs are entitled to equal shares, Gavel's own result depends on the
 solver's digits beyond 1e-6 (rounding its allocations to 6 decimals moves its
-JCT by up to 4%; ``benchmarks/README.md``, "Conformance"), which bounds how
+JCT by up to 4%; ``docs/how-to/reproduce-gavel.md``), which bounds how
 closely any other solver can follow it.
 
 Run: ``python benchmarks/bench_gavel_fidelity.py [--traces DIR] [--threshold 0.05] [--solvers ECOS,HIGHS]``.
@@ -223,7 +223,7 @@ def main() -> int:
                 break
             cluster = dict(zip(("v100", "p100", "k80"), (int(v) for v in spec.split(":"))))
             started = time.perf_counter()
-            result = allocopt.simulate(path, cluster, "gavel:" + policy, seed=0,
+            result = allocopt.simulate(path, cluster, "gavel:" + policy, seed=0, fidelity="gavel",
                                        round_seconds=360.0, ftf=False, **settings_for(solver, policy))
             wall = time.perf_counter() - started
             jct, makespan = result.metrics["average_jct_s"], result.metrics["makespan_s"]

@@ -55,6 +55,7 @@ from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError, SolverError
 from allocopt.formulations.sia_programs import sia_goodput, solve_sia_round
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem, restart_factor
+from allocopt.mechanism.fidelity import FIDELITY_PROFILES, Fidelity
 from allocopt.mechanism.sia_job_steps import (MAX_EPOCHS, SIA_POLICY_MAX_LOCAL_BSZ, batch_split, epoch_ends,
                                               sia_optimize, step_round)
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob
@@ -678,12 +679,15 @@ class SiaPlanner:
         Place configurations as Sia's simulator does (:func:`place_packed`: packed afresh each
         round, jobs may straddle nodes, a job restarts whenever its nodes change) instead of
         :func:`place_configurations` (Sia's policy's placement rules, keeping jobs where they are).
+    fidelity : Fidelity, optional
+        The switches above as one object (:class:`~allocopt.mechanism.fidelity.Fidelity`; its Sia
+        fields): a field that is on turns its option on unless the option is given (False or a value).
+        ``sia_node_cap`` is Sia's simulator's node cap (:data:`SIA_SIMULATOR_MAX_NODES`),
+        ``sia_slowdowns`` and ``sia_restore_times`` its slowdowns and restore times, and
+        ``sia_milp_rounding`` its MILP's rounding and tie-break (``utility_decimals=2,
+        utility_clip=3000, prefer_later=True`` unless given). Default: every switch off.
     faithful_to_sia : bool, default False
-        Sia's simulator as published: its node cap (:data:`SIA_SIMULATOR_MAX_NODES`) unless
-        ``max_nodes`` is given, ``explore_replicas``, ``learn_throughputs``, ``round_grid``,
-        ``sia_stepping``, ``cap_policy_batch`` and ``packed_placement`` unless given False,
-        its slowdowns and restore times unless given, and its MILP's rounding and tie-break
-        (``utility_decimals=2, utility_clip=3000, prefer_later=True`` unless given).
+        Sia's simulator as published: ``fidelity`` the ``"sia"`` preset.
     sia_program : str, optional
         A cvxpy solver name (Sia's: "CBC", needs cylp): each round solves Sia's own cvxpy program with it
         (:func:`sia_round`), so ties in Sia's rounded MILP are broken as in Sia's runs. Off by default,
@@ -702,21 +706,24 @@ class SiaPlanner:
                  round_grid: bool | None = None, sia_stepping: bool | None = None,
                  batch_sizes: Sequence[int] | None = None, cap_policy_batch: bool | None = None,
                  packed_placement: bool | None = None, faithful_to_sia: bool = False, sia_program: str | None = None,
-                 sia_threads: int = 8, **solve_options: Any):
+                 sia_threads: int = 8, fidelity: Fidelity | None = None, **solve_options: Any):
         self.cluster: Cluster = state.cluster
-        if faithful_to_sia:
-            round_grid = True if round_grid is None else round_grid
-            sia_stepping = True if sia_stepping is None else sia_stepping
-            cap_policy_batch = True if cap_policy_batch is None else cap_policy_batch
-            packed_placement = True if packed_placement is None else packed_placement
-            if max_nodes is None:
-                max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types
-                             if t in SIA_SIMULATOR_MAX_NODES}
-            explore_replicas = True if explore_replicas is None else explore_replicas
-            learn_throughputs = True if learn_throughputs is None else learn_throughputs
-            slowdowns = SIA_SIMULATOR_SLOWDOWNS if slowdowns is None else slowdowns
-            restore_s = SIA_SIMULATOR_RESTORE_S if restore_s is None else restore_s
+        fid = FIDELITY_PROFILES["sia"] if faithful_to_sia else (fidelity or FIDELITY_PROFILES["allocopt"])
+        round_grid = fid.round_grid if round_grid is None else round_grid
+        sia_stepping = fid.sia_stepping if sia_stepping is None else sia_stepping
+        cap_policy_batch = fid.cap_policy_batch if cap_policy_batch is None else cap_policy_batch
+        packed_placement = fid.packed_placement if packed_placement is None else packed_placement
+        explore_replicas = fid.explore_replicas if explore_replicas is None else explore_replicas
+        learn_throughputs = fid.learn_throughputs if learn_throughputs is None else learn_throughputs
+        if max_nodes is None and fid.sia_node_cap:
+            max_nodes = {t: SIA_SIMULATOR_MAX_NODES[t] for t in self.cluster.gpu_types if t in SIA_SIMULATOR_MAX_NODES}
+        if slowdowns is None and fid.sia_slowdowns:
+            slowdowns = SIA_SIMULATOR_SLOWDOWNS
+        if restore_s is None and fid.sia_restore_times:
+            restore_s = SIA_SIMULATOR_RESTORE_S
+        if fid.sia_milp_rounding:
             solve_options = {"utility_decimals": 2, "utility_clip": 3000.0, "prefer_later": True, **solve_options}
+        self.fidelity = fid
         self.slowdowns = _positive_map(slowdowns, "slowdowns")
         self.restore_s = _positive_map(restore_s, "restore_s")
         self.configurations = sia_configurations(self.cluster, max_nodes=max_nodes)

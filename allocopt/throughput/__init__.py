@@ -17,12 +17,38 @@ efficiency (:class:`GoodputModel`) and gives the ``goodput`` matrix of a
 1-GPU profiles (:class:`BootstrappedJob`).
 """
 
-from allocopt.throughput.bootstrap import BootstrappedJob, project, throughput_ratio
-from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix
-from allocopt.throughput.online import ThroughputEstimator
-from allocopt.throughput.profiles import ApplicationProfile, Observations, ProfileFormatError, load_profiles
-from allocopt.throughput.table import DEFAULT_SCALE_FACTOR_PROBS, MEASUREMENT_COLUMNS, ThroughputTable
+import importlib
+from typing import TYPE_CHECKING, Any
 
+_EXPORTS = {
+    "BootstrappedJob": "allocopt.throughput.bootstrap", "project": "allocopt.throughput.bootstrap",
+    "throughput_ratio": "allocopt.throughput.bootstrap", "GoodputModel": "allocopt.throughput.goodput",
+    "GradParams": "allocopt.throughput.goodput", "PerfParams": "allocopt.throughput.goodput",
+    "fit_perf_params": "allocopt.throughput.goodput", "goodput_matrix": "allocopt.throughput.goodput",
+    "ThroughputEstimator": "allocopt.throughput.online", "ApplicationProfile": "allocopt.throughput.profiles",
+    "Observations": "allocopt.throughput.profiles", "ProfileFormatError": "allocopt.throughput.profiles",
+    "load_profiles": "allocopt.throughput.profiles", "DEFAULT_SCALE_FACTOR_PROBS": "allocopt.throughput.table",
+    "MEASUREMENT_COLUMNS": "allocopt.throughput.table", "ThroughputTable": "allocopt.throughput.table",
+}
 __all__ = ["DEFAULT_SCALE_FACTOR_PROBS", "MEASUREMENT_COLUMNS", "ApplicationProfile", "BootstrappedJob", "GoodputModel",
            "GradParams", "Observations", "PerfParams", "ProfileFormatError", "ThroughputEstimator", "ThroughputTable",
            "fit_perf_params", "goodput_matrix", "load_profiles", "project", "throughput_ratio"]
+
+if TYPE_CHECKING:
+    from allocopt.throughput.bootstrap import BootstrappedJob, project, throughput_ratio
+    from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix
+    from allocopt.throughput.online import ThroughputEstimator
+    from allocopt.throughput.profiles import ApplicationProfile, Observations, ProfileFormatError, load_profiles
+    from allocopt.throughput.table import DEFAULT_SCALE_FACTOR_PROBS, MEASUREMENT_COLUMNS, ThroughputTable
+
+
+def __getattr__(name: str) -> Any:  # public names are imported on first use (a cold start pays only for what it uses)
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

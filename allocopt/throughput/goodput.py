@@ -41,7 +41,6 @@ from numbers import Real
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 
 from allocopt.configurations import Configurations
 from allocopt.errors import InvalidOptionError, InvalidProblemError
@@ -269,6 +268,8 @@ def _pollux_minimize(nodes: np.ndarray, replicas: np.ndarray, bsz: np.ndarray, c
     for k, v in fixed.items():
         lower[k] = upper[k] = v
     data = (nodes, replicas, bsz, np.log(compute), np.log(iteration))
+    import scipy.optimize  # on first use: scipy.optimize costs a cold start 0.1 s
+
     result = scipy.optimize.minimize(_pollux_objective, start, args=data, jac=True, method="L-BFGS-B",
                                      bounds=scipy.optimize.Bounds(lower, upper, keep_feasible=True), tol=1e-5)
     return result.x
@@ -337,6 +338,8 @@ def _tnc_minimize(objective: _Objective, start: np.ndarray, free: np.ndarray, ce
     bounds = [(np.log(PARAM_FLOOR_S), np.log(ceiling)) if k < 6 else GAMMA_BOUNDS for k in free]
     # Truncated Newton (TNC): for 7 variables L-BFGS-B spends far longer in its BLAS-based bookkeeping than in
     # the objective (0.5 ms per iteration with multi-threaded OpenBLAS), TNC needs no BLAS.
+    import scipy.optimize  # on first use: scipy.optimize costs a cold start 0.1 s
+
     result = scipy.optimize.minimize(objective, x0, args=(free,), jac=True, method="TNC", bounds=bounds,
                                      options={"maxfun": _MAX_EVALUATIONS})
     return objective.params(result.x, free)
