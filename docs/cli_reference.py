@@ -35,14 +35,24 @@ def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...]):
         yield from _walk(sub, (*path, name))
 
 
+def commands():
+    """``(path, parser)`` of ``allocopt`` and each of its commands and subcommands, in the parser's order.
+    The command line builds some commands' arguments only when that command runs (``_parser(command)``),
+    so each command's parser comes from its own build."""
+    from allocopt.cli import _parser
+
+    root = _parser()
+    yield ("allocopt",), root
+    for name in _subcommands(root):
+        yield from _walk(_subcommands(_parser(name))[name], ("allocopt", name))
+
+
 def page() -> str:
     """The reference page's Markdown."""
     os.environ["COLUMNS"] = "100"  # argparse wraps help at the terminal's width
     try:
-        from allocopt.cli import _parser
-
         parts = [HEADER]
-        for path, parser in _walk(_parser(), ("allocopt",)):
+        for path, parser in commands():
             level = "#" * min(len(path) + 1, 4)
             parts.append(f"{level} `{' '.join(path)}`\n\n```text\n{parser.format_help().rstrip()}\n```\n")
     finally:
