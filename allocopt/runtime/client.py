@@ -34,6 +34,11 @@ stand-alone, to its total steps):
 ``ALLOCOPT_SCHEDULER_PID``   the process that started this one (and ``..._TICKS``, its start time):
                              when it is gone the job stops as on a stop request
 ``ALLOCOPT_NUM_THREADS``     CPU threads this rank's device share allows (also in ``OMP_NUM_THREADS``...)
+``ALLOCOPT_BATCH_SIZE``      elastic jobs: the global batch size (samples per step, all ranks) of this
+                             allocation; ``ALLOCOPT_LOCAL_BSZ`` (micro-batch per rank) and
+                             ``ALLOCOPT_ACCUM_STEPS`` (accumulation steps per step) split it, and
+                             ``ALLOCOPT_LR_SCALE`` is the learning-rate multiplier that goes with it.
+                             A new batch size comes with a restart (see docs/how-to/elastic-jobs.md)
 ``RANK`` ``WORLD_SIZE`` ``LOCAL_RANK`` ``MASTER_ADDR`` ``MASTER_PORT`` ``CUDA_VISIBLE_DEVICES``
 ==========================================================================================
 
@@ -42,7 +47,10 @@ extends the lease (the process keeps going, no restart) or asks it to stop
 (stop file or SIGTERM); :func:`steps` then returns. Progress records carry
 ``event`` (``start``, ``step``, ``paused``, ``resumed``, ``metrics``, ``exit``),
 ``t`` (epoch seconds), ``step`` (steps completed), ``samples``, ``ckpt`` (step of
-the last checkpoint saved) and ``seq`` (lease number).
+the last checkpoint saved) and ``seq`` (lease number). Elastic jobs report the statistics their
+goodput model needs with :func:`report`: ``grad_sqr`` and ``grad_var`` (gradient statistics
+normalized to the initial batch size, as AdaptDL measures them) and, optionally, ``sync_time``
+(seconds per step spent synchronizing gradients); step times are measured from the step records.
 
 Exactly-once progress: a copy of the job whose lease was taken away (its
 scheduler died and a new one relaunched the job) is refused at its next commit
@@ -88,7 +96,8 @@ class Lease:
     ``max_steps``/``total_steps``/``lease_end`` are None when unlimited;
     ``lease_end`` is in epoch seconds; ``checkpoint_dir`` is None stand-alone (no checkpoints);
     ``epoch`` is None without an executor (no fence); ``num_threads`` is None when the executor
-    sets no limit.
+    sets no limit. Elastic jobs: ``batch_size`` (global, samples per step), ``local_bsz`` (per rank),
+    ``accum_steps`` and ``lr_scale`` of this allocation; ``batch_size`` and ``local_bsz`` are None for a rigid job.
     """
 
     job_id: str
@@ -105,6 +114,10 @@ class Lease:
     gpu_type: str | None
     epoch: int | None = None
     num_threads: int | None = None
+    batch_size: int | None = None
+    local_bsz: int | None = None
+    accum_steps: int = 0
+    lr_scale: float = 1.0
 
     @property
     def seconds_left(self) -> float | None:
@@ -128,7 +141,10 @@ def lease() -> Lease:
                  lease_end=float(end) if end.strip() else None,
                  checkpoint_dir=os.environ.get("ALLOCOPT_CHECKPOINT_DIR") or None,
                  devices=tuple(d for d in devices.split(",") if d), gpu_type=os.environ.get("ALLOCOPT_GPU_TYPE"),
-                 epoch=_int("ALLOCOPT_EPOCH"), num_threads=_int("ALLOCOPT_NUM_THREADS"))
+                 epoch=_int("ALLOCOPT_EPOCH"), num_threads=_int("ALLOCOPT_NUM_THREADS"),
+                 batch_size=_int("ALLOCOPT_BATCH_SIZE"), local_bsz=_int("ALLOCOPT_LOCAL_BSZ"),
+                 accum_steps=_int("ALLOCOPT_ACCUM_STEPS", 0) or 0,
+                 lr_scale=float(os.environ.get("ALLOCOPT_LR_SCALE", "").strip() or 1.0))
 
 
 # ----- stop requests and the fence ------------------------------------------------------
@@ -203,7 +219,10 @@ def _emit(record: dict[str, Any]) -> None:
 
 
 def report(**metrics: Any) -> None:
-    """Report extra metrics (loss, accuracy...) to the executor; values must be JSON-serializable."""
+    """Report extra metrics (loss, accuracy...) to the executor; values must be JSON-serializable.
+
+    Elastic jobs report ``grad_sqr`` and ``grad_var`` (and optionally ``sync_time``, seconds per step)
+    here: the executor hands the latest numeric values to the goodput model."""
     _emit({"event": "metrics", **metrics})
 
 
