@@ -26,7 +26,8 @@ stand-alone, to its total steps):
 ``ALLOCOPT_RENEW_WAIT_S``    seconds to wait at a lease end for an extension (default 30)
 ``ALLOCOPT_DEVICES``         the executor's device ids of this job (also for ``cpu`` devices)
 ``ALLOCOPT_GPU_TYPE``        type of those devices
-``ALLOCOPT_SYNC_FILE``       with several ranks: rank 0 publishes which steps may run there, and
+``ALLOCOPT_SYNC_FILE``       with several ranks: the other ranks check in beside it (so rank 0 starts
+                             stepping once all loaded the same checkpoint), rank 0 publishes which steps may run there, and
                              the other ranks follow it, so all ranks stop at the same step
 ``ALLOCOPT_EPOCH``           this launch's lease epoch: commits (checkpoints, :func:`fenced` blocks)
                              are refused once the executor issued a newer one
@@ -284,7 +285,9 @@ def steps(start: int = 0, *, samples_per_step: int | None = None, total: int | N
     check_lease()
     _emit({"event": "start", "step": step, "pid": os.getpid(), "seq": leases.seq, "ckpt": _last_ckpt})
     reason = "done"
-    while True:
+    if sync and not _await_ranks(sync, info.world_size, start):
+        reason = "stop"
+    while reason == "done":
         if total is not None and step >= total:
             break
         if time.monotonic() - last_check >= _WATCH_S:
@@ -323,10 +326,42 @@ def _publish(path: str | None, upto: int, state: str, seq: int) -> None:
         os.replace(tmp, path)
 
 
+def _ready_file(sync: str, rank: int) -> str:
+    return f"{sync[:-len('.json')] if sync.endswith('.json') else sync}-ready-r{rank}.json"
+
+
+def _await_ranks(sync: str, world_size: int, start: int) -> bool:
+    """Rank 0: wait until every other rank entered :func:`steps` (so all loaded the same checkpoint:
+    rank 0 saves none before); False on a stop request. Raises RuntimeError when a rank starts from
+    another step."""
+    waiting = set(range(1, world_size))
+    while waiting:
+        for rank in sorted(waiting):
+            try:
+                with open(_ready_file(sync, rank), encoding="utf-8") as f:
+                    other = int(json.load(f)["start"])
+            except (OSError, ValueError, KeyError):
+                continue
+            if other != start:
+                raise RuntimeError(f"rank {rank} starts at step {other} and rank 0 at step {start}: every rank "
+                                   "must resume from the same checkpoint")
+            waiting.discard(rank)
+        if waiting:
+            if stop_requested():
+                return False
+            check_lease()
+            time.sleep(_POLL_S)
+    return True
+
+
 def _follow(start: int, path: str, samples_per_step: int | None) -> Iterator[int]:
     """Ranks > 0: run exactly the steps rank 0 runs, pause and stop with it."""
     step, last_emit, paused, last_check = start, 0.0, False, time.monotonic()
     check_lease()
+    ready = _ready_file(path, lease().rank)
+    with open(f"{ready}.tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps({"start": start}))
+    os.replace(f"{ready}.tmp", ready)
     _emit({"event": "start", "step": step, "pid": os.getpid(), "seq": 0, "ckpt": _last_ckpt})
     while True:
         if time.monotonic() - last_check >= _WATCH_S:

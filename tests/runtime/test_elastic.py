@@ -1,0 +1,186 @@
+"""Elastic jobs run for real by `allocopt run --policy sia`: resized between rounds, every step once, the
+goodput model's batch in each launch, no restart where the configuration stays, throughputs learned online."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from allocopt.cluster import Cluster
+from allocopt.errors import InvalidProblemError
+from allocopt.runtime.devices import Device
+from allocopt.runtime.elastic import GoodputEngine, ElasticSpec, model_from_json
+from allocopt.runtime.local import LocalExecutor
+from allocopt.runtime.loop import Scheduler, StateStore, load_jobs
+from tests.runtime.helpers import JOBS_DIR, assert_no_device_overlap, repo_env
+
+ELASTIC_STEPS = str(JOBS_DIR / "elastic_steps.py")
+
+
+def _journal(db: Path) -> list[tuple[int, list]]:
+    with sqlite3.connect(db) as con:
+        return [(idx, json.loads(leases)) for idx, leases in con.execute("SELECT idx, leases FROM rounds ORDER BY idx")]
+
+
+def _launches(out: Path) -> list[dict[int, dict]]:
+    """Per launch (in epoch order): rank -> what it wrote at its start, plus the steps it ran."""
+    by_epoch: dict[int, dict[int, dict]] = {}
+    for f in out.glob("launch-e*-r*.json"):
+        doc = json.loads(f.read_text())
+        steps = out / f"steps-e{doc['epoch']}-r{doc['rank']}.txt"
+        doc["steps"] = [int(x) for x in steps.read_text().split()] if steps.exists() else []
+        by_epoch.setdefault(doc["epoch"], {})[doc["rank"]] = doc
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def test_elastic_jobs_resize_run_every_step_once_with_the_models_batch(tmp_path: Path) -> None:
+    outs = {n: tmp_path / n for n in ("grow", "fixed")}
+    for out in outs.values():
+        out.mkdir()
+    jobs = [  # grow: reports a gradient noise scale that makes larger batches worth it; fixed: one replica at most
+        {"name": "grow", "command": [sys.executable, ELASTIC_STEPS, str(outs["grow"]), "--grad-sqr", "1",
+                                     "--grad-var", "20"],
+         "total_steps": 10 ** 6, "batch_size": 16, "max_batch_size": 256, "max_local_bsz": 64},
+        {"name": "fixed", "command": [sys.executable, ELASTIC_STEPS, str(outs["fixed"])], "total_steps": 10 ** 6,
+         "batch_size": 16, "max_replicas": 1}]
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    run = subprocess.run([sys.executable, "-m", "allocopt", "run", str(tmp_path / "jobs.json"), "--cluster", "cpu=5",
+                          "--policy", "sia", "--round-seconds", "1", "--max-rounds", "5", "--grace-s", "1",
+                          "--state", str(tmp_path / "state.db")], env=repo_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    rounds = _journal(tmp_path / "state.db")
+    assert len(rounds) == 5
+    for name, out in outs.items():
+        leases = [next(l for l in leases if l[0] == name) for _, leases in rounds]  # every job runs every round
+        launches = _launches(out)
+        # a job is (re)started exactly at its leases that are not extended: the others kept running
+        started = [l for l in leases if not l[3]]
+        assert len(launches) == len(started) < len(leases)
+        for lease, launch in zip(started, launches):
+            decision = lease[4]
+            assert sorted(launch) == list(range(len(lease[2])))  # one rank per device of the lease
+            for doc in launch.values():
+                assert doc["world_size"] == len(lease[2]) and doc["gpu_type"] == "cpu"
+                got = {k: doc[k] for k in ("batch_size", "local_bsz", "accum_steps", "lr_scale")}
+                assert got == doc["lease_file"] == decision["batch"]  # environment, lease file, journal
+            # the batch of a launch is the model's optimum for the allocation (the initial batch before any model)
+            assert decision["batch"] == decision["optimal"]
+            if decision["model"] is None:
+                assert decision["batch"]["batch_size"] == 16
+            else:
+                model = model_from_json(decision["model"])
+                _, local, accum = model.optimize(decision["num_nodes"], len(lease[2]))
+                assert (int(local), int(accum)) == (decision["batch"]["local_bsz"], decision["batch"]["accum_steps"])
+                assert decision["batch"]["batch_size"] == len(lease[2]) * int(local) * (int(accum) + 1)
+        # every step exactly once across the launches, and every rank of a launch ran the same steps
+        ran = [s for launch in launches for s in launch[0]["steps"]]
+        assert ran == list(range(report["jobs"][name]["steps_done"])) and ran
+        for launch in launches:
+            for doc in launch.values():
+                assert doc["steps"] == launch[0]["steps"]
+    grow = [len(next(l for l in leases if l[0] == "grow")[2]) for _, leases in rounds]
+    assert sum(a != b for a, b in zip(grow, grow[1:])) >= 2, grow  # resized at least twice: 1 -> 2 -> 4
+    assert grow[0] == 1 and max(grow) == 4
+    batches = [launch[0]["batch_size"] for launch in _launches(outs["grow"])]
+    assert batches[0] == 16 and max(batches) > 16  # the reported noise scale made larger batches worth it
+    fixed = [next(l for l in leases if l[0] == "fixed") for _, leases in rounds]
+    assert all(len(l[2]) == 1 for l in fixed) and sum(l[3] for l in fixed) >= 3
+    assert_no_device_overlap(tmp_path / "state.db.d")
+
+
+def _two_type_devices() -> list[Device]:
+    return [Device(i, "fast" if i < 2 else "slow", "cpu pseudo-device") for i in range(4)]
+
+
+def test_throughputs_are_learned_online_and_jobs_go_to_their_faster_type(tmp_path: Path) -> None:
+    # "x" runs 3x slower on "slow" GPUs, "y" 3x slower on "fast" ones; nothing tells the scheduler
+    commands = {"x": "--slow=slow=3", "y": "--slow=fast=3"}
+    jobs = []
+    for name, slow in commands.items():
+        (tmp_path / name).mkdir()
+        jobs.append({"name": name, "command": [sys.executable, ELASTIC_STEPS, str(tmp_path / name), slow,
+                                               "--alpha", "0.02"],
+                     "total_steps": 10 ** 6, "batch_size": 16, "max_replicas": 1})
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    cluster = Cluster({"fast": 2, "slow": 2})
+    executor = LocalExecutor({}, _two_type_devices(), tmp_path / "work", grace_s=1.0)
+    state = StateStore(tmp_path / "state.db")
+    try:
+        scheduler = Scheduler(load_jobs(tmp_path / "jobs.json"), cluster, executor, state, policy="sia",
+                              round_seconds=1.0)
+        scheduler.run(max_rounds=6)
+        engine = scheduler.engine
+        assert isinstance(engine, GoodputEngine)
+        rounds = _journal(tmp_path / "state.db")
+        for name, faster in (("x", "fast"), ("y", "slow")):
+            measured = engine.measurements(name)
+            assert set(measured) == {"fast", "slow"}  # it ran on both types
+            for gpu_type, points in measured.items():
+                for (nodes, replicas, local), (_, iter_s, _) in points.items():
+                    predicted = engine.predicted_iter_time(name, gpu_type, nodes, replicas, local)
+                    assert abs(predicted / iter_s - 1) <= 0.10, (name, gpu_type, predicted, iter_s)
+            slower = "slow" if faster == "fast" else "fast"
+            one = {t: min(it for (_, _, m), (_, it, _) in measured[t].items() if m == 16) for t in measured}
+            assert one[slower] > 1.5 * one[faster]  # what it measured (sleep plus the client's own time per step)
+            placed = [next(l for l in leases if l[0] == name)[1] for _, leases in rounds]
+            assert placed[-2:] == [faster, faster], placed  # the last plans put it on its faster type
+    finally:
+        state.close()
+
+
+def test_job_file_elastic_fields_are_validated(tmp_path: Path) -> None:
+    def load(**fields) -> list:
+        (tmp_path / "j.json").write_text(json.dumps({"jobs": [{"name": "e", "command": "true", "total_steps": 5,
+                                                                **fields}]}))
+        return load_jobs(tmp_path / "j.json")
+
+    (job,) = load(batch_size=32, max_batch_size=512, application="cifar10", min_replicas=1, max_replicas=4)
+    assert job.elastic == ElasticSpec(32, "cifar10", 512, min_replicas=1, max_replicas=4)
+    for fields, field in (({"application": "cifar10"}, "batch_size"), ({"batch_size": 0}, "batch_size"),
+                          ({"batch_size": 64, "max_batch_size": 32}, "max_batch_size"),
+                          ({"batch_size": 8, "min_replicas": 4, "max_replicas": 2}, "max_replicas"),
+                          ({"batch_size": 8, "lr_scaling": "cubic"}, "lr_scaling"),
+                          ({"batch_size": 8, "seed_profile": "missing.csv"}, "seed_profile"),
+                          ({"batch_size": 8, "scale_factor": 2}, "scale_factor")):
+        with pytest.raises(InvalidProblemError, match=f"job 'e': {field}") as err:
+            load(**fields)
+        assert err.value.field == field
+
+
+def test_a_rigid_job_under_sia_and_an_unknown_application_fail_with_a_message(tmp_path: Path) -> None:
+    (tmp_path / "j.json").write_text(json.dumps({"jobs": [
+        {"name": "rigid", "command": "true", "total_steps": 5},
+        {"name": "unknown", "command": "true", "total_steps": 5, "batch_size": 8, "application": "nosuchapp"}]}))
+    executor = LocalExecutor({}, _two_type_devices(), tmp_path / "work")
+    state = StateStore(tmp_path / "state.db")
+    try:
+        scheduler = Scheduler(load_jobs(tmp_path / "j.json"), Cluster({"fast": 2, "slow": 2}), executor, state,
+                              policy="sia", round_seconds=1.0)
+        report = scheduler.run()
+    finally:
+        state.close()
+    assert report["jobs"]["rigid"]["status"] == "failed" and "batch_size" in report["jobs"]["rigid"]["message"]
+    assert report["jobs"]["unknown"]["status"] == "failed"
+    assert "nosuchapp" in report["jobs"]["unknown"]["message"]
+
+
+def test_goodput_engine_state_round_trips_with_what_it_learned() -> None:
+    engine = GoodputEngine(Cluster({"fast": 2, "slow": 2}), "sia", round_seconds=1.0)
+    engine.add_job("j", ElasticSpec(16, max_batch_size=128), gpu_types=["fast", "slow"])
+    for local, t in ((16, 0.01), (32, 0.018)):
+        engine.observe_step_time("j", "fast", 1, 1, local, t, t)
+    engine.observe_gradient("j", 1.0, 5.0)
+    restored = GoodputEngine.from_json(json.loads(json.dumps(engine.to_json())))
+    assert restored.measurements("j") == engine.measurements("j")
+    for gpu_type in ("fast", "slow"):
+        assert restored.predicted_iter_time("j", gpu_type, 1, 2, 24) == pytest.approx(
+            engine.predicted_iter_time("j", gpu_type, 1, 2, 24))
+    with pytest.raises(InvalidProblemError, match="step times"):
+        engine.observe_step_time("j", "fast", 1, 1, 16, 0.02, 0.01)
