@@ -12,7 +12,8 @@ keeps running.
 
 Each job's goodput model per GPU type is, in order of preference:
 
-1. fitted (:func:`~allocopt.throughput.goodput.fit_perf_params`, warm started) to
+1. fitted (:func:`~allocopt.throughput.goodput.fit_perf_params`, Pollux's RMSE loss over the mean
+   step time of each point, warm started from the previous fit) to
    its own step times on the type: the rows of its seed profile there
    (``seed_profile``, 1-GPU step times as Sia profiles a job) plus what it measured
    in earlier rounds;
@@ -56,12 +57,16 @@ from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError, InvalidProblemError
 from allocopt.runtime.executor import BatchSettings, JobRoundResult, Lease, RoundOutcome, RoundPlan
-from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix
+from allocopt.throughput.goodput import (GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix,
+                                        optimize_models)
 
 log = logging.getLogger(__name__)
 
 #: Seconds one restart is assumed to cost a job before one was measured (Pollux's restart penalty input).
 DEFAULT_RESTART_S = 1.0
+#: A job's model on a type is refitted when it has a step time at a new point, or when the mean step
+#: time at a point moved by more than this fraction since the last fit.
+REFIT_CHANGE = 0.05
 #: How the learning rate follows the batch size: AdaScale's gain (Pollux's), linear, square root, or not.
 LR_SCALINGS = ("adascale", "linear", "sqrt", "none")
 
@@ -216,6 +221,10 @@ class GoodputOptions:
         relative goodput gain (a new batch means a restart).
     max_nodes : int or None
         Most nodes one configuration may span (Sia's ``cluster_max_physical_nnodes``).
+    refit_budget_s : float, default 0.25
+        Seconds a round spends refitting models that have new step times, models of types without
+        any fit first, then the longest-waiting ones; the others plan with their previous fit
+        this round and are refitted in a later one.
     """
 
     policy_options: Mapping[str, Any] = field(default_factory=dict)
@@ -223,6 +232,7 @@ class GoodputOptions:
     explore_replicas: bool = True
     batch_tolerance: float = 0.05
     max_nodes: int | None = None
+    refit_budget_s: float = 0.25
 
 
 # ----- per-job model state ----------------------------------------------------------------
@@ -233,6 +243,7 @@ class _Measured:
     compute_s: float
     iter_s: float
     count: int = 1
+    at_fit: float | None = None  # iter_s when the type's model was last fitted
 
     def add(self, compute_s: float, iter_s: float) -> None:
         self.count += 1
@@ -256,6 +267,7 @@ class _ElasticJob:
     restart_s: float | None = None
     steps_remaining: int | None = None
     steps_per_s: dict[str, float] = field(default_factory=dict)
+    models: dict[str, GoodputModel | None] = field(default_factory=dict)  # cache of model(); cleared on changes
 
     def rows(self, gpu_type: str) -> dict[tuple[int, int, int], _Measured]:
         """Seed rows of the type, overridden by measured ones at the same point."""
@@ -324,6 +336,8 @@ class GoodputEngine:
         self._round_index = 0
         self._prior_fits: dict[tuple[str, str], PerfParams] = {}
         self.decisions: dict[Hashable, ElasticDecision] = {}  # of the last planned round
+        self._defer_refits = False  # while planning: stale models beyond the refit budget keep their fit
+        self._stale_since: dict[tuple[Hashable, str], int] = {}  # round each pending refit was asked in
         self.solve_seconds: list[float] = []
 
     # ----- jobs ------------------------------------------------------------------------
@@ -378,6 +392,8 @@ class GoodputEngine:
     def remove_job(self, job_id: Hashable) -> None:
         """Forget a job (finished or failed)."""
         self._jobs.pop(job_id, None)
+        for key in [k for k in self._stale_since if k[0] == job_id]:
+            del self._stale_since[key]
         self._gpu_ids.pop(job_id, None)
         self.decisions.pop(job_id, None)
 
@@ -402,15 +418,23 @@ class GoodputEngine:
                                       f"got {compute_s}, {iter_s}", field="step_time", job=job_id)
         rows = job.measured.setdefault(gpu_type, {})
         key = (int(num_nodes), int(replicas), int(local_bsz))
-        if key in rows:
-            rows[key].add(compute_s, iter_s)
-        else:
+        point = rows.get(key)
+        if point is None:
             rows[key] = _Measured(compute_s, iter_s)
+        else:
+            point.add(compute_s, iter_s)
+            if point.at_fit is not None and abs(point.iter_s / point.at_fit - 1.0) <= REFIT_CHANGE:
+                return  # the model still fits it
         job.stale.add(gpu_type)
+        job.models.clear()
+        self._stale_since.setdefault((job_id, gpu_type), self._round_index)
 
     def observe_gradient(self, job_id: Hashable, grad_sqr: float, grad_var: float) -> None:
         """A job's reported gradient statistics (at its initial batch size)."""
-        self._job(job_id).grad = GradParams(float(grad_sqr), float(grad_var))
+        job, grad = self._job(job_id), GradParams(float(grad_sqr), float(grad_var))
+        if grad != job.grad:
+            job.grad = grad
+            job.models.clear()
 
     def _job(self, job_id: Hashable) -> _ElasticJob:
         try:
@@ -446,12 +470,17 @@ class GoodputEngine:
         rows = job.rows(gpu_type)
         if not rows:
             return None
+        if self._defer_refits and gpu_type in job.fits:
+            return job.fits[gpu_type]
         if gpu_type in job.stale or gpu_type not in job.fits:
             keys = np.array(list(rows), dtype=np.float64)
             vals = np.array([(r.compute_s, r.iter_s) for r in rows.values()])
             job.fits[gpu_type] = fit_perf_params(keys[:, 0], keys[:, 1], keys[:, 2], vals[:, 0], vals[:, 1],
-                                                 initial=job.fits.get(gpu_type))
+                                                 initial=job.fits.get(gpu_type), loss="rmse")
             job.stale.discard(gpu_type)
+            self._stale_since.pop((job.state.job_id, gpu_type), None)
+            for r in rows.values():
+                r.at_fit = r.iter_s
         return job.fits[gpu_type]
 
     def _prior_fit(self, application: str | None, gpu_type: str) -> PerfParams | None:
@@ -477,6 +506,11 @@ class GoodputEngine:
     def model(self, job_id: Hashable, gpu_type: str) -> GoodputModel | None:
         """The job's goodput model on ``gpu_type`` (see the module docstring), None where it has none."""
         job = self._job(job_id)
+        if gpu_type not in job.models:
+            job.models[gpu_type] = self._model(job, gpu_type)
+        return job.models[gpu_type]
+
+    def _model(self, job: _ElasticJob, gpu_type: str) -> GoodputModel | None:
         if gpu_type not in job.gpu_types:
             return None
         m0, m_max, lo, hi = self._limits(job, gpu_type)
@@ -566,7 +600,12 @@ class GoodputEngine:
         for job in jobs:
             job.state.age_s = max(now - job.submitted, 0.0)
             job.state.restart_delay_s = job.spec.restart_delay_s or job.restart_s or DEFAULT_RESTART_S
-        goodput, models = self._goodput(jobs, ids)
+        self._refit_within_budget()
+        self._defer_refits = True
+        try:
+            goodput, models = self._goodput(jobs, ids)
+        finally:
+            self._defer_refits = False
         started = time.perf_counter()
         plan = _planner(self.policy)([j.state for j in jobs], self.cluster, self.configurations, goodput,
                                      self._gpu_ids, round_index=self._round_index, start_s=now,
@@ -575,13 +614,26 @@ class GoodputEngine:
         commit_plan([j.state for j in jobs], plan)
         types = self.cluster.gpu_types
         starts = np.concatenate([[0], np.cumsum(self.cluster.capacity)])
+        row = {j: i for i, j in enumerate(ids)}
+        n = len(plan.leases)
+        t_of = np.array([types.index(l.gpu_type) for l in plan.leases], dtype=np.int64)
+        replicas_of = np.array([len(l.gpu_ids) for l in plan.leases], dtype=np.int64)
+        ids_flat = np.concatenate([np.asarray(l.gpu_ids, dtype=np.int64) for l in plan.leases]) if n else \
+            np.zeros(0, dtype=np.int64)
+        lease_of = np.repeat(np.arange(n), replicas_of)
+        node_of = (ids_flat - starts[t_of[lease_of]]) // self.cluster.gpus_per_node[t_of[lease_of]]
+        span = int(node_of.max(initial=0)) + 1  # distinct (lease, node) pairs counted per lease: its nodes
+        nodes_of = np.bincount(np.unique(lease_of * span + node_of) // span, minlength=n)
+        lease_models = [models[row[l.job_id]][t] for l, t in zip(plan.leases, t_of.tolist())]
+        with_model = [k for k, m in enumerate(lease_models) if m is not None]
+        _, local, accum = optimize_models([lease_models[k] for k in with_model], nodes_of[with_model],
+                                          replicas_of[with_model])
+        chosen = dict(zip(with_model, zip(local.tolist(), accum.tolist())))
         leases, self.decisions = [], {}
-        for lease in plan.leases:
-            job, t = self._jobs[lease.job_id], types.index(lease.gpu_type)
-            replicas = len(lease.gpu_ids)
-            nodes = int(np.unique((np.asarray(lease.gpu_ids) - starts[t]) // int(self.cluster.gpus_per_node[t])).size)
-            model = models[ids.index(lease.job_id)][t]
-            optimal = self._optimal(job, model, nodes, replicas, lease.gpu_type)
+        for k, lease in enumerate(plan.leases):
+            job, model = self._jobs[lease.job_id], lease_models[k]
+            replicas, nodes = int(replicas_of[k]), int(nodes_of[k])
+            optimal = self._optimal(job, chosen.get(k), replicas, lease.gpu_type)
             batch = optimal
             if lease.extended and job.batch is not None and model is not None:
                 keep = float(model.goodput(nodes, replicas, job.batch.local_bsz, job.batch.accum_steps))
@@ -603,14 +655,26 @@ class GoodputEngine:
         self._round_index += 1
         return replace(plan, leases=tuple(leases))
 
-    def _optimal(self, job: _ElasticJob, model: GoodputModel | None, nodes: int, replicas: int,
+    def _refit_within_budget(self) -> None:
+        """Refit stale models, those without a fit first, then the longest-waiting, until the budget is spent."""
+        pending = [(gpu_type in self._jobs[job_id].fits, since, job_id, gpu_type)
+                   for (job_id, gpu_type), since in self._stale_since.items() if job_id in self._jobs]
+        pending.sort(key=lambda p: (p[0], p[1]))
+        deadline = time.perf_counter() + self.options.refit_budget_s
+        for has_fit, _, job_id, gpu_type in pending:
+            if has_fit and time.perf_counter() >= deadline:
+                break
+            job = self._jobs[job_id]
+            self._fit(job, gpu_type)
+            job.models.clear()
+
+    def _optimal(self, job: _ElasticJob, best: tuple[float, float] | None, replicas: int,
                  gpu_type: str) -> BatchSettings:
-        """The model's goodput-optimal batch at (nodes, replicas); without a model (or where none fits) the
-        initial batch split over the replicas (at least ``min_local_bsz`` each, accumulating beyond memory)."""
-        if model is not None:
-            _, local, accum = model.optimize(nodes, replicas)
-            if float(local) > 0:
-                return self._settings(job, replicas, float(local), float(accum))
+        """The model's goodput-optimal batch (``best``: its micro-batch and accumulation steps); without a
+        model (or where none fits) the initial batch split over the replicas (at least ``min_local_bsz``
+        each, accumulating beyond memory)."""
+        if best is not None and best[0] > 0:
+            return self._settings(job, replicas, best[0], best[1])
         m0, _, lo, hi = self._limits(job, gpu_type)
         per = max(lo, math.ceil(m0 / replicas))
         accum = max(math.ceil(per / hi) - 1, 0)
@@ -659,7 +723,7 @@ class GoodputEngine:
                             "gpus_per_node": dict(zip(self.cluster.gpu_types, self.cluster.gpus_per_node.tolist()))},
                 "options": {"policy_options": dict(opts.policy_options), "explore_types": opts.explore_types,
                             "explore_replicas": opts.explore_replicas, "batch_tolerance": opts.batch_tolerance,
-                            "max_nodes": opts.max_nodes},
+                            "max_nodes": opts.max_nodes, "refit_budget_s": opts.refit_budget_s},
                 "jobs": [{"id": job_id, "spec": asdict(j.spec), "submitted": j.submitted, "gpu_types": list(j.gpu_types),
                           "measured": [[t, list(k), r.compute_s, r.iter_s, r.count]
                                        for t, rows in j.measured.items() for k, r in rows.items()],
@@ -686,7 +750,7 @@ class GoodputEngine:
                          round_seconds=float(document["round_seconds"]), profiles=profiles,
                          options=GoodputOptions(dict(o["policy_options"]), bool(o["explore_types"]),
                                                 bool(o["explore_replicas"]), float(o["batch_tolerance"]),
-                                                o["max_nodes"]))
+                                                o["max_nodes"], float(o["refit_budget_s"])))
             engine._round_index = int(document["round_index"])
             for doc in document["jobs"]:
                 job_id = doc["id"]

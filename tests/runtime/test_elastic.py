@@ -184,3 +184,14 @@ def test_goodput_engine_state_round_trips_with_what_it_learned() -> None:
             engine.predicted_iter_time("j", gpu_type, 1, 2, 24))
     with pytest.raises(InvalidProblemError, match="step times"):
         engine.observe_step_time("j", "fast", 1, 1, 16, 0.02, 0.01)
+
+
+def test_optimize_models_matches_each_models_optimize() -> None:
+    from allocopt.throughput.goodput import GoodputModel, GradParams, PerfParams, optimize_models
+
+    models = [GoodputModel(PerfParams(0.01 * k, 0.001, 0.05, 0.01, 0.02, 0.005, 1.5), GradParams(1.0, 3.0 * k),
+                           32, 32 * 2 ** k, 64 * k) for k in range(1, 5)]
+    nodes, replicas = [1, 1, 2, 1], [1, 4, 8, 2]
+    g, m, s = optimize_models(models, nodes, replicas)
+    for k, model in enumerate(models):
+        assert (g[k], m[k], s[k]) == tuple(float(a) for a in model.optimize(nodes[k], replicas[k]))
