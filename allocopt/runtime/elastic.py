@@ -37,8 +37,9 @@ job's ``grad_sqr``/``grad_var`` reports, else from its application's profile at
 its initial batch size, else none (efficiency ``M0 / M``: the batch stays at its
 initial size until the job reports them).
 
-A job's length is its ``total_steps`` (a step trains one batch of this
-allocation's size); priorities (``priority_weight``) do not enter Sia's objective.
+A job's length is its ``total_samples`` when it gives them (each launch ends at the step that
+reaches them at its batch size), else its ``total_steps``; priorities (``priority_weight``) do not
+enter Sia's objective.
 """
 
 from __future__ import annotations
@@ -98,6 +99,11 @@ class ElasticSpec:
     lr_scaling : str
         One of :data:`LR_SCALINGS`; ``ALLOCOPT_LR_SCALE`` for batch ``M``: AdaScale's gain
         ``S * efficiency(M)`` with ``S = M / M0`` (``adascale``), ``S``, ``sqrt(S)`` or 1.
+    total_samples : int or None
+        The job's length in samples (as Pollux's and Sia's jobs train for a number of epochs): it
+        ends at the first step that reaches them, whatever batch sizes it ran at; each launch gets
+        ``ALLOCOPT_TOTAL_STEPS`` = its start step + ``ceil(samples left / batch size)``. None: the
+        job's length is its ``total_steps``.
     """
 
     batch_size: int
@@ -110,6 +116,7 @@ class ElasticSpec:
     seed_profile: str | None = None
     restart_delay_s: float | None = None
     lr_scaling: str = "adascale"
+    total_samples: int | None = None
 
 
 #: Job-file keys of :class:`ElasticSpec`.
@@ -134,12 +141,13 @@ def parse_elastic(entry: Mapping[str, Any], path: str | Path, name: str) -> Elas
     if "batch_size" not in given:
         raise bad("batch_size", "is needed by an elastic job (it gives application, min_replicas or the like)")
     ints = {}
-    for key in ("batch_size", "max_batch_size", "min_local_bsz", "max_local_bsz", "min_replicas", "max_replicas"):
+    for key in ("batch_size", "max_batch_size", "min_local_bsz", "max_local_bsz", "min_replicas", "max_replicas",
+                "total_samples"):
         if key in given and given[key] is not None:
             v = given[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() \
-                    or not 1 <= v <= 2 ** 31:
-                raise bad(key, "must be an integer from 1 to 2**31")
+                    or not 1 <= v <= (2 ** 53 if key == "total_samples" else 2 ** 31):
+                raise bad(key, f"must be an integer from 1 to {'2**53' if key == 'total_samples' else '2**31'}")
             ints[key] = int(v)
     for lo, hi in (("batch_size", "max_batch_size"), ("min_local_bsz", "max_local_bsz"),
                    ("min_replicas", "max_replicas")):
@@ -165,7 +173,8 @@ def parse_elastic(entry: Mapping[str, Any], path: str | Path, name: str) -> Elas
                        max_batch_size=ints.get("max_batch_size"), min_local_bsz=ints.get("min_local_bsz"),
                        max_local_bsz=ints.get("max_local_bsz"), min_replicas=ints.get("min_replicas", 1),
                        max_replicas=ints.get("max_replicas"), seed_profile=seed,
-                       restart_delay_s=None if delay is None else float(delay), lr_scaling=scaling)
+                       restart_delay_s=None if delay is None else float(delay), lr_scaling=scaling,
+                       total_samples=ints.get("total_samples"))
 
 
 # ----- goodput policies -------------------------------------------------------------------
@@ -268,6 +277,9 @@ class _ElasticJob:
     steps_remaining: int | None = None
     steps_per_s: dict[str, float] = field(default_factory=dict)
     models: dict[str, GoodputModel | None] = field(default_factory=dict)  # cache of model(); cleared on changes
+    samples_done: int = 0  # samples of the steps up to steps_at
+    steps_at: int = 0
+    last_batch: int | None = None  # batch size of its latest lease
 
     def rows(self, gpu_type: str) -> dict[tuple[int, int, int], _Measured]:
         """Seed rows of the type, overridden by measured ones at the same point."""
@@ -389,6 +401,23 @@ class GoodputEngine:
         """Record a job's remaining steps (reported with its state)."""
         self._job(job_id).steps_remaining = num_steps_remaining
 
+    def sync_progress(self, job_id: Hashable, steps_done: int) -> int:
+        """Count the samples of the job's steps up to ``steps_done`` (its checkpoint): the steps since the
+        last call ran at its latest lease's batch size (its initial one before any). Returns the samples done."""
+        job = self._job(job_id)
+        new = max(int(steps_done) - job.steps_at, 0)
+        job.samples_done += new * (job.last_batch or job.spec.batch_size)
+        job.steps_at = max(job.steps_at, int(steps_done))
+        return job.samples_done
+
+    def launch_total_steps(self, job_id: Hashable, batch_size: int) -> int | None:
+        """``ALLOCOPT_TOTAL_STEPS`` of a launch at ``batch_size`` of a job with ``total_samples``: its step so far
+        plus the steps that reach them (None for a job whose length is its ``total_steps``)."""
+        job = self._job(job_id)
+        if job.spec.total_samples is None:
+            return None
+        return job.steps_at + -(-max(job.spec.total_samples - job.samples_done, 0) // int(batch_size))
+
     def remove_job(self, job_id: Hashable) -> None:
         """Forget a job (finished or failed)."""
         self._jobs.pop(job_id, None)
@@ -402,7 +431,8 @@ class GoodputEngine:
         batch settings), ``gpu_ids``, ``restarts``."""
         job = self._job(job_id)
         return {"throughputs": dict(job.steps_per_s), "batch": None if job.batch is None else asdict(job.batch),
-                "gpu_ids": list(self._gpu_ids.get(job_id, ())), "restarts": job.state.num_restarts}
+                "gpu_ids": list(self._gpu_ids.get(job_id, ())), "restarts": job.state.num_restarts,
+                "samples_done": job.samples_done}
 
     def observe_throughput(self, job_id: Hashable, gpu_type: str, steps_per_s: float) -> None:
         """Steps/s without the batch they were measured at carry no step time: kept for reports only."""
@@ -645,6 +675,7 @@ class GoodputEngine:
                 job.state.num_restarts += 1
                 job.state.restore_remaining_s = job.state.restart_delay_s
             job.batch = batch
+            job.last_batch = batch.batch_size
             job.most_gpus = max(job.most_gpus, replicas)
             self.decisions[lease.job_id] = ElasticDecision(lease.job_id, lease.gpu_type, nodes, replicas, batch,
                                                            optimal, model)
@@ -729,7 +760,8 @@ class GoodputEngine:
                                        for t, rows in j.measured.items() for k, r in rows.items()],
                           "grad": None if j.grad is None else [j.grad.sqr, j.grad.var], "most_gpus": j.most_gpus,
                           "restarts": j.state.num_restarts, "started": j.state.started, "restart_s": j.restart_s,
-                          "steps_per_s": j.steps_per_s} for job_id, j in self._jobs.items()]}
+                          "steps_per_s": j.steps_per_s, "samples_done": j.samples_done, "steps_at": j.steps_at,
+                          "last_batch": j.last_batch} for job_id, j in self._jobs.items()]}
 
     @classmethod
     def from_json(cls, document: Mapping[str, Any], profiles: Mapping[tuple[str, str], Any] | None = None
@@ -766,6 +798,8 @@ class GoodputEngine:
                 job.most_gpus, job.restart_s = int(doc["most_gpus"]), doc["restart_s"]
                 job.state.num_restarts, job.state.started = int(doc["restarts"]), bool(doc["started"])
                 job.steps_per_s = {str(t): float(v) for t, v in doc["steps_per_s"].items()}
+                job.samples_done, job.steps_at = int(doc["samples_done"]), int(doc["steps_at"])
+                job.last_batch = None if doc["last_batch"] is None else int(doc["last_batch"])
         except (KeyError, TypeError, ValueError) as err:
             raise InvalidProblemError(f"malformed goodput engine state ({type(err).__name__}: {err})",
                                       field="jobs") from None

@@ -118,8 +118,10 @@ def load_jobs(path: str | Path, *, invalid: dict[str, str] | None = None) -> lis
 
 def _job_config(entry: Any, k: int, path: str | Path) -> JobConfig:
     """One validated job entry; InvalidProblemError naming the file, job and field otherwise."""
-    if not isinstance(entry, Mapping) or not {"name", "command", "total_steps"} <= set(entry):
-        raise InvalidProblemError(f"{path}: job {k} needs name, command and total_steps", field="jobs")
+    if not isinstance(entry, Mapping) or not {"name", "command"} <= set(entry) or not (
+            "total_steps" in entry or "total_samples" in entry):
+        raise InvalidProblemError(f"{path}: job {k} needs name, command and total_steps (or an elastic job's "
+                                  "total_samples)", field="jobs")
     name = str(entry["name"])
 
     def bad(field_name: str, what: str) -> InvalidProblemError:
@@ -138,9 +140,15 @@ def _job_config(entry: Any, k: int, path: str | Path) -> JobConfig:
         command = [str(c) for c in command]
     elif not (isinstance(command, str) and command.strip()):
         raise bad("command", "must be a command line or a non-empty list of arguments")
-    total = _integer(entry["total_steps"])
-    if total is None or not 1 <= total <= 2 ** 53:
-        raise bad("total_steps", "must be an integer from 1 to 2**53")
+    elastic = parse_elastic(entry, path, name)
+    if "total_steps" in entry:
+        total = _integer(entry["total_steps"])
+        if total is None or not 1 <= total <= 2 ** 53:
+            raise bad("total_steps", "must be an integer from 1 to 2**53")
+    elif elastic is None:
+        raise bad("total_samples", "applies to elastic jobs only (give batch_size), or give total_steps")
+    else:  # the most steps its samples can take: its batch never falls below the initial one
+        total = -(-elastic.total_samples // elastic.batch_size)  # type: ignore[operator]
     scale = _integer(entry.get("scale_factor", 1))
     if scale is None or not 1 <= scale <= 2 ** 20:
         raise bad("scale_factor", "must be an integer from 1 to 2**20")
@@ -159,7 +167,6 @@ def _job_config(entry: Any, k: int, path: str | Path) -> JobConfig:
     if not (isinstance(env, Mapping) and all(isinstance(key, str) and key and "=" not in key and _scalar(v)
                                              for key, v in env.items())):
         raise bad("env", "must map variable names to strings or numbers")
-    elastic = parse_elastic(entry, path, name)
     if elastic is not None and "scale_factor" in entry:
         raise bad("scale_factor", "does not apply to an elastic job (it has min_replicas and max_replicas)")
     return JobConfig(name, command, total, scale, float(weight),
@@ -469,6 +476,7 @@ class Scheduler:
                           options=goodput_options) if self.elastic else
             Engine(cluster, policy, round_seconds=self.round_seconds,
                    recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds))
+        self.samples_done: dict[str, int] = {}  # elastic jobs: samples of their checkpointed steps
         for name, s in self.jobs.items():
             executor.add_job(name, s.config.spec())
             if s.status == "pending":  # reconcile with checkpoints written after the last journaled round
@@ -494,7 +502,10 @@ class Scheduler:
                                         submitted=s.submitted)
                 except (InvalidProblemError, DataFileError) as err:
                     s.status, s.finished, s.message = "failed", time.time(), str(err)
-            elif s.status == "pending" and name not in self.engine:
+            if s.status == "pending" and isinstance(self.engine, GoodputEngine) and name in self.engine:
+                # steps checkpointed after the last journaled round
+                self.samples_done[name] = self.engine.sync_progress(name, s.steps_done)
+            elif s.status == "pending" and name not in self.engine and not self.elastic:
                 self.engine.add_job(name, throughputs, scale_factor=s.config.scale_factor,
                                     priority_weight=s.config.priority_weight)
                 for gpu_type, value in s.measured.items():
@@ -589,6 +600,12 @@ class Scheduler:
             s = self.jobs[name]
             self.engine.update_job(name, num_steps_remaining=max(s.config.total_steps - s.steps_done, 1))
         plan = self.engine.next_round()
+        if isinstance(self.engine, GoodputEngine):
+            for lease in plan.leases:  # a job measured in samples: this launch's steps reach them at its batch
+                total = self.engine.launch_total_steps(lease.job_id, lease.batch.batch_size) if lease.batch else None
+                if total is not None:
+                    self.executor.add_job(lease.job_id, replace(self.jobs[lease.job_id].config.spec(),
+                                                                total_steps=total))
         t0 = time.time()
         results = self.executor.run_round(plan)
         t1 = time.time()
@@ -605,8 +622,11 @@ class Scheduler:
             s.message = r.message
             if r.measured_steps_per_s is not None:
                 s.measured[lease.gpu_type] = self.engine.get_job(lease.job_id)["throughputs"][lease.gpu_type]
-            if r.outcome is RoundOutcome.COMPLETED or s.steps_done >= s.config.total_steps:  # its checkpoint says so
-                s.status, s.finished, s.steps_done = "done", t1, max(s.steps_done, s.config.total_steps)
+            if isinstance(self.engine, GoodputEngine):
+                self.samples_done[lease.job_id] = self.engine.sync_progress(lease.job_id, s.steps_done)
+            total = self.executor.jobs[lease.job_id].total_steps  # a job measured in samples: this launch's
+            if r.outcome is RoundOutcome.COMPLETED or s.steps_done >= total:  # its checkpoint says so
+                s.status, s.finished, s.steps_done = "done", t1, max(s.steps_done, total)
             elif r.outcome is RoundOutcome.FAILED and self.executor.failed(lease.job_id):
                 s.status, s.finished = "failed", t1
             elif lease.job_id in self.executor.held_jobs:
@@ -631,10 +651,12 @@ class Scheduler:
         wall = max(time.time() - self.wall_start, 1e-9)
         rejected = {n: {"status": "failed", "steps_done": 0, "total_steps": None, "jct_s": None, "restarts": 0,
                         "received_s": {}, "measured_steps_per_s": {}, "message": m} for n, m in self.rejected.items()}
+        samples = self.samples_done
         return {"jobs": {n: {"status": s.status, "steps_done": s.steps_done, "total_steps": s.config.total_steps,
                              "jct_s": None if s.finished is None or s.status != "done" else s.finished - s.submitted,
                              "restarts": s.restarts, "received_s": s.received, "measured_steps_per_s": s.measured,
-                             "message": s.message} for n, s in self.jobs.items()} | rejected,
+                             "message": s.message} | ({"samples_done": samples[n]} if n in samples else {})
+                         for n, s in self.jobs.items()} | rejected,
                 "utilization": self.gpu_seconds_used / (wall * int(self.cluster.capacity.sum())),
                 "rounds": self.round_index, "executor": asdict(self.executor.stats)
                 | {"extension_fraction": self.executor.stats.extension_fraction}}

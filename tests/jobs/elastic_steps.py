@@ -42,7 +42,7 @@ def main() -> int:
     (out / f"launch-{tag}.json").write_text(json.dumps({
         "epoch": lease.epoch, "rank": lease.rank, "world_size": lease.world_size, "gpu_type": lease.gpu_type,
         "pid": os.getpid(), "batch_size": lease.batch_size, "local_bsz": lease.local_bsz,
-        "accum_steps": lease.accum_steps, "lr_scale": lease.lr_scale,
+        "accum_steps": lease.accum_steps, "lr_scale": lease.lr_scale, "total_steps": lease.total_steps,
         "lease_file": {k: lease_file.get(k) for k in ("batch_size", "local_bsz", "accum_steps", "lr_scale")}}))
     if args.grad_sqr is not None and lease.rank == 0:
         client.report(grad_sqr=args.grad_sqr, grad_var=args.grad_var)

@@ -195,3 +195,34 @@ def test_optimize_models_matches_each_models_optimize() -> None:
     g, m, s = optimize_models(models, nodes, replicas)
     for k, model in enumerate(models):
         assert (g[k], m[k], s[k]) == tuple(float(a) for a in model.optimize(nodes[k], replicas[k]))
+
+
+def test_a_job_measured_in_samples_ends_at_the_step_that_reaches_them(tmp_path: Path) -> None:
+    total = 6000
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [
+        {"name": "s", "command": [sys.executable, ELASTIC_STEPS, str(out), "--grad-sqr", "1", "--grad-var", "20"],
+         "total_samples": total, "batch_size": 16, "max_batch_size": 128, "max_local_bsz": 64}]}))
+    (job,) = load_jobs(tmp_path / "jobs.json")
+    assert job.total_steps == total // 16  # the most steps it can take
+    executor = LocalExecutor({}, [Device(i, "cpu", "cpu pseudo-device") for i in range(2)], tmp_path / "work",
+                             grace_s=1.0)
+    state = StateStore(tmp_path / "state.db")
+    try:
+        report = Scheduler([job], Cluster({"cpu": 2}), executor, state, policy="sia", round_seconds=1.0).run(
+            max_rounds=30)
+    finally:
+        state.close()
+    assert report["jobs"]["s"]["status"] == "done"
+    samples, step = 0, 0
+    launches = _launches(out)
+    for launch in launches:
+        doc = launch[0]
+        assert doc["steps"] == list(range(step, step + len(doc["steps"])))  # resumed where the last one ended
+        assert doc["total_steps"] == step + -(-(total - samples) // doc["batch_size"])  # its steps reach the samples
+        step += len(doc["steps"])
+        samples += len(doc["steps"]) * doc["batch_size"]
+    assert samples - launches[-1][0]["batch_size"] < total <= samples  # ended at the first step that reached them
+    assert report["jobs"]["s"]["samples_done"] == samples and report["jobs"]["s"]["steps_done"] == step
+    assert len({launch[0]["batch_size"] for launch in launches}) > 1  # the batch grew on the way
