@@ -376,6 +376,14 @@ class GoodputEngine:
                                       f"of {', '.join(known) or 'none'}); pass --profiles DIR with "
                                       f"{spec.application}/placements-<type>.csv, or leave application out",
                                       field="application", job=job_id)
+        allowed = [t for t in self.cluster.gpu_types if gpu_types is None or t in gpu_types]
+        sizes = {t: int(self.configurations.num_gpus[self.configurations.gpu_type == k].max(initial=0))
+                 for k, t in enumerate(self.cluster.gpu_types)}
+        largest = max((sizes[t] for t in allowed), default=0)
+        if largest < spec.min_replicas:
+            raise InvalidProblemError(f"job {job_id!r}: min_replicas {spec.min_replicas} is more than the largest "
+                                      f"configuration of its GPU types {allowed} ({largest} GPUs); lower it",
+                                      field="min_replicas", job=job_id)
         submitted = time.time() if submitted is None else float(submitted)
         job = _ElasticJob(spec, SiaJobState(job_id, spec.application or "", submitted,
                                             spec.restart_delay_s or DEFAULT_RESTART_S),

@@ -157,7 +157,9 @@ def test_job_file_elastic_fields_are_validated(tmp_path: Path) -> None:
 def test_a_rigid_job_under_sia_and_an_unknown_application_fail_with_a_message(tmp_path: Path) -> None:
     (tmp_path / "j.json").write_text(json.dumps({"jobs": [
         {"name": "rigid", "command": "true", "total_steps": 5},
-        {"name": "unknown", "command": "true", "total_steps": 5, "batch_size": 8, "application": "nosuchapp"}]}))
+        {"name": "unknown", "command": "true", "total_steps": 5, "batch_size": 8, "application": "nosuchapp"},
+        {"name": "huge", "command": "true", "total_steps": 5, "batch_size": 8, "min_replicas": 3,
+         "gpu_types": ["fast"]}]}))
     executor = LocalExecutor({}, _two_type_devices(), tmp_path / "work")
     state = StateStore(tmp_path / "state.db")
     try:
@@ -169,6 +171,7 @@ def test_a_rigid_job_under_sia_and_an_unknown_application_fail_with_a_message(tm
     assert report["jobs"]["rigid"]["status"] == "failed" and "batch_size" in report["jobs"]["rigid"]["message"]
     assert report["jobs"]["unknown"]["status"] == "failed"
     assert "nosuchapp" in report["jobs"]["unknown"]["message"]
+    assert report["jobs"]["huge"]["status"] == "failed" and "min_replicas 3" in report["jobs"]["huge"]["message"]
 
 
 def test_goodput_engine_state_round_trips_with_what_it_learned() -> None:
@@ -226,3 +229,33 @@ def test_a_job_measured_in_samples_ends_at_the_step_that_reaches_them(tmp_path: 
     assert samples - launches[-1][0]["batch_size"] < total <= samples  # ended at the first step that reached them
     assert report["jobs"]["s"]["samples_done"] == samples and report["jobs"]["s"]["steps_done"] == step
     assert len({launch[0]["batch_size"] for launch in launches}) > 1  # the batch grew on the way
+
+
+def test_a_restarted_scheduler_resumes_elastic_jobs_with_what_it_learned(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": [
+        {"name": "r", "command": [sys.executable, ELASTIC_STEPS, str(out), "--grad-sqr", "1", "--grad-var", "20"],
+         "total_steps": 10 ** 6, "batch_size": 16, "max_batch_size": 128, "max_local_bsz": 64}]}))
+
+    def scheduler() -> tuple[Scheduler, StateStore]:
+        executor = LocalExecutor({}, [Device(i, "cpu", "cpu pseudo-device") for i in range(2)], tmp_path / "work",
+                                 grace_s=1.0)
+        state = StateStore(tmp_path / "state.db")
+        return Scheduler(load_jobs(tmp_path / "jobs.json"), Cluster({"cpu": 2}), executor, state, policy="sia",
+                         round_seconds=1.0), state
+
+    first, state = scheduler()
+    first.run(max_rounds=2)
+    learned = first.engine.measurements("r")
+    state.close()
+    second, state = scheduler()
+    try:
+        assert isinstance(second.engine, GoodputEngine) and second.engine.measurements("r") == learned != {}
+        report = second.run(max_rounds=2)
+    finally:
+        state.close()
+    ran = [s for launch in _launches(out) for s in launch[0]["steps"]]
+    assert ran == list(range(report["jobs"]["r"]["steps_done"]))  # every step once across both schedulers
+    rounds = _journal(tmp_path / "state.db")
+    assert len(rounds) == 4 and not rounds[2][1][0][3]  # the restarted scheduler held no process: a new launch
