@@ -57,7 +57,7 @@ import numpy as np
 from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError, InvalidProblemError
-from allocopt.runtime.executor import BatchSettings, JobRoundResult, Lease, RoundOutcome, RoundPlan
+from allocopt.runtime.executor import BatchSettings, JobRoundResult, RoundOutcome, RoundPlan
 from allocopt.throughput.goodput import (GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix,
                                         optimize_models)
 
@@ -692,6 +692,9 @@ class GoodputEngine:
             self._jobs[job_id].batch = None
         self._gpu_ids = {lease.job_id: lease.gpu_ids for lease in leases}
         self._round_index += 1
+        log.debug("goodput round %d: %d jobs, %d leases (%d extended), %.3f s in the policy, %d refits pending",
+                  self._round_index - 1, len(jobs), len(leases), sum(l.extended for l in leases),
+                  self.solve_seconds[-1], len(self._stale_since))
         return replace(plan, leases=tuple(leases))
 
     def _refit_within_budget(self) -> None:
