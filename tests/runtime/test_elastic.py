@@ -259,3 +259,42 @@ def test_a_restarted_scheduler_resumes_elastic_jobs_with_what_it_learned(tmp_pat
     assert ran == list(range(report["jobs"]["r"]["steps_done"]))  # every step once across both schedulers
     rounds = _journal(tmp_path / "state.db")
     assert len(rounds) == 4 and not rounds[2][1][0][3]  # the restarted scheduler held no process: a new launch
+
+
+def test_a_seed_profile_gives_the_model_before_any_run(tmp_path: Path) -> None:
+    # the job's own 1-GPU step times on both types: no profiling round, and the first plan uses its faster type
+    rows = [f"{t},{m},1,{(0.004 + 0.0002 * m) * f:.6f},0.0001" for t, f in (("fast", 1), ("slow", 3))
+            for m in (8, 16, 32)]
+    (tmp_path / "seed.csv").write_text("gpu_type,local_bsz,placement,step_time,sync_time\n" + "\n".join(rows) + "\n")
+    (tmp_path / "j.json").write_text(json.dumps({"jobs": [
+        {"name": "s", "command": "true", "total_steps": 5, "batch_size": 16, "max_replicas": 1,
+         "seed_profile": "seed.csv"}]}))
+    (job,) = load_jobs(tmp_path / "j.json")
+    assert job.elastic.seed_profile == str(tmp_path / "seed.csv")
+    engine = GoodputEngine(Cluster({"fast": 2, "slow": 2}), "sia", round_seconds=1.0)
+    engine.add_job("s", job.elastic)
+    for t, f in (("fast", 1), ("slow", 3)):
+        for m in (8, 16, 32):
+            assert engine.predicted_iter_time("s", t, 1, 1, m) == pytest.approx((0.004 + 0.0002 * m) * f, rel=0.1)
+    plan = engine.next_round()
+    assert [(l.gpu_type, len(l.gpu_ids)) for l in plan.leases] == [("fast", 1)]
+    assert plan.leases[0].batch.batch_size >= 16
+
+
+def test_an_application_profile_is_the_prior_of_a_new_job() -> None:
+    from allocopt.runtime.elastic import GoodputOptions, load_job_profiles
+
+    profiles = load_job_profiles(None, ["cifar10"])  # Sia's shipped profiles
+    engine = GoodputEngine(Cluster({"rtx": 8, "aws": 8}, gpus_per_node={"rtx": 8, "aws": 4}), "sia",
+                           round_seconds=60.0, profiles=profiles,
+                           options=GoodputOptions(explore_types=False, explore_replicas=False))
+    engine.add_job("c", ElasticSpec(128, "cifar10"))
+    rtx = profiles["cifar10", "rtx"]
+    model = engine.model("c", "rtx")
+    assert model.perf_params == rtx.fit() and model.max_batch_size == rtx.max_batch_size
+    plan = engine.next_round()
+    (lease,) = plan.leases
+    decision = engine.decisions["c"]
+    _, local, accum = engine.model("c", lease.gpu_type).optimize(decision.num_nodes, len(lease.gpu_ids))
+    assert lease.batch.local_bsz == int(local) and lease.batch.accum_steps == int(accum)
+    assert len(lease.gpu_ids) > 1  # the profile's scaling makes several GPUs worth it
