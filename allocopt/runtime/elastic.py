@@ -187,22 +187,46 @@ _PLANNERS: dict[str, GoodputPlanner | str] = {"sia": "allocopt.mechanism.sia_rou
 def register_goodput_policy(name: str, planner: GoodputPlanner | str) -> None:
     """Make ``allocopt run --policy NAME`` plan elastic rounds with ``planner`` (a callable, or
     ``"module:function"`` imported on first use) taking and returning what
-    :func:`~allocopt.mechanism.sia_rounds.plan_round` does."""
+    :func:`~allocopt.mechanism.sia_rounds.plan_round` does.
+
+    Not needed for a policy registered in :data:`allocopt.formulations.POLICIES` over a
+    :class:`~allocopt.goodput_problem.GoodputProblem`: its rounds are
+    :func:`~allocopt.mechanism.sia_rounds.plan_round` with ``policy=NAME`` (Sia's restart factors,
+    pinning and placement around that policy's allocation)."""
     _PLANNERS[str(name)] = planner
 
 
+def _problem_policies() -> list[str]:
+    """Registered policies over a GoodputProblem (their modules are imported to tell)."""
+    from allocopt.formulations import POLICIES
+    from allocopt.goodput_problem import GoodputProblem
+
+    return [name for name in POLICIES if getattr(POLICIES[name], "problem_type", None) is GoodputProblem]
+
+
 def goodput_policies() -> tuple[str, ...]:
-    """Names of the registered goodput policies."""
-    return tuple(sorted(_PLANNERS))
+    """Names of the goodput policies: registered planners and policies over a GoodputProblem."""
+    return tuple(sorted(set(_PLANNERS) | set(_problem_policies())))
 
 
 def is_goodput_policy(name: str) -> bool:
     """Whether ``name`` is a goodput policy (planned by :class:`GoodputEngine`)."""
-    return name in _PLANNERS
+    if name in _PLANNERS:
+        return True
+    from allocopt.formulations import POLICIES
+    from allocopt.goodput_problem import GoodputProblem
+
+    return name in POLICIES and getattr(POLICIES[name], "problem_type", None) is GoodputProblem
 
 
 def _planner(name: str) -> GoodputPlanner:
     planner = _PLANNERS.get(name)
+    if planner is None and is_goodput_policy(name):
+        import functools
+
+        from allocopt.mechanism.sia_rounds import plan_round
+
+        planner = _PLANNERS[name] = functools.partial(plan_round, policy=name)
     if planner is None:
         raise InvalidOptionError(f"unknown goodput policy {name!r}; known: {', '.join(goodput_policies())}")
     if isinstance(planner, str):
