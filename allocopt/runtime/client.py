@@ -74,6 +74,7 @@ import json
 import os
 import pickle
 import signal
+import logging
 import struct
 import tempfile
 import time
@@ -88,6 +89,7 @@ _PROGRESS_INTERVAL_S = 0.05  # step records are written at most this often (paus
 _POLL_S = 0.01  # how often a paused job looks for an extension or a stop request
 _KEEP_CHECKPOINTS = 2
 _WATCH_S = 0.1  # how often a running job checks its epoch and that the process that started it lives
+_RANK_WAIT_S = 10.0  # how long rank 0 waits for the other ranks to enter steps() before it starts without them
 
 
 @dataclass(frozen=True)
@@ -332,10 +334,16 @@ def _ready_file(sync: str, rank: int) -> str:
 
 def _await_ranks(sync: str, world_size: int, start: int) -> bool:
     """Rank 0: wait until every other rank entered :func:`steps` (so all loaded the same checkpoint:
-    rank 0 saves none before); False on a stop request. Raises RuntimeError when a rank starts from
-    another step."""
+    rank 0 saves none before), at most ``_RANK_WAIT_S`` seconds (then it starts, with a logged
+    warning); False on a stop request. Raises RuntimeError when a rank starts from another step."""
     waiting = set(range(1, world_size))
+    deadline = time.monotonic() + _RANK_WAIT_S
     while waiting:
+        if time.monotonic() >= deadline:
+            logging.getLogger(__name__).warning(
+                "rank(s) %s did not enter client.steps() within %g s; rank 0 starts without them (they may resume "
+                "from a later checkpoint)", sorted(waiting), _RANK_WAIT_S)
+            return True
         for rank in sorted(waiting):
             try:
                 with open(_ready_file(sync, rank), encoding="utf-8") as f:
