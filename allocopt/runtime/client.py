@@ -71,10 +71,10 @@ import contextlib
 import glob
 import hashlib
 import json
+import logging
 import os
 import pickle
 import signal
-import logging
 import struct
 import tempfile
 import time
