@@ -1,6 +1,7 @@
 """Test job for elastic runs: every rank logs the steps it runs; a step sleeps like a data-parallel step.
 
 Usage: elastic_steps.py OUTDIR [--alpha S] [--beta S] [--slow TYPE=FACTOR ...] [--grad-sqr X --grad-var Y]
+                         [--checkpoint-every N]
 
 Each launch (lease epoch ``E``) writes ``OUTDIR/launch-eE-rR.json`` per rank R: its rank, world size,
 GPU type, pid, the batch variables of its environment and the lease file's copy of them. Every
@@ -9,7 +10,9 @@ commit as the checkpoint of that step, so a step is logged by a launch exactly w
 A step sleeps ``(ALLOCOPT_ACCUM_STEPS + 1) * (alpha + beta * ALLOCOPT_LOCAL_BSZ) * factor`` seconds,
 ``factor`` the ``--slow`` factor of the launch's GPU type (1 for others): step time grows with the
 micro-batch and shrinks as replicas split the batch, as a data-parallel step does. With
-``--grad-sqr``/``--grad-var`` the job reports them as its gradient statistics.
+``--grad-sqr``/``--grad-var`` the job reports them as its gradient statistics. ``--checkpoint-every N``
+checkpoints (and logs) every N-th step only (steps after the last checkpoint of a launch are then run
+again by the next one: for tests that time steps rather than count them).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def main() -> int:
     parser.add_argument("--slow", action="append", default=[])
     parser.add_argument("--grad-sqr", type=float)
     parser.add_argument("--grad-var", type=float)
+    parser.add_argument("--checkpoint-every", type=int, default=1)
     args = parser.parse_args()
     lease = client.lease()
     out = Path(args.outdir)
@@ -53,6 +57,8 @@ def main() -> int:
     with open(out / f"steps-{tag}.txt", "a", encoding="utf-8") as log:
         for step in client.steps(start):
             time.sleep(seconds)
+            if (step + 1) % args.checkpoint_every:
+                continue
             with client.fenced():
                 log.write(f"{step}\n")
                 log.flush()
