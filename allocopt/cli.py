@@ -304,7 +304,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
 
     v = commands.add_parser("serve", help="run the HTTP JSON service (solve and a shared allocation engine)",
                             description="Serve POST /solve and the allocation engine's endpoints as JSON over HTTP "
-                                        "until interrupted; GET /openapi.json describes the endpoints (see docs/service.md).")
+                                        "until interrupted; GET /openapi.json describes the endpoints (see docs/how-to/http-service.md).")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     v.add_argument("--port", type=_port, default=8000, help="port (default: %(default)s; 0 picks a free one)")
     v.add_argument("--cluster", type=_cluster_arg, metavar="JSON",

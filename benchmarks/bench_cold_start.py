@@ -7,19 +7,21 @@ interpreter's start; ``allocopt solve examples/problem.json`` at most 0.6 s wall
 are reported beside wall seconds, as they move less with the machine's load. Where a command misses its
 target, ``-X importtime`` of it lists the modules that cost most.
 
-    python benchmarks/bench_cold_start.py [--repeat 15] [--json results.json]
+    python benchmarks/bench_cold_start.py [--repeat 15] [--results FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from allocopt.bench.machine import machine_info
+from allocopt.bench.output import Column, add_results_option, results_table, write_results
 
 HERE = Path(__file__).resolve().parent.parent
 README_EXAMPLE = """
@@ -51,8 +53,9 @@ def run_once(argv: list[str]) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=15, help="runs of each command (default 15)")
-    parser.add_argument("--json", type=Path, help="write the results as JSON")
+    add_results_option(parser, "bench_cold_start", Path(__file__).parent / "results", ("--results", "--json"))
     args = parser.parse_args()
+    machine = machine_info()
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in COMMANDS}
     for _ in range(args.repeat):  # interleaved, so that a change of load hits every command alike
         for name, argv in COMMANDS.items():
@@ -71,14 +74,17 @@ def main() -> int:
         rows.append({"command": name, "wall_s": wall, "cpu_s": cpu, "beyond_interpreter_s": wall - base_wall,
                      "target": None if target is None else {"measure": target[0], "seconds": target[1],
                                                             "met": measured <= target[1]}})
-    if args.json:
-        from allocopt import __version__
-        from allocopt.bench.machine import machine_info
-
-        args.json.write_text(json.dumps({
-            "benchmark": "cold_start", "allocopt_version": __version__, "machine": machine_info(),
-            "date": time.strftime("%Y-%m-%d"), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-            "load_average": os.getloadavg(), "repeat": args.repeat, "rows": rows}, indent=2) + "\n")
+    if args.results:
+        for row in rows:
+            row["target_text"] = ("" if row["target"] is None else
+                                  f"{row['target']['measure']} <= {row['target']['seconds']:g} s: "
+                                  f"{'met' if row['target']['met'] else 'missed'}")
+        write_results(args.results, "bench_cold_start", machine=machine, data={"repeat": args.repeat, "rows": rows},
+                      tables=[results_table(f"A fresh process, medians of {args.repeat} interleaved runs", rows,
+                                            [Column("command", "command", left=True), Column("wall_s", "wall s", ".3f"),
+                                             Column("cpu_s", "CPU s", ".3f"),
+                                             Column("beyond_interpreter_s", "wall - interpreter s", ".3f"),
+                                             Column("target_text", "target", left=True)])])
     return 0
 
 

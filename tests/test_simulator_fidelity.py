@@ -209,7 +209,7 @@ GAVEL_ARTIFACT_2_2_2 = {"max_min_fairness_perf": 3429.279, "fifo_perf": 5350.663
 
 @pytest.mark.parametrize("policy", sorted(GAVEL_ARTIFACT_2_2_2))
 def test_within_five_percent_of_gavels_simulator(policy):
-    """allocopt's simulator against Gavel's on the same trace, cluster and policy (benchmarks/README.md:
+    """allocopt's simulator against Gavel's on the same trace, cluster and policy (docs/how-to/reproduce-gavel.md:
     the first three identical, finish-time fairness with Gavel's cumulative isolated time, Gandiva packing)."""
     wl = read_gavel_trace(shipped_trace("artifact_evaluation"), TABLE)
     result = simulate(wl, {"v100": 2, "p100": 2, "k80": 2}, "gavel:" + policy, seed=0, ftf=False)

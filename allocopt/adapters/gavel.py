@@ -19,7 +19,7 @@ Public methods: ``get_allocation``, ``name``,
 ``unflatten``, ``get_base_constraints``, ``get_allocation_helper``,
 ``convert_job_type_allocation``) build its cvxpy expressions and have no
 counterpart. Measured against Gavel's own tests and simulator: see
-``benchmarks/README.md`` ("Conformance").
+``docs/how-to/reproduce-gavel.md``.
 
 Job ids may be any hashable (Gavel's ``JobIdPair`` included). Packing policies
 and ``gandiva`` read pairs from the same throughputs dict: a key that is a
@@ -49,7 +49,7 @@ and HiGHS's default for the other policies) returns a vertex, and Gavel's
 mechanism turns different optima into different JCTs. In Gavel's simulator on
 its 92 physical-cluster cases this brought the adapter with HiGHS within 1% of
 Gavel with ECOS on 68 cases against 51 with dual simplex (within 5%: 79
-against 78); see ``benchmarks/README.md``. ``last_allocation.extras["solver_path"]``
+against 78); see ``docs/how-to/reproduce-gavel.md``. ``last_allocation.extras["solver_path"]``
 records the choice.
 
 State kept between calls, as Gavel's policies keep it

@@ -610,7 +610,7 @@ CENTRAL_POINT_POLICIES = frozenset({"max_min_fairness", "max_throughput", "finis
 HIGHS_IPM_REASON = ("HiGHS interior point without crossover (highs-simplex: dual simplex): Gavel's LPs have many "
                     "optima and Gavel's mechanism turns different optima into different runs; ECOS, Gavel's solver, "
                     "returns a point inside the optimal face, as this does, where dual simplex returns a vertex "
-                    "(benchmarks/README.md, Conformance)")
+                    "(docs/how-to/reproduce-gavel.md)")
 
 
 def highs_options_for(policy: str) -> dict[str, Any]:

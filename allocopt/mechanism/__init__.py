@@ -1,7 +1,8 @@
 """From an allocation to what runs each round: priorities, placement, and the simulator."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from allocopt._lazy import attach
 
 _EXPORTS = {
     "GpuLayout": "allocopt.mechanism.placement", "Placement": "allocopt.mechanism.placement",
@@ -26,14 +27,4 @@ if TYPE_CHECKING:
                                               SimulationState, simulate)
     from allocopt.mechanism.workload import TraceError, Workload, generate_workload, read_gavel_trace, shipped_trace
 
-
-def __getattr__(name: str) -> Any:  # public names are imported on first use (a cold start pays only for what it uses)
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = attach(__name__, _EXPORTS, __all__)

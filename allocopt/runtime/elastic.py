@@ -179,19 +179,19 @@ def parse_elastic(entry: Mapping[str, Any], path: str | Path, name: str) -> Elas
 
 # ----- goodput policies -------------------------------------------------------------------
 #: A goodput policy's round: ``(jobs, cluster, configurations, goodput, previous_gpu_ids, *, round_index,
-#: start_s, round_seconds, **options) -> SiaRoundPlan``, as :func:`allocopt.mechanism.sia_rounds.plan_round`.
+#: start_s, round_seconds, **options) -> SiaRoundPlan``, as :func:`allocopt.mechanism.sia_round_plan.plan_round`.
 GoodputPlanner = Callable[..., Any]
-_PLANNERS: dict[str, GoodputPlanner | str] = {"sia": "allocopt.mechanism.sia_rounds:plan_round"}
+_PLANNERS: dict[str, GoodputPlanner | str] = {"sia": "allocopt.mechanism.sia_round_plan:plan_round"}
 
 
 def register_goodput_policy(name: str, planner: GoodputPlanner | str) -> None:
     """Make ``allocopt run --policy NAME`` plan elastic rounds with ``planner`` (a callable, or
     ``"module:function"`` imported on first use) taking and returning what
-    :func:`~allocopt.mechanism.sia_rounds.plan_round` does.
+    :func:`~allocopt.mechanism.sia_round_plan.plan_round` does.
 
     Not needed for a policy registered in :data:`allocopt.formulations.POLICIES` over a
     :class:`~allocopt.goodput_problem.GoodputProblem`: its rounds are
-    :func:`~allocopt.mechanism.sia_rounds.plan_round` with ``policy=NAME`` (Sia's restart factors,
+    :func:`~allocopt.mechanism.sia_round_plan.plan_round` with ``policy=NAME`` (Sia's restart factors,
     pinning and placement around that policy's allocation)."""
     _PLANNERS[str(name)] = planner
 
@@ -224,7 +224,7 @@ def _planner(name: str) -> GoodputPlanner:
     if planner is None and is_goodput_policy(name):
         import functools
 
-        from allocopt.mechanism.sia_rounds import plan_round
+        from allocopt.mechanism.sia_round_plan import plan_round
 
         planner = _PLANNERS[name] = functools.partial(plan_round, policy=name)
     if planner is None:
@@ -392,7 +392,7 @@ class GoodputEngine:
         InvalidProblemError
             When its application has no profile, or its seed profile cannot be read.
         """
-        from allocopt.mechanism.sia_rounds import SiaJobState
+        from allocopt.mechanism.sia_round_plan import SiaJobState
 
         if spec.application is not None and not any(app == spec.application for app, _ in self.profiles):
             known = sorted({app for app, _ in self.profiles})
@@ -654,7 +654,7 @@ class GoodputEngine:
         Leases carry :class:`BatchSettings`; a lease is ``extended`` only where the job keeps its GPUs and
         its batch. :attr:`decisions` holds what each lease's batch came from.
         """
-        from allocopt.mechanism.sia_rounds import commit_plan
+        from allocopt.mechanism.sia_round_plan import commit_plan
 
         now = time.time()
         ids = list(self._jobs)
@@ -748,7 +748,7 @@ class GoodputEngine:
 
     def record_round(self, results: Sequence[JobRoundResult]) -> None:
         """Learn from a round's results: step times (refitting the models), gradient statistics, restart costs."""
-        from allocopt.mechanism.sia_rounds import advance
+        from allocopt.mechanism.sia_round_plan import advance
 
         live = [j for j in self._jobs.values()]
         advance([j.state for j in live], self.round_seconds)

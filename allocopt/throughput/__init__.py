@@ -17,8 +17,9 @@ efficiency (:class:`GoodputModel`) and gives the ``goodput`` matrix of a
 1-GPU profiles (:class:`BootstrappedJob`).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from allocopt._lazy import attach
 
 _EXPORTS = {
     "BootstrappedJob": "allocopt.throughput.bootstrap", "project": "allocopt.throughput.bootstrap",
@@ -41,14 +42,4 @@ if TYPE_CHECKING:
     from allocopt.throughput.profiles import ApplicationProfile, Observations, ProfileFormatError, load_profiles
     from allocopt.throughput.table import DEFAULT_SCALE_FACTOR_PROBS, MEASUREMENT_COLUMNS, ThroughputTable
 
-
-def __getattr__(name: str) -> Any:  # public names are imported on first use (a cold start pays only for what it uses)
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = attach(__name__, _EXPORTS, __all__)
