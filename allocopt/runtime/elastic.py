@@ -639,7 +639,19 @@ class GoodputEngine:
         unmeasured = allowed & ~has_rows if self.options.explore_types else allowed
         unmeasured = np.where(no_model[:, None], allowed, unmeasured)
         one_gpu = unmeasured[:, configs.gpu_type] & (gpus == 1)
-        goodput = np.where(explore[:, None], np.where(one_gpu, np.maximum(goodput, 0) + 1.0, 0.0), goodput)
+        # profiling a type is not a move the job chose: its configurations are offered without the
+        # restart penalty the policy applies to moves (else a job that must move might be left idle)
+        from allocopt.goodput_problem import restart_factor
+        from allocopt.mechanism.sia_round_plan import MIN_RESTART_FACTOR
+
+        moved = np.array([job.state.previous >= 0 for job in jobs], dtype=bool)
+        penalty = np.ones(n)
+        if n:
+            raw = restart_factor([j.state.age_s for j in jobs], [j.state.num_restarts for j in jobs],
+                                 [j.state.restart_delay_s for j in jobs])
+            penalty = np.where(moved, np.clip(raw, MIN_RESTART_FACTOR, 1.0), 1.0)
+        goodput = np.where(explore[:, None], np.where(one_gpu, (np.maximum(goodput, 0) + 1.0) / penalty[:, None],
+                                                      0.0), goodput)
         lo = np.array([job.spec.min_replicas for job in jobs]).reshape(n, 1)
         hi = np.array([job.spec.max_replicas or 2 ** 31 for job in jobs]).reshape(n, 1)
         if self.options.explore_replicas:  # at most twice the GPUs held so far, at least min_replicas
