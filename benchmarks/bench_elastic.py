@@ -26,8 +26,8 @@ executor <= 1 s, and the ratio to the rigid round.
 
 Usage::
 
-    python benchmarks/bench_elastic.py                 # 1,000 jobs, 3 repeats
-    python benchmarks/bench_elastic.py --jobs 200 --repeat 1 --json out.json
+    python benchmarks/bench_elastic.py                 # 1,000 jobs, 3 repeats; benchmarks/results/bench_elastic.json
+    python benchmarks/bench_elastic.py --jobs 200 --repeat 1 --results out.json
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import numpy as np
 
 from allocopt import Cluster, Engine
 from allocopt.bench.machine import format_machine, machine_info
+from allocopt.bench.output import Column, add_results_option, results_table, seconds, write_results
 from allocopt.runtime.devices import Device
 from allocopt.runtime.elastic import ElasticSpec, GoodputEngine, GoodputOptions, load_job_profiles
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome
@@ -103,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, help="write the results here")
+    add_results_option(parser, "bench_elastic", Path(__file__).parent / "results", ("--results", "--json"))
     args = parser.parse_args(argv)
+    machine = machine_info()
     times: dict[str, list[float]] = {"first": [], "steady": [], "policy": [], "record": [], "executor": [],
                                      "rigid": []}
     leases = 0
@@ -143,19 +145,29 @@ def main(argv: list[str] | None = None) -> int:
             executor.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     total = med["steady"] + med["executor"]
-    print(format_machine(machine_info()))
+    print(format_machine(machine))
     print(f"{args.jobs} elastic jobs on {sum(GPUS.values())} GPUs, {leases} leases in the steady round "
           f"(median of {args.repeat}):")
-    notes = {"policy": "of steady: the Sia MILP and placement", "record": "of steady: record_round",
-             "steady": f"(refits within a budget of {base.options.refit_budget_s} s)"}
+    notes = {"first": "no job running yet", "policy": "of steady: the Sia MILP and placement",
+             "record": "of steady: record_round", "steady": f"refits within a budget of {base.options.refit_budget_s} s",
+             "executor": "lease validation, lease documents, job and rank environments",
+             "rigid": "baseline: Engine.next_round of the same jobs as rigid 1-GPU jobs"}
     for k in ("first", "steady", "record", "policy", "executor", "rigid"):
         print(f"  {k:<9} {med[k]:8.3f} s  {notes.get(k, '')}")
     print(f"  steady + executor {total:.3f} s (target <= {TARGET_S} s: {'met' if total <= TARGET_S else 'NOT met'}); "
           f"{total / med['rigid']:.2f}x the rigid engine's round")
-    if args.json:
-        args.json.write_text(json.dumps({"jobs": args.jobs, "gpus": sum(GPUS.values()), "leases": leases,
-                                         "median_s": med, "runs_s": times, "steady_plus_executor_s": total,
-                                         "target_s": TARGET_S, "machine": machine_info()}, indent=2))
+    if args.results:
+        rows = [{"part": k, "median_s": med[k], "note": notes.get(k, "")}
+                for k in ("first", "steady", "record", "policy", "executor", "rigid")]
+        rows.append({"part": "steady + executor", "median_s": total,
+                     "note": f"target <= {TARGET_S} s; {total / med['rigid']:.1f}x the rigid round"})
+        table = results_table(f"A round of {args.jobs:,} elastic jobs on {sum(GPUS.values()):,} GPUs "
+                              f"(median of {args.repeat})", rows,
+                              [Column("part", "part", left=True), Column("median_s", "median s", seconds),
+                               Column("note", "", left=True)])
+        write_results(args.results, "bench_elastic", tables=[table], machine=machine,
+                      data={"jobs": args.jobs, "gpus": sum(GPUS.values()), "leases": leases, "median_s": med,
+                            "runs_s": times, "steady_plus_executor_s": total, "target_s": TARGET_S})
     return 0
 
 
