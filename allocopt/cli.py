@@ -221,7 +221,11 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
                                         "resources accelerator_type:TYPE.")
     r.add_argument("jobs", metavar="JOBS", help="job file (YAML needs the runtime extra, or JSON)")
     r.add_argument("--cluster", required=True, metavar="TYPE=N[,...]", help="devices to use, e.g. cpu=2 or a100=4")
-    r.add_argument("--policy", default="max_min_fairness", help="scheduling policy (default: %(default)s)")
+    r.add_argument("--policy", default="max_min_fairness",
+                   help="scheduling policy (default: %(default)s); sia runs elastic jobs (batch_size, application, "
+                        "min_replicas, max_replicas) with goodput rounds")
+    r.add_argument("--profiles", metavar="DIR",
+                   help="application profiles the elastic jobs name (default: Sia's profiles shipped with allocopt)")
     r.add_argument("--executor", default="local", choices=["local", "ray"],
                    help="local: processes on this machine's devices; ray: Ray actors (default: local)")
     r.add_argument("--ray-address", metavar="ADDR",
@@ -531,7 +535,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
             scheduler = Scheduler(jobs, Cluster(gpus), executor, state, policy=args.policy,
                                   round_seconds=args.round_seconds, out=None if args.quietness else sys.stderr,
                                   rejected=invalid,
-                                  retry_failed=args.retry_failed)
+                                  retry_failed=args.retry_failed, profiles=args.profiles)
             report = scheduler.run(args.max_rounds)
     except sqlite3.DatabaseError as err:
         raise DataFileError(f"the state journal is not a usable SQLite database ({err}); move it away to start "

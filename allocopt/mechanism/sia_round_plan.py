@@ -174,7 +174,8 @@ class SiaRoundPlan(RoundPlan):
 
 def sia_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Configurations, goodput: np.ndarray,
               *, p: float = -0.5, lambda_n: float = 1.1, lambda_a: float = 0.0, backend: str = "highs",
-              sia_program: str | None = None, sia_threads: int = 8, **solve_options) -> ConfigurationAllocation:
+              sia_program: str | None = None, sia_threads: int = 8, policy: str = "sia",
+              **solve_options) -> ConfigurationAllocation:
     """Solve the ``sia`` policy for one round.
 
     Goodput outside a job's previous configuration is scaled by its restart
@@ -203,6 +204,10 @@ def sia_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Con
         (default 1e-4, Sia's) is the solver's relative gap. No rigid jobs.
     sia_threads : int, default 8
         CBC's ``numberThreads`` with ``sia_program`` (Sia's ``sia_solver_num_threads``).
+    policy : str, default "sia"
+        Another policy over :class:`~allocopt.goodput_problem.GoodputProblem` to solve the same problem
+        (restart factors and pinned jobs as above) with; ``p``, ``lambda_n`` and ``lambda_a`` are Sia's
+        and not passed to it (give its options in ``solve_options``).
     **solve_options
         Passed to :func:`allocopt.solve` (``time_limit_s``, ``mip_gap``, ...).
 
@@ -230,6 +235,8 @@ def sia_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Con
                              restart_factor=factor, pinned=pinned, rigid_gpus=rigid)
     if sia_program is not None:
         return _solve_sia_program(problem, raw_factor, p, lambda_n, sia_program, sia_threads, **solve_options)
+    if policy != "sia":
+        return solve(problem, policy, backend=backend, **solve_options)
     return solve(problem, "sia", backend=backend, p=p, lambda_n=lambda_n, lambda_a=lambda_a, **solve_options)
 
 

@@ -177,7 +177,7 @@ def job_environment(job_id: Hashable, spec: JobSpec, lease: Lease, job_dir: Path
     """
     world = len(lease.gpu_ids)
     threads = {} if num_threads is None else {k: str(num_threads) for k in _THREAD_VARS}
-    return {**threads, **{str(k): str(v) for k, v in spec.env.items()},
+    return {**threads, **{str(k): str(v) for k, v in spec.env.items()}, **batch_environment(lease),
             "ALLOCOPT_JOB_ID": str(job_id), "ALLOCOPT_TOTAL_STEPS": str(spec.total_steps),
             "ALLOCOPT_LEASE_END": repr(t0 + lease.max_seconds),
             "ALLOCOPT_LEASE_FILE": str(job_dir / f"lease-e{epoch}.json"),
@@ -187,6 +187,16 @@ def job_environment(job_id: Hashable, spec: JobSpec, lease: Lease, job_dir: Path
             "ALLOCOPT_MAX_STEPS": None if lease.max_steps is None else str(lease.max_steps),
             "ALLOCOPT_EPOCH": str(epoch), "ALLOCOPT_FENCE_DIR": str(job_dir),
             "WORLD_SIZE": str(world), "PYTHONUNBUFFERED": "1"}
+
+
+def batch_environment(lease: Lease) -> dict[str, str | None]:
+    """An elastic job's batch variables (``ALLOCOPT_BATCH_SIZE``, ``ALLOCOPT_LOCAL_BSZ``,
+    ``ALLOCOPT_ACCUM_STEPS``, ``ALLOCOPT_LR_SCALE``); unset for a rigid job's lease."""
+    b = lease.batch
+    return {"ALLOCOPT_BATCH_SIZE": None if b is None else str(b.batch_size),
+            "ALLOCOPT_LOCAL_BSZ": None if b is None else str(b.local_bsz),
+            "ALLOCOPT_ACCUM_STEPS": None if b is None else str(b.accum_steps),
+            "ALLOCOPT_LR_SCALE": None if b is None else repr(float(b.lr_scale))}
 
 
 def rank_environment(rank: int, local_rank: int, local_world_size: int, master_addr: str, master_port: int,
@@ -270,6 +280,6 @@ def _start_watchdog(work_dir: Path) -> tuple[subprocess.Popen, int] | None:
     return proc, write
 
 
-__all__ = ["JobSpec", "RankProcess", "cpu_threads", "exclusive_lock", "free_port", "job_directory_name",
+__all__ = ["JobSpec", "RankProcess", "batch_environment", "cpu_threads", "exclusive_lock", "free_port", "job_directory_name",
            "job_environment", "merge_environment", "new_token", "rank_environment", "sanitized_job_name",
            "start_process"]

@@ -53,7 +53,7 @@ from typing import Any
 from allocopt.errors import InvalidProblemError, StateError
 from allocopt.runtime import client, watchdog
 from allocopt.runtime.devices import CPU_TYPE, Device
-from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
+from allocopt.runtime.executor import BatchSettings, Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.runtime.fence import issue_epoch
 from allocopt.runtime.launch import (JobSpec, RankProcess, _LocalProcess, _start_watchdog, _write_json_atomic,
                                      cpu_threads, exclusive_lock, free_port, job_directory_name, job_environment,
@@ -80,6 +80,7 @@ class _Job:
     seq: int
     restarted: bool = True
     stopping: bool = False
+    batch: BatchSettings | None = None
 
     @property
     def step(self) -> int | None:
@@ -317,10 +318,14 @@ class LocalExecutor(Executor):
     def _extendable(self, lease: Lease) -> bool:
         job = self._running.get(lease.job_id)
         return (lease.extended and job is not None and not job.stopping and job.gpu_ids == tuple(lease.gpu_ids)
-                and job.gpu_type == lease.gpu_type and not job.exited())
+                and job.gpu_type == lease.gpu_type and job.batch == lease.batch and not job.exited())
 
     def _lease_doc(self, seq: int, lease: Lease, t0: float) -> dict[str, Any]:
-        return {"seq": seq, "lease_end": t0 + lease.max_seconds, "max_steps": lease.max_steps}
+        doc = {"seq": seq, "lease_end": t0 + lease.max_seconds, "max_steps": lease.max_steps}
+        if lease.batch is not None:
+            doc.update(batch_size=lease.batch.batch_size, local_bsz=lease.batch.local_bsz,
+                       accum_steps=lease.batch.accum_steps, lr_scale=lease.batch.lr_scale)
+        return doc
 
     def _extend(self, job: _Job, lease: Lease, t0: float) -> None:
         for rank in job.ranks:
@@ -355,7 +360,7 @@ class LocalExecutor(Executor):
             ranks = []
             self._start_error[lease.job_id] = f"cannot start {spec.command!r}: {err.strerror or err}"
         self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq,
-                                           restarted=restarted)
+                                           restarted=restarted, batch=lease.batch)
 
     def _start_ranks(self, lease: Lease, spec: JobSpec, env: Mapping[str, str | None],
                      progress: Sequence[Path]) -> list[Rank]:
@@ -539,7 +544,8 @@ class LocalExecutor(Executor):
                 r.records = r.records[-1:]
                 r.first_step, r.started_t = None, None
             job.restarted = False
-        return JobRoundResult(job_id, outcome, steps, max(0.0, t_end - t0), sps, restarted, message)
+        metrics = dict(rank0.metrics) if rank0 is not None else {}
+        return JobRoundResult(job_id, outcome, steps, max(0.0, t_end - t0), sps, restarted, message, metrics)
 
     def _reap_orphans(self) -> None:
         """Kill the process trees an earlier executor on this work_dir launched and never confirmed

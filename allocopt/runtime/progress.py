@@ -52,6 +52,7 @@ class Rank:
     started_t: float | None = None
     first_step: tuple[float, int] | None = None
     records: list[tuple[float, int, str]] = field(default_factory=list)  # (t, step, event) this round
+    metrics: dict[str, float] = field(default_factory=dict)  # latest numeric value of each reported metric
 
     def read(self) -> None:
         """Consume new progress records."""
@@ -74,7 +75,11 @@ class Rank:
                 self.ckpt = int(rec["ckpt"])
             if rec.get("samples") is not None:
                 self.samples = int(rec["samples"])
-            if event == "metrics" or "step" not in rec:
+            if event == "metrics":
+                self.metrics.update({k: float(v) for k, v in rec.items() if k not in ("event", "t")
+                                     and isinstance(v, (int, float)) and not isinstance(v, bool)})
+                continue
+            if "step" not in rec:
                 continue
             self.step = int(rec["step"])
             self.records.append((t, self.step, event))

@@ -531,6 +531,28 @@ class GoodputModel:
         return g.reshape(nodes.shape), m.reshape(nodes.shape), s.reshape(nodes.shape)
 
 
+def optimize_models(models: Sequence[GoodputModel], num_nodes: Any, num_replicas: Any, *,
+                    n_candidates: int = DEFAULT_CANDIDATES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:meth:`GoodputModel.optimize` of ``models[i]`` at ``(num_nodes[i], num_replicas[i])`` for every ``i``,
+    in one vectorized search (e.g. the batch of every lease of a round).
+
+    Returns
+    -------
+    goodput, micro_bsz, accum_steps : ndarray of shape (len(models),)
+    """
+    n = len(models)
+    nodes = np.broadcast_to(np.asarray(num_nodes, dtype=np.float64), (n,))
+    replicas = np.broadcast_to(np.asarray(num_replicas, dtype=np.float64), (n,))
+    if n == 0:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    if np.any(nodes < 1) or np.any(replicas < nodes):
+        raise InvalidProblemError("optimize_models needs 1 <= num_nodes <= num_replicas", field="num_nodes")
+    spec = np.stack([m._spec for m in models])
+    rows = np.arange(n)
+    return _search(spec[:, _M0:_TPUT], replicas.copy(), spec[:, :_M0], nodes.copy(), rows, rows, spec[:, _TPUT:],
+                   n_candidates, with_batch=True)
+
+
 # A model's spec row: perf params (7), then its batch limits (M0, max batch, min and max micro-batch,
 # accumulation flag), then gradient statistics (sqr, var). Throughput depends on the first _TPUT entries only.
 _M0 = 7
@@ -729,4 +751,4 @@ def _per_type(entry: Any, types: tuple[str, ...], job: int) -> list[Any]:
 
 
 __all__ = ["DEFAULT_CANDIDATES", "GAMMA_BOUNDS", "PARAM_FLOOR_S", "GoodputModel", "GradParams", "PerfParams",
-           "fit_perf_params", "goodput_matrix"]
+           "fit_perf_params", "goodput_matrix", "optimize_models"]
