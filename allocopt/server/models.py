@@ -146,6 +146,15 @@ class Allocation(_Model):
 
 
 # ----- the round plan (schema "round_plan") ---------------------------------------------------------------------
+class BatchSettings(_Model):
+    """An elastic job's batch under one allocation."""
+
+    batch_size: PositiveInt
+    local_bsz: PositiveInt
+    accum_steps: Count
+    lr_scale: Positive
+
+
 class Lease(_Model):
     job_id: JobId
     gpu_type: Str
@@ -154,6 +163,7 @@ class Lease(_Model):
     max_steps: Count | None = None
     extended: StrictBool = False
     co_located_with: Entity = None
+    batch: BatchSettings | None = None
 
 
 class RoundPlan(_Model):

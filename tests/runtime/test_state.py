@@ -122,7 +122,8 @@ def test_state_files_are_private_and_env_values_are_not_journaled(tmp_path: Path
     jobs_file = _jobs(tmp_path, mark, total=150, API_TOKEN="s3cret-value")
     doc = json.loads(jobs_file.read_text())
     for job in doc["jobs"]:
-        job["command"] += ["--env-out", f"{envs}-{job['name']}"]
+        # 150 steps of 20 ms outlast the first round, so the killed scheduler leaves both jobs unfinished
+        job["command"] += ["--env-out", f"{envs}-{job['name']}", "--sleep-s", "0.02"]
     jobs_file.write_text(json.dumps(doc))
     run = _start(tmp_path, jobs_file)
     _wait_rounds(tmp_path / "s.db", 1, run)
