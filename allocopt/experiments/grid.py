@@ -86,6 +86,10 @@ def expand(spec: SweepSpec) -> list[Point]:
               "fidelity": spec.fidelity, "restart_overhead_s": spec.restart_overhead_s,
               "run_unallocated": spec.run_unallocated, "ftf": spec.ftf, "throughputs": spec.throughputs,
               "allocopt_version": __version__}
+    for index, entry in enumerate(spec.workloads):
+        if spec.window is not None and entry.kind == "generate" and entry.num_jobs < spec.window[1]:
+            raise SweepSpecError(f"ends at job {spec.window[1]}, but workloads[{index}] generates {entry.num_jobs} "
+                                 "jobs", field="window")
     points = []
     for index, entry in enumerate(spec.workloads):
         for case in _workload_cases(entry, index):

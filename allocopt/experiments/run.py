@@ -141,7 +141,7 @@ def _in_processes(points: Sequence[Point], workers: int, running: Callable[[int]
         futures = {pool.submit(_attempt, point.params): point for point in points}
         pending = set(futures)
         while pending:
-            running(sum(f.running() for f in pending))
+            running(min(workers, sum(f.running() for f in pending)))
             done, pending = concurrent.futures.wait(pending, timeout=1.0,
                                                     return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:

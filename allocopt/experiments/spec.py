@@ -290,6 +290,11 @@ def _workload(value: Any, name: str, base: Path | None) -> WorkloadSpec:
 
 
 def _workloads(value: Any, name: str, base: Path | None) -> tuple[WorkloadSpec, ...]:
+    if isinstance(value, str):  # a flag: JSON
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise _fail(name, f"not a JSON list of workload entries: {err}") from None
     if isinstance(value, Mapping):
         value = [value]
     if not isinstance(value, (list, tuple)) or not value:
