@@ -288,6 +288,9 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--progress", action="store_true", help="show a progress bar (needs tqdm)")
     w.add_argument("--no-figures", dest="figures", action="store_false", help="skip the figures (matplotlib)")
     w.add_argument("--dry-run", action="store_true", help="list the points and whether each is done; run nothing")
+    w.add_argument("--summary-over", default="seed", metavar="COLUMN,...",
+                   help="parameter columns the summary aggregates over (default: seed; 'seed,workload,workload_path' "
+                        "averages over a directory's files too)")
     w.set_defaults(run=_run_sweep)
 
     v = commands.add_parser("serve", help="run the HTTP JSON service (solve and a shared allocation engine)",
@@ -621,7 +624,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
                   f"rate={p.params['jobs_per_hour']} cluster={p.params['cluster']} seed={p.params['seed']}")
         return 0
     result = run_sweep(spec, progress=args.progress, points=points)
-    summary = summarize(result.rows)
+    summary = summarize(result.rows, over=[c.strip() for c in args.summary_over.split(",") if c.strip()])
     write_summary(summary, Path(spec.output) / "summary.csv")
     figures = plot_sweep(result.rows, spec.output) if args.figures else []
     print(f"points: {len(points)} ({result.ran} run, {result.skipped} already done, {len(result.failed)} failed) "
@@ -632,8 +635,9 @@ def _run_sweep(args: argparse.Namespace) -> int:
         if row["metric"] == "average_jct_s":
             ci = "" if row["ci95_low"] is None else \
                 f" (95% CI {row['ci95_low'] / 3600:.3f}..{row['ci95_high'] / 3600:.3f})"
-            rate = "" if row["jobs_per_hour"] is None else f" {row['jobs_per_hour']:g} jobs/h"
-            print(f"{row['policy_label']} {row['workload']}{rate} {row['cluster']}: average JCT "
+            rate = "" if row.get("jobs_per_hour") is None else f" {row['jobs_per_hour']:g} jobs/h"
+            print(f"{row.get('policy_label')} {row.get('workload', row.get('workload_set'))}{rate} {row.get('cluster')}: "
+                  "average JCT "
                   f"{row['mean'] / 3600:.3f} h{ci}, n={row['n']}")
     print(f"table: {result.table}" + (f", {result.parquet}" if result.parquet else ""))
     print(f"summary: {Path(spec.output) / 'summary.csv'}")

@@ -72,6 +72,17 @@ def test_grid_has_one_point_per_combination(sweep):
     assert lines[0].split(",") == list(COLUMNS) and len(lines) == 9
 
 
+def test_parquet_table_holds_the_csv_rows(sweep):
+    pq = pytest.importorskip("pyarrow.parquet", reason="the Parquet table needs pyarrow: pip install 'allocopt[parquet]'")
+    _, result = sweep
+    assert result.parquet is not None
+    table = pq.read_table(result.parquet).to_pylist()
+    assert [r["key"] for r in table] == [r["key"] for r in result.rows]
+    for got, row in zip(table, result.rows):
+        assert got["average_jct_s"] == row["average_jct_s"] and got["seed"] == row["seed"]
+        assert json.loads(got["policy_options"]) == row["policy_options"]
+
+
 def test_rows_equal_separate_simulate_runs(sweep, tmp_path):
     """Two points through the ``allocopt simulate`` command line, the other six through allocopt.simulate."""
     _, result = sweep
@@ -116,6 +127,17 @@ def test_summary_confidence_intervals_match_scipy(sweep):
             checked += 1
     assert checked == 4
     assert {s["metric"] for s in summary} >= {"p99_jct_s", "makespan_s", "average_ftf", "utilization"}
+
+
+def test_summary_over_seeds_and_rates(sweep):
+    _, result = sweep
+    (row,) = [s for s in summarize(result.rows, ("p99_jct_s",), over=("seed", "jobs_per_hour"))
+              if s["policy"] == POLICIES[0]]
+    values = [r["p99_jct_s"] for r in result.rows if r["policy"] == POLICIES[0]]
+    assert row["n"] == 4 and "jobs_per_hour" not in row
+    assert row["mean"] == pytest.approx(np.mean(values), rel=1e-12)
+    with pytest.raises(InvalidOptionError, match="over"):
+        summarize(result.rows, over=("sed",))
 
 
 def _pixels_near(image: np.ndarray, color: str, tol: float = 0.08) -> int:

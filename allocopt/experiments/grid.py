@@ -54,7 +54,7 @@ def _sha256(path: str) -> str:
 
 def _workload_cases(entry: WorkloadSpec, index: int) -> list[dict[str, Any]]:
     """The concrete workloads of one entry: one per arrival rate, per file of a directory."""
-    base = {"workload_kind": entry.kind, "workload_path": None, "workload_sha256": None, "profiles": entry.profiles,
+    base = {"workload_set": entry.label, "workload_kind": entry.kind, "workload_path": None, "workload_sha256": None, "profiles": entry.profiles,
             "num_jobs": None, "jobs_per_hour": None, "scale_factor_probs": None}
     if entry.kind == "generate":
         probs = None if entry.scale_factor_probs is None else {str(k): v for k, v in
@@ -81,7 +81,8 @@ def expand(spec: SweepSpec) -> list[Point]:
     """
     from allocopt import __version__
 
-    common = {"gpus_per_node": spec.gpus_per_node, "recompute_min_seconds": spec.recompute_min_seconds,
+    gpus_per_node = spec.gpus_per_node if isinstance(spec.gpus_per_node, int) else dict(spec.gpus_per_node)
+    common = {"gpus_per_node": gpus_per_node, "recompute_min_seconds": spec.recompute_min_seconds,
               "mode": spec.mode, "window": list(spec.window) if spec.window else None, "backend": spec.backend,
               "fidelity": spec.fidelity, "restart_overhead_s": spec.restart_overhead_s,
               "run_unallocated": spec.run_unallocated, "ftf": spec.ftf, "throughputs": spec.throughputs,

@@ -110,7 +110,7 @@ class SweepSpec:
     policies: tuple[PolicySpec, ...]
     workloads: tuple[WorkloadSpec, ...]
     clusters: tuple[Mapping[str, int], ...] = ({"v100": 36, "p100": 36, "k80": 36},)
-    gpus_per_node: int = 8
+    gpus_per_node: int | Mapping[str, int] = 8
     seeds: tuple[int, ...] = (0,)
     round_seconds: tuple[float, ...] = (360.0,)
     recompute_min_seconds: float = 1920.0
@@ -218,6 +218,15 @@ def _clusters(value: Any, name: str) -> tuple[dict[str, int], ...]:
     if isinstance(value, Mapping):
         value = [value]
     return tuple(_cluster(v, f"{name}[{k}]") for k, v in enumerate(_listify(value, name)))
+
+
+def _gpus_per_node(value: Any, name: str) -> int | dict[str, int]:
+    if isinstance(value, (Mapping, str)) and not (isinstance(value, str) and value.strip().isdigit()):
+        per_type = _cluster(value, name)
+        if any(v < 1 for v in per_type.values()):
+            raise _fail(name, f"GPUs per server must be >= 1, got {per_type}")
+        return per_type
+    return _int(value, name, 1)
 
 
 def _policy(value: Any, name: str) -> PolicySpec:
@@ -332,7 +341,8 @@ FIELDS: dict[str, tuple[Callable[[Any, str, Path | None], Any], str]] = {
     "policies": (lambda v, n, b: _policies(v, n), "policy names, comma-separated (options: in the spec file)"),
     "workloads": (_workloads, "workload entries as JSON, e.g. '[{\"trace\": \"a.trace\"}]'"),
     "clusters": (lambda v, n, b: _clusters(v, n), "clusters, ';'-separated, each TYPE=N,..."),
-    "gpus_per_node": (lambda v, n, b: _int(v, n, 1), "GPUs per server of every type (default 8)"),
+    "gpus_per_node": (lambda v, n, b: _gpus_per_node(v, n), "GPUs per server: N for every type, or TYPE=N,... "
+                                                            "(default 8)"),
     "seeds": (lambda v, n, b: tuple(_int(s, n, 0) for s in _listify(v, n)), "seeds, comma-separated"),
     "round_seconds": (lambda v, n, b: tuple(_float(s, n, positive=True) for s in _listify(v, n)),
                       "round lengths in seconds, comma-separated (default 360)"),

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from allocopt.errors import InvalidOptionError
 from allocopt.experiments.metrics import METRICS
 from allocopt.experiments.table import PARAMETERS
 
@@ -21,16 +22,14 @@ GROUP_COLUMNS: tuple[str, ...] = tuple(c for c in PARAMETERS if c not in ("seed"
 SUMMARY_COLUMNS: tuple[str, ...] = ("metric", "n", "mean", "std", "ci95_low", "ci95_high")
 
 
-def _group_key(row: Mapping[str, Any]) -> str:
-    return json.dumps([row.get(c) for c in GROUP_COLUMNS], sort_keys=True, default=str)
-
-
 def summarize(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRICS,
-              confidence: float = 0.95) -> list[dict[str, Any]]:
+              confidence: float = 0.95, over: Sequence[str] = ("seed",)) -> list[dict[str, Any]]:
     """One row per (group, metric): runs ``n``, ``mean``, sample ``std`` (ddof 1) and the ``confidence``
     interval of the mean by Student's t with ``n - 1`` degrees of freedom (``mean +- t * std / sqrt(n)``).
 
-    Groups are the runs that differ only in their seed (:data:`GROUP_COLUMNS`), in first-seen order.
+    Groups are the runs that differ only in the columns ``over`` (by default the seed: the other
+    :data:`GROUP_COLUMNS`), in first-seen order; ``over=("seed", "workload", "workload_path")``
+    averages over the files of a directory entry too (its ``workload_set`` label).
     Runs where the metric is missing are left out of its ``n``; ``std`` and the interval are None for
     ``n < 2`` (and the interval is the mean itself for ``std == 0``).
 
@@ -40,13 +39,19 @@ def summarize(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRIC
         The results table's rows (:attr:`~allocopt.experiments.run.SweepResult.rows`).
     metrics : sequence of str
     confidence : float, default 0.95
+    over : sequence of str, default ("seed",)
+        Parameter columns aggregated over (left out of the group's columns).
     """
+    unknown = set(over) - set(PARAMETERS)
+    if unknown:
+        raise InvalidOptionError(f"over: {sorted(unknown)} are not parameter columns; choose from {list(PARAMETERS)}")
+    columns = [c for c in PARAMETERS if c not in over and c != "workload_sha256"]
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(_group_key(row), []).append(row)
+        groups.setdefault(json.dumps([row.get(c) for c in columns], sort_keys=True, default=str), []).append(row)
     out = []
     for members in groups.values():
-        head = {c: members[0].get(c) for c in GROUP_COLUMNS}
+        head = {c: members[0].get(c) for c in columns}
         for metric in metrics:
             values = np.array([r[metric] for r in members if r.get(metric) is not None], dtype=np.float64)
             n = int(values.size)
@@ -65,7 +70,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRIC
 
 def write_summary(summary: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> None:
     """Write :func:`summarize`'s rows as CSV (JSON cells for lists and mappings, empty for None)."""
-    columns = [*GROUP_COLUMNS, *SUMMARY_COLUMNS]
+    columns = [c for c in GROUP_COLUMNS if not summary or c in summary[0]] + list(SUMMARY_COLUMNS)
     temporary = f"{path}.tmp"
     with open(temporary, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")
