@@ -105,6 +105,9 @@ def test_rows_equal_separate_simulate_runs(sweep, tmp_path):
         for name in SAME:
             assert row[name] == metrics[name], (name, row, metrics)
         assert row["p95_jct_s"] == float(np.percentile(jct, 95))
+        assert row["gpu_hours_by_type"] == metrics["gpu_hours_by_type"]
+        assert set(row["gpu_hours_by_type"]) == set(CLUSTER)
+        assert sum(row["gpu_hours_by_type"].values()) == pytest.approx(row["gpu_hours_total"], rel=1e-9)
         assert row["num_jobs"] == NUM_JOBS == row["num_measured"]
 
 
@@ -126,7 +129,12 @@ def test_summary_confidence_intervals_match_scipy(sweep):
             assert row["ci95_low"] < row["mean"] < row["ci95_high"]
             checked += 1
     assert checked == 4
-    assert {s["metric"] for s in summary} >= {"p99_jct_s", "makespan_s", "average_ftf", "utilization"}
+    assert {s["metric"] for s in summary} >= {"p99_jct_s", "makespan_s", "average_ftf", "utilization",
+                                              "gpu_hours_by_type.v100", "gpu_hours_by_type.k80"}
+    (k80,) = [s for s in summary if s["metric"] == "gpu_hours_by_type.k80" and s["policy"] == POLICIES[0]
+              and s["jobs_per_hour"] == RATES[0]]
+    assert k80["mean"] == pytest.approx(np.mean([r["gpu_hours_by_type"]["k80"] for r in result.rows
+                                                 if r["policy"] == POLICIES[0] and r["jobs_per_hour"] == RATES[0]]))
 
 
 def test_summary_over_seeds_and_rates(sweep):

@@ -11,11 +11,13 @@ from allocopt.mechanism.simulator import SimulationResult
 #: Metric columns of a sweep's table, in order. Job-level metrics are over the measurement window; times in
 #: seconds, GPU-hours in hours. ``queueing_delay_s`` is a job's time in the system without its GPUs:
 #: JCT minus GPU-seconds over GPUs requested (time waiting before its first lease and between leases).
+#: ``gpu_hours_by_type`` maps each GPU type to the GPU-hours leased of it over the whole run (all jobs; a GPU
+#: shared by co-located jobs counted once).
 METRICS: tuple[str, ...] = (
     "num_jobs", "num_measured", "average_jct_s", "median_jct_s", "p95_jct_s", "p99_jct_s", "makespan_s",
     "average_queueing_delay_s", "median_queueing_delay_s", "p99_queueing_delay_s",
     "average_ftf", "median_ftf", "p95_ftf", "p99_ftf", "max_ftf", "unfair_fraction",
-    "gpu_hours_total", "gpu_hours_per_job", "restarts_total", "restarts_per_job", "utilization",
+    "gpu_hours_total", "gpu_hours_per_job", "gpu_hours_by_type", "restarts_total", "restarts_per_job", "utilization",
     "average_jobs_in_system", "num_rounds", "num_solves", "solve_s_per_round", "solve_s_total", "wall_s")
 
 
@@ -36,6 +38,7 @@ def run_metrics(result: SimulationResult) -> dict[str, Any]:
         "average_queueing_delay_s": float(waiting.mean()), "median_queueing_delay_s": float(np.median(waiting)),
         "p99_queueing_delay_s": float(np.percentile(waiting, 99)),
         "gpu_hours_total": float(gpu_s.sum() / 3600), "gpu_hours_per_job": float(m["gpu_hours_per_job"]),
+        "gpu_hours_by_type": dict(m["gpu_hours_by_type"]),
         "restarts_total": int(restarts.sum()), "restarts_per_job": float(m["restarts_per_job"]),
         "utilization": float(m["utilization"]), "average_jobs_in_system": _jobs_in_system(jobs),
         "num_rounds": int(m["num_rounds"]), "num_solves": int(m["num_solves"]),

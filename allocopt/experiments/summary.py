@@ -30,6 +30,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRIC
     Groups are the runs that differ only in the columns ``over`` (by default the seed: the other
     :data:`GROUP_COLUMNS`), in first-seen order; ``over=("seed", "workload", "workload_path")``
     averages over the files of a directory entry too (its ``workload_set`` label).
+    A metric holding a mapping (``gpu_hours_by_type``) is summarized per key, as metric ``NAME.KEY``.
     Runs where the metric is missing are left out of its ``n``; ``std`` and the interval are None for
     ``n < 2`` (and the interval is the mean itself for ``std == 0``).
 
@@ -52,8 +53,16 @@ def summarize(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str] = METRIC
     out = []
     for members in groups.values():
         head = {c: members[0].get(c) for c in columns}
+        expanded = []  # a metric holding a mapping (gpu_hours_by_type) gives one metric per key: "NAME.KEY"
         for metric in metrics:
-            values = np.array([r[metric] for r in members if r.get(metric) is not None], dtype=np.float64)
+            present = [r[metric] for r in members if r.get(metric) is not None]
+            if present and isinstance(present[0], Mapping):
+                keys = list(dict.fromkeys(k for value in present for k in value))
+                expanded += [(f"{metric}.{k}", [value.get(k) for value in present]) for k in keys]
+            else:
+                expanded.append((metric, present))
+        for metric, present in expanded:
+            values = np.array([v for v in present if v is not None], dtype=np.float64)
             n = int(values.size)
             if n == 0:
                 continue

@@ -32,7 +32,7 @@ PARAMETERS: tuple[str, ...] = (
 COLUMNS: tuple[str, ...] = ("key", *PARAMETERS, *METRICS)
 _TEXT = {"key", "policy_label", "policy", "workload_set", "workload", "workload_kind", "workload_path", "workload_sha256", "profiles",
          "cluster", "mode", "backend", "fidelity", "throughputs", "allocopt_version"}
-_JSON = {"policy_options", "window", "scale_factor_probs", "gpus_per_node"}
+_JSON = {"policy_options", "window", "scale_factor_probs", "gpus_per_node", "gpu_hours_by_type"}
 _BOOL = {"run_unallocated", "ftf"}
 
 
