@@ -137,7 +137,8 @@ def _in_process(points: Sequence[Point], running: Callable[[int], None]) -> Iter
 
 def _in_processes(points: Sequence[Point], workers: int, running: Callable[[int], None]) -> Iterator[Outcome]:
     context = multiprocessing.get_context("spawn")  # no state forked from the caller (solver threads, Ray)
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
         futures = {pool.submit(_attempt, point.params): point for point in points}
         pending = set(futures)
         while pending:
@@ -146,6 +147,8 @@ def _in_processes(points: Sequence[Point], workers: int, running: Callable[[int]
                                                     return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
                 yield (futures[future], *future.result())
+    finally:  # interrupted: drop the points not started rather than wait for them
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _on_ray(points: Sequence[Point], address: str, running: Callable[[int], None]) -> Iterator[Outcome]:
@@ -159,8 +162,9 @@ def _on_ray(points: Sequence[Point], address: str, running: Callable[[int], None
     try:
         task = ray.remote(num_cpus=1, max_retries=2)(_attempt)
         refs = {task.remote(point.params): point for point in points}
+        cpus = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         while refs:
-            running(min(len(refs), int(ray.cluster_resources().get("CPU", 1))))
+            running(min(len(refs), cpus))
             done, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)
             for ref in done:
                 yield (refs.pop(ref), *ray.get(ref))
