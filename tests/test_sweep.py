@@ -301,3 +301,23 @@ def test_the_same_sweep_on_ray_gives_the_same_table(sweep, ray_address, tmp_path
     assert on_ray.ran == 8 and not on_ray.failed
     key = {r["key"]: outcome(r) for r in result.rows}
     assert {r["key"]: outcome(r) for r in on_ray.rows} == key
+
+
+def test_directory_workloads_expand_to_each_file_keyed_by_content(tmp_path):
+    data = Path(allocopt.__file__).parent / "data"
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for name in ("artifact_evaluation.trace", "small_test.trace"):
+        (traces / name).write_bytes((data / "gavel_traces" / name).read_bytes())
+    (traces / "w.csv").write_bytes((data / "sia_workloads" / "saturn" / "workload-1.csv").read_bytes())
+    document = {"policies": ["fifo"], "workloads": [{"directory": "traces", "label": "set"}], "seeds": [0, 1]}
+    points = expand(parse_spec(document, base_dir=tmp_path))
+    assert [(p.params["workload"], p.params["workload_kind"], p.params["seed"]) for p in points] == [
+        ("set/artifact_evaluation", "trace", 0), ("set/artifact_evaluation", "trace", 1),
+        ("set/small_test", "trace", 0), ("set/small_test", "trace", 1), ("set/w", "sia", 0), ("set/w", "sia", 1)]
+    assert {p.params["workload_set"] for p in points} == {"set"}
+    with open(traces / "small_test.trace", "a") as fh:  # an edited file is a new point; the others keep their keys
+        fh.write((data / "gavel_traces" / "small_test.trace").read_text().splitlines()[0] + "\n")
+    again = expand(parse_spec(document, base_dir=tmp_path))
+    changed = [p.params["workload"] for p, q in zip(points, again) if p.key != q.key]
+    assert changed == ["set/small_test", "set/small_test"]
