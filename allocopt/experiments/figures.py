@@ -115,7 +115,8 @@ def plot_cdf(rows: Sequence[Mapping[str, Any]], output: Path, column: str, xlabe
                 drawn = True
         ax.set(xlabel=xlabel, ylabel="fraction of jobs", title=_case_title(case))
         ax.title.set_fontsize("small")
-        ax.legend(fontsize="small")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
     for ax in axes[len(cases):]:
         ax.set_visible(False)
     if not drawn:
