@@ -338,7 +338,8 @@ def _choice(options: Sequence[str]) -> Callable[[Any, str], str]:
 
 #: Field name -> (parser(value, name, base_dir), flag help). Every field of SweepSpec has one.
 FIELDS: dict[str, tuple[Callable[[Any, str, Path | None], Any], str]] = {
-    "policies": (lambda v, n, b: _policies(v, n), "policy names, comma-separated (options: in the spec file)"),
+    "policies": (lambda v, n, b: _policies(v, n), "policy names, comma-separated, or JSON entries: "
+                 "'[{\"name\": \"fifo\", \"options\": {}, \"label\": \"f\"}]'"),
     "workloads": (_workloads, "workload entries as JSON, e.g. '[{\"trace\": \"a.trace\"}]'"),
     "clusters": (lambda v, n, b: _clusters(v, n), "clusters, ';'-separated, each TYPE=N,..."),
     "gpus_per_node": (lambda v, n, b: _gpus_per_node(v, n), "GPUs per server: N for every type, or TYPE=N,... "
