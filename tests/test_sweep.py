@@ -3,6 +3,8 @@ after a re-run and after SIGKILL, and the same table on Ray."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import signal
@@ -321,3 +323,35 @@ def test_directory_workloads_expand_to_each_file_keyed_by_content(tmp_path):
     again = expand(parse_spec(document, base_dir=tmp_path))
     changed = [p.params["workload"] for p, q in zip(points, again) if p.key != q.key]
     assert changed == ["set/small_test", "set/small_test"]
+
+
+def test_one_sweep_writes_a_directory_at_a_time(sweep):
+    from allocopt.errors import StateError
+    from allocopt.experiments.run import _locked
+
+    spec, _ = sweep
+    with _locked(Path(spec.output)):
+        with pytest.raises(StateError, match="another sweep is writing"):
+            run_sweep(spec)
+    assert run_sweep(spec).skipped == 8
+
+
+def test_reading_a_table_of_another_version_changes_nothing_until_a_row_is_added(sweep, tmp_path):
+    from allocopt.experiments.table import ResultsTable
+
+    spec, result = sweep
+    lines = Path(spec.output, "results.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    old = tmp_path / "results.csv"  # a table without the column 'fidelity'
+    k = header.index("fidelity")
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    with open(old, "w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(r[:k] + r[k + 1:] for r in rows)
+    before = old.read_bytes()
+    table = ResultsTable(old)
+    assert old.read_bytes() == before
+    assert [r["average_jct_s"] for r in table.rows] == [r["average_jct_s"] for r in result.rows]
+    assert all(r["fidelity"] is None for r in table.rows)
+    table.append(result.rows[0])
+    assert old.read_text().splitlines()[0].split(",") == list(COLUMNS)
+    assert len(ResultsTable(old).rows) == 9

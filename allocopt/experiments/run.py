@@ -11,6 +11,8 @@ once.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import fcntl
 import logging
 import multiprocessing
 import os
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from allocopt.errors import StateError
 from allocopt.experiments.grid import Point, expand
 from allocopt.experiments.metrics import run_metrics
 from allocopt.experiments.spec import SweepSpec
@@ -216,11 +219,36 @@ def run_sweep(spec: SweepSpec, *, progress: bool = False, points: Sequence[Point
     Returns
     -------
     SweepResult
+
+    Raises
+    ------
+    StateError
+        Another sweep is writing ``spec.output``.
     """
     wall = time.perf_counter()
     points = list(points) if points is not None else expand(spec)
     output = Path(spec.output)
     (output / "runs").mkdir(parents=True, exist_ok=True)
+    with _locked(output):
+        return _run(spec, points, output, progress, wall)
+
+
+@contextlib.contextmanager
+def _locked(output: Path) -> Iterator[None]:
+    """Hold ``output/.lock`` (an advisory ``flock``): one sweep writes a directory at a time."""
+    with open(output / ".lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StateError(f"{output}: another sweep is writing this directory; wait for it or give another "
+                             "output") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _run(spec: SweepSpec, points: list[Point], output: Path, progress: bool, wall: float) -> SweepResult:
     table = ResultsTable(output / "results.csv")
     done_keys = table.keys
     todo = [p for p in points if p.key not in done_keys]

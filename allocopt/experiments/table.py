@@ -81,7 +81,8 @@ class ResultsTable:
     Parameters
     ----------
     path : path
-        The CSV file; created with a header when missing.
+        The CSV file; created with a header at the first :meth:`append`. One process appends to a
+        table at a time (:func:`~allocopt.experiments.run.run_sweep` holds a lock on its directory).
     """
 
     def __init__(self, path: str | os.PathLike[str]):
@@ -90,10 +91,10 @@ class ResultsTable:
         self._open()
 
     def _open(self) -> None:
-        """Read the rows there are, dropping a torn last line; rewrite the file if its header is an older one."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Read the rows there are, dropping a torn last line (reading changes nothing else)."""
+        self._migrate = False
         if not self.path.exists() or self.path.stat().st_size == 0:
-            self._rewrite([])
+            self._migrate = True
             return
         raw = self.path.read_bytes()
         if not raw.endswith(b"\n"):  # a run killed while writing its row: that point runs again
@@ -117,11 +118,8 @@ class ResultsTable:
                 rows.append({c: _parse(c, v) for c, v in zip(header, values)})
             except ValueError as err:
                 raise DataFileError(f"unreadable cell: {err}", path=self.path, line=number) from None
-        if tuple(header) != COLUMNS:
-            logger.info("%s: rewriting with this version's columns", self.path)
-            rows = [{c: row.get(c) for c in COLUMNS} for row in rows]
-            self._rewrite(rows)
-        self.rows = rows
+        self.rows = [{c: row.get(c) for c in COLUMNS} for row in rows]
+        self._migrate = tuple(header) != COLUMNS  # another version's columns: rewritten before the first append
 
     def _rewrite(self, rows: Iterable[Mapping[str, Any]]) -> None:
         temporary = self.path.with_name(self.path.name + ".tmp")
@@ -140,6 +138,12 @@ class ResultsTable:
 
     def append(self, row: Mapping[str, Any]) -> None:
         """Write ``row`` (:func:`row_of`) as one line, flushed and fsync'ed before returning."""
+        if self._migrate:  # a new table, or one with another version's columns: this version's header first
+            if self.rows:
+                logger.info("%s: rewriting with this version's columns", self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._rewrite(self.rows)
+            self._migrate = False
         line = _line([_cell(c, row.get(c)) for c in COLUMNS])
         with open(self.path, "a", encoding="utf-8", newline="") as fh:
             fh.write(line)
