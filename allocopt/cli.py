@@ -302,6 +302,23 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     m.add_argument("--progress", action="store_true", help="show a progress bar (needs tqdm)")
     m.set_defaults(run=_run_simulate)
 
+    w = commands.add_parser("sweep", help="run a sweep of simulations (policies x workloads x clusters x seeds)",
+                            description="Expand SPEC (YAML or TOML; see docs/how-to/sweeps.md) into simulations, "
+                                        "run those not yet in OUTPUT/results.csv (in processes or on Ray), and write "
+                                        "the table, a summary over seeds and the standard figures. Each flag "
+                                        "overrides the field of its name.")
+    w.add_argument("spec", nargs="?", metavar="SPEC", help="the sweep's spec file (.yaml, .yml, .toml)")
+    from allocopt.experiments.spec import FIELDS as sweep_fields
+    for name, (_, text) in sweep_fields.items():
+        w.add_argument("--" + name.replace("_", "-"), dest=f"sweep_{name}", metavar="VALUE", help=text)
+    w.add_argument("--progress", action="store_true", help="show a progress bar (needs tqdm)")
+    w.add_argument("--no-figures", dest="figures", action="store_false", help="skip the figures (matplotlib)")
+    w.add_argument("--dry-run", action="store_true", help="list the points and whether each is done; run nothing")
+    w.add_argument("--summary-over", default="seed", metavar="COLUMN,...",
+                   help="parameter columns the summary aggregates over (default: seed; 'seed,workload,workload_path' "
+                        "averages over a directory's files too)")
+    w.set_defaults(run=_run_sweep)
+
     v = commands.add_parser("serve", help="run the HTTP JSON service (solve and a shared allocation engine)",
                             description="Serve POST /solve and the allocation engine's endpoints as JSON over HTTP "
                                         "until interrupted; GET /openapi.json describes the endpoints (see docs/how-to/http-service.md).")
@@ -623,6 +640,47 @@ def _run_simulate(args: argparse.Namespace) -> int:
     except OSError as err:
         raise _UsageError(f"cannot write {err.filename}: {err.strerror or err}") from None
     return 0
+
+
+# ----- allocopt sweep ----------------------------------------------------------------------
+def _run_sweep(args: argparse.Namespace) -> int:
+    from allocopt.experiments import expand, load_spec, plot_sweep, run_sweep, summarize, write_summary
+    from allocopt.experiments.spec import FIELDS as sweep_fields
+    from allocopt.experiments.table import ResultsTable
+    from allocopt.extras import require_extra
+
+    spec = load_spec(args.spec, {name: getattr(args, f"sweep_{name}") for name in sweep_fields})
+    if args.figures and not args.dry_run:  # optional extras are checked before the runs
+        require_extra("matplotlib", "plot", "the sweep's figures (or --no-figures)")
+    points = expand(spec)
+    if args.dry_run:
+        done = ResultsTable(Path(spec.output) / "results.csv").keys if (Path(spec.output) / "results.csv").exists() \
+            else set()
+        for p in points:
+            print(f"{p.key} {'done' if p.key in done else 'todo'} {p.params['policy_label']} {p.params['workload']} "
+                  f"rate={p.params['jobs_per_hour']} cluster={p.params['cluster']} seed={p.params['seed']}")
+        return 0
+    result = run_sweep(spec, progress=args.progress, points=points)
+    summary = summarize(result.rows, over=[c.strip() for c in args.summary_over.split(",") if c.strip()])
+    write_summary(summary, Path(spec.output) / "summary.csv")
+    figures = plot_sweep(result.rows, spec.output) if args.figures else []
+    print(f"points: {len(points)} ({result.ran} run, {result.skipped} already done, {len(result.failed)} failed) "
+          f"in {result.wall_s:.1f} s")
+    for params, error in result.failed:
+        print(f"failed: {params['policy_label']} {params['workload']} seed {params['seed']}: {error}")
+    for row in summary:
+        if row["metric"] == "average_jct_s":
+            ci = "" if row["ci95_low"] is None else \
+                f" (95% CI {row['ci95_low'] / 3600:.3f}..{row['ci95_high'] / 3600:.3f})"
+            rate = "" if row.get("jobs_per_hour") is None else f" {row['jobs_per_hour']:g} jobs/h"
+            print(f"{row.get('policy_label')} {row.get('workload', row.get('workload_set'))}{rate} {row.get('cluster')}: "
+                  "average JCT "
+                  f"{row['mean'] / 3600:.3f} h{ci}, n={row['n']}")
+    print(f"table: {result.table}" + (f", {result.parquet}" if result.parquet else ""))
+    print(f"summary: {Path(spec.output) / 'summary.csv'}")
+    for path in figures:
+        print(f"figure: {path}")
+    return EXIT_FAILURE if result.failed else 0
 
 
 # ----- allocopt serve ----------------------------------------------------------------------

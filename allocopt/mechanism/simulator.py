@@ -461,7 +461,8 @@ class SimulationResult:
     metrics : dict
         ``average_jct_s``, ``median_jct_s``, ``p99_jct_s`` (over the measurement
         window), ``makespan_s``, ``utilization`` (busy GPU-seconds over GPUs x
-        makespan), ``restarts_per_job``, ``gpu_hours_per_job``, ``num_rounds``,
+        makespan), ``restarts_per_job``, ``gpu_hours_per_job``, ``gpu_hours_by_type`` (GPU type
+        to GPU-hours leased, all jobs), ``num_rounds``,
         ``num_solves``, ``solve_s_per_round`` (mean solve wall-clock seconds per
         round), ``solve_s_total``, ``wall_s`` (the simulation's own wall-clock
         seconds), ``num_jobs`` and ``window`` (first and last job index measured);
@@ -473,7 +474,8 @@ class SimulationResult:
         ``isolated_jct_s`` (JCT under an isolated share) and ``ftf`` (``jct_s``
         over it).
     rounds : dict of str to ndarray
-        Per round: ``start_s``, ``end_s``, ``busy_gpus`` (GPUs leased).
+        Per round: ``start_s``, ``end_s``, ``busy_gpus`` (GPUs leased), ``gpu_s_<type>`` (GPU-seconds
+        leased of each GPU type).
     config : dict
         Policy, mode, cluster, round length, seed, workload source.
     """
@@ -743,12 +745,15 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                             throughputs=throughputs, mode="ideal", backend=backend, profiles=profiles, ftf=False)
         fairness = {"isolated_jct_s": isolated.jobs["jct_s"], "ftf": jct / isolated.jobs["jct_s"]}
     num_rounds = len(rounds["start_s"])
+    by_type = np.array(rounds.pop("gpu_s_by_type", []), dtype=np.float64).reshape(num_rounds, cluster.num_gpu_types)
+    rounds.update({f"gpu_s_{t}": by_type[:, k] for k, t in enumerate(cluster.gpu_types)})
     metrics = {
         "average_jct_s": float(measured.mean()), "median_jct_s": float(np.median(measured)),
         "p99_jct_s": float(np.percentile(measured, 99)), "makespan_s": makespan,
         "utilization": float(busy_gpu_s / (cluster.capacity.sum() * makespan)) if makespan > 0 else 0.0,
         "restarts_per_job": float(np.maximum(starts[a:b] - 1, 0).mean()),
         "gpu_hours_per_job": float(gpu_s[a:b].mean() / 3600),
+        "gpu_hours_by_type": dict(zip(cluster.gpu_types, (by_type.sum(axis=0) / 3600).tolist())),
         "num_rounds": num_rounds, "num_solves": len(solve_s),
         "solve_s_per_round": float(sum(solve_s) / max(num_rounds, 1)), "solve_s_total": float(sum(solve_s)),
         "wall_s": time.perf_counter() - wall, "num_jobs": workload.num_jobs, "window": [a, b],
@@ -814,7 +819,7 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
     finish = np.full(n, np.nan)
     gpu_s = np.zeros(n)
     starts = np.zeros(n, dtype=np.int64)
-    rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": []}
+    rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": [], "gpu_s_by_type": []}
     busy_gpu_s, now, next_job, done, index = 0.0, 0.0, 0, 0, 0
     idle = False
     grid = getattr(planner, "round_grid_s", None)
@@ -840,13 +845,17 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
             now = start(float(wl.arrival_s[next_job]))
             continue
         idle = False
-        jobs, steps, seconds, restarted, completed, entries, widths = ran
+        jobs, steps, seconds, restarted, completed, entries, widths, types = ran
         state.remaining_steps[jobs] -= steps
         gpu_s[jobs] += widths[entries] * seconds
         starts[jobs] += restarted
         held = np.full(widths.size, -1.0)  # placement -> seconds busy (co-located jobs share their GPUs)
         np.maximum.at(held, entries, seconds)
         busy_gpu_s += float((widths * np.maximum(held, 0.0)).sum())
+        placement_type = np.zeros(widths.size, dtype=np.int64)
+        placement_type[entries] = types
+        rounds["gpu_s_by_type"].append(np.bincount(placement_type, widths * np.maximum(held, 0.0),
+                                                   state.cluster.num_gpu_types))
         if completed.any():
             ended = seconds
             if pair_finishes_at_lease_end:  # a co-located job finishes with its placement's last member
@@ -865,13 +874,13 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
     return finish, busy_gpu_s, gpu_s, starts, rounds
 
 
-RoundArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+RoundArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _array_round(state: SimulationState, planner: PriorityPlanner, executor: SimulatedExecutor,
                  now: float) -> RoundArrays | None:
-    """One round of arrays: per lease job, steps, seconds, restarted, completed, placement; widths per placement.
-    None when nothing runs."""
+    """One round of arrays: per lease job, steps, seconds, restarted, completed, placement; widths per placement;
+    per lease job, its GPU type's index. None when nothing runs."""
     leases = planner.plan_leases(state, now)
     if not leases.jobs.size:
         return None
@@ -886,7 +895,7 @@ def _array_round(state: SimulationState, planner: PriorityPlanner, executor: Sim
         raise SimulationError(f"job {int(leases.jobs[k])} failed: zero throughput on "
                               f"{state.cluster.gpu_types[leases.gpu_types[k]]}")
     return (leases.jobs, steps, seconds, ~leases.extended, completed, leases.entries,
-            np.diff(leases.gpu_start))
+            np.diff(leases.gpu_start), leases.gpu_types)
 
 
 def _lease_round(state: SimulationState, planner: RoundPlanner, executor: Executor, now: float,
@@ -901,6 +910,7 @@ def _lease_round(state: SimulationState, planner: RoundPlanner, executor: Execut
     if failed:
         raise SimulationError(f"job {failed[0].job_id} failed: {failed[0].message}")
     gpus_of = {lease.job_id: lease.gpu_ids for lease in plan.leases}
+    type_of = {lease.job_id: state.cluster.gpu_types.index(lease.gpu_type) for lease in plan.leases}
     placements: dict[tuple[int, ...], int] = {}
     entries = np.array([placements.setdefault(gpus_of[r.job_id], len(placements)) for r in results],
                        dtype=np.int64)
@@ -908,7 +918,8 @@ def _lease_round(state: SimulationState, planner: RoundPlanner, executor: Execut
             np.array([r.steps for r in results], dtype=np.int64), np.array([r.run_seconds for r in results]),
             np.array([r.restarted for r in results], dtype=np.int64),
             np.array([r.outcome is RoundOutcome.COMPLETED for r in results], dtype=bool), entries,
-            np.array([len(ids) for ids in placements], dtype=np.int64))
+            np.array([len(ids) for ids in placements], dtype=np.int64),
+            np.array([type_of[r.job_id] for r in results], dtype=np.int64))
 
 
 def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], backend: str,
@@ -923,7 +934,7 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
     finish = np.full(n, np.nan)
     gpu_s = np.zeros(n)
     remaining = wl.total_steps.astype(np.float64)
-    rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": []}
+    rounds: dict[str, list] = {"start_s": [], "end_s": [], "busy_gpus": [], "gpu_s_by_type": []}
     solve_s: list[float] = []
     busy_gpu_s, now, next_job, done = 0.0, 0.0, 0, 0
     allocation = None
@@ -956,6 +967,7 @@ def _run_ideal(state: SimulationState, policy: str, options: Mapping[str, Any], 
         now += dt
         rounds["end_s"].append(now)
         rounds["busy_gpus"].append(float(gpus.sum()))
+        rounds["gpu_s_by_type"].append((X * wl.scale_factors[rows, None]).sum(axis=0) * dt)
         ended = rows[to_finish <= dt * (1 + 1e-12)]
         finish[ended] = now
         state.active[ended] = False
