@@ -32,6 +32,8 @@ from allocopt.extras import require_extra
 from allocopt.formulations import POLICIES
 from allocopt.formulations.shares import isolated_shares
 from allocopt.jsonio import JsonSource, document_or_write, read_json
+from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner
+from allocopt.mechanism.order_policies import OrderPolicy, order_policy
 from allocopt.mechanism.placement import GpuLayout, place_arrays
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.mechanism.sia_rounds import SiaExecutor, SiaPlanner, rigid_throughputs, sia_workload
@@ -544,7 +546,7 @@ class SimulationResult:
 
 
 def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mapping[str, int],
-             policy: str = "max_min_fairness_perf", *, throughputs: ThroughputTable | None = None,
+             policy: str | OrderPolicy = "max_min_fairness_perf", *, throughputs: ThroughputTable | None = None,
              round_seconds: float = 360.0, recompute_min_seconds: float = 1920.0,
              initial_received_rounds: float = 0.5, type_order: str | Sequence[str] | None = None,
              run_unallocated: bool = False, seed: int = 0, mode: str = "mechanism", restart_overhead_s: float = 0.0,
@@ -571,7 +573,12 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         :class:`~allocopt.mechanism.priority.MechanismOptions`); ``gavel:fifo``,
         ``gavel:gandiva`` and ``gavel:allox`` run the Gavel adapter's stateful
         policy object (:func:`gavel_policy_for`; ``mode="ideal"`` solves
-        allocopt's policy instead).
+        allocopt's policy instead). An order-based policy (``las``, ``tiresias``,
+        ``tiresias_gittins``, ``srtf``, ``sjf``, ``order:fifo``, with
+        ``policy_options`` as its options, or an
+        :class:`~allocopt.mechanism.order_policies.OrderPolicy` object) runs on
+        :class:`~allocopt.mechanism.order_planner.OrderPlanner`: rounds end at the
+        next arrival, completion or policy event, at most ``round_seconds``.
     throughputs : ThroughputTable, optional
         Default: Gavel's measurements (:meth:`ThroughputTable.gavel`).
     round_seconds : float, default 360
@@ -652,6 +659,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles, sia_numbers=faithful)
         sia_jobs = _sia_jobs(workload, profiles)
         workload = sia_workload(sia_jobs, profiles, "" if isinstance(workload, Sequence) else str(workload))
+    order = None
     if profiles is not None and policy == "sia":
         if mode != "mechanism":
             raise InvalidOptionError(f"policy 'sia' runs in mode 'mechanism' only, got {mode!r}")
@@ -662,8 +670,15 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         name, options, agnostic = "sia", dict(policy_options or {}), False
         solver_path, faithful_agnostic = None, False
     else:
-        name, options, agnostic = resolve_policy(policy, policy_options, backend)
-        faithful_agnostic = _faithful_agnostic(policy, options)
+        order = order_policy(policy, policy_options)
+        if order is not None:  # an order-based policy (allocopt.mechanism.order_policies): ranks, no solve
+            if mode != "mechanism":
+                raise InvalidOptionError(f"order-based policy {order.name!r} runs in mode 'mechanism' only")
+            name, options, agnostic, faithful_agnostic = order.name, dict(policy_options or {}), False, False
+            policy = policy if isinstance(policy, str) else order.name
+        else:
+            name, options, agnostic = resolve_policy(policy, policy_options, backend)
+            faithful_agnostic = _faithful_agnostic(policy, options)
         solver_path = None
         if "solver_options" in options and "solver_options" not in (policy_options or {}):  # resolve_policy's
             from allocopt.adapters.gavel import HIGHS_IPM_REASON
@@ -696,12 +711,15 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
     else:
         default_planner = planner is None
+        if order is not None and planner is None:
+            planner = OrderPlanner(state, order, OrderOptions(round_seconds))
         planner = planner or PriorityPlanner(state, name, options, mech, backend,
                                              gavel_policy_for(policy, options, backend, seed))
         if executor is None:
             executor = SimulatedExecutor(np.asarray(T, dtype=np.float64), gpu_types=cluster.gpu_types,
                                          restart_overhead_s=restart_overhead_s,
-                                         pair_throughputs=planner.pair_throughput if default_planner else None)
+                                         pair_throughputs=planner.pair_throughput
+                                         if default_planner and isinstance(planner, PriorityPlanner) else None)
         pair_end = isinstance(planner, PriorityPlanner) and planner.options.pair_finishes_at_lease_end
         finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar, pair_end)
         solve_s = planner.solve_seconds
