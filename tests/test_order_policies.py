@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_UP, Decimal
+
 import numpy as np
 import pytest
 
@@ -140,12 +142,17 @@ def test_gittins_table_is_tiresias_formula():
         idx = next(i for i, x in enumerate(data) if x > a)
         nxt = a + delta
         idx_delta = num - 1 if nxt > data[-1] - 1 else next(i for i, x in enumerate(data) if x > nxt)
-        p = round((idx_delta - idx) / (num - idx), 5)
+        p = py2_round((idx_delta - idx) / (num - idx), 5)
         e = (sum(data[idx:idx_delta]) + delta * (num - idx_delta)) // (num - idx)
-        return round(p * 1000000 / e, 4)
+        return py2_round(p * 1000000 / e, 4)
 
-    for i in range(0, num, 37):
-        assert index[i] == pytest.approx(tiresias(data[i] - 1), abs=1e-4)
+    def py2_round(x, digits):  # halves away from zero, on the exact binary value
+        return float(Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+    assert [index[i] for i in range(num)] == [tiresias(data[i] - 1) for i in range(num)]
+    # a half that numpy would round to even: p = 0.078125 at the sample above 14158 GPU-seconds
+    k = int(np.searchsorted(bounds, 14158, side="right"))
+    assert index[k] == 18.6735
     a = np.array([0, data[10], data[-1], data[-1] + 1])
     assert gittins_index(bounds, index, a).tolist()[-2:] == [0.0, 0.0]
     assert gittins_index(bounds, index, a)[0] == index[0]
@@ -190,3 +197,14 @@ def test_estimated_durations_drive_sjf():
     assert result.jobs["finish_s"].tolist() == pytest.approx([100, 160, 180])
     with pytest.raises(InvalidOptionError, match="estimates_s"):
         run("sjf", workload, table, {"gpu": 1}, estimates_s=[1.0])
+
+
+def test_tiresias_faithful_events_time_crossings_as_tiresias_simulator():
+    # an 8-GPU job crosses 3250 GPU-seconds after 406.25 s; a job waiting behind it in queue 0 starts then.
+    # Tiresias's simulator checks at floor(3250 / 8) = 406 s (3248 GPU-seconds: no demotion) and next at
+    # floor((3250 - 406) / 8) = 355 s later, so the waiting job starts at 761 s
+    workload, table = jobs([0, 0], [1000, 100], gpus=[8, 8])
+    exact = run("tiresias", workload, table, {"gpu": 8})
+    faithful = run("tiresias", workload, table, {"gpu": 8}, faithful_events=True)
+    assert exact.jobs["finish_s"].tolist() == pytest.approx([1100, 507])
+    assert faithful.jobs["finish_s"].tolist() == pytest.approx([1100, 861])

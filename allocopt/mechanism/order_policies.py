@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from importlib import resources
 from typing import Any, Protocol, runtime_checkable
 
@@ -268,7 +269,8 @@ def gittins_ranks(sample: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndar
     ``cal_r_gittins_index``, evaluated at ``a = s - 1`` for each sampled ``s``:
     ``E`` sums the sampled services of those that finish and ``delta`` for the
     others, divided by the survivors with Python 2's integer floor; ``P`` is
-    rounded to 5 decimals, the index ``P * 1e6 / E`` to 4).
+    rounded to 5 decimals, the index ``P * 1e6 / E`` to 4, halves away from zero
+    as Python 2's ``round``).
 
     Parameters
     ----------
@@ -293,10 +295,17 @@ def gittins_ranks(sample: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndar
     idx_delta = np.where(nxt > data[-1] - 1, num - 1, np.searchsorted(data, nxt, side="right"))
     cumulative = np.concatenate([[0], np.cumsum(data)])
     survivors = num - idx
-    p = np.round((idx_delta - idx) / survivors, 5)
+    p = _round_half_away((idx_delta - idx) / survivors, 5)
     # Python 2 divides Tiresias's integer sums with the floor
     e = ((cumulative[idx_delta] - cumulative[idx] + int(delta) * (num - idx_delta)) // survivors).astype(np.float64)
-    return data, np.round(p * 1_000_000 / e, 4)
+    return data, _round_half_away(p * 1_000_000 / e, 4)
+
+
+def _round_half_away(values: np.ndarray, digits: int) -> np.ndarray:
+    """Python 2's ``round``: the exact binary value rounded to ``digits`` decimals, halves away from zero
+    (numpy rounds halves to even: 0.078125 -> 0.07812, Python 2 -> 0.07813). Once per table entry."""
+    quantum = Decimal(1).scaleb(-digits)
+    return np.array([float(Decimal(v).quantize(quantum, rounding=ROUND_HALF_UP)) for v in values.tolist()])
 
 
 def gittins_index(bounds: np.ndarray, index: np.ndarray, attained: np.ndarray) -> np.ndarray:
@@ -341,6 +350,13 @@ class Tiresias:
         :func:`tiresias_service_sample`).
     gittins_delta_gpu_s : int, default 3250
         Service quantum of the index (Tiresias's ``gittins_delta``).
+    faithful_events : bool, default False
+        Time queue crossings as Tiresias's simulator does: it schedules a running
+        job's next check ``floor((threshold - executed seconds) / GPUs)`` seconds
+        ahead (seconds where GPU-seconds are meant), so a job whose GPU-time
+        passes its threshold is demoted at the first event (arrival, completion
+        or such a check) after that. False: rounds end exactly when a running
+        job's GPU-time reaches its threshold.
     """
 
     name = "tiresias"
@@ -348,7 +364,8 @@ class Tiresias:
 
     def __init__(self, thresholds_gpu_s: Sequence[float] = TIRESIAS_THRESHOLDS_GPU_S,
                  starvation_factor: float | None = None, gittins: bool = False,
-                 service_sample: Sequence[int] | np.ndarray | None = None, gittins_delta_gpu_s: int = 3250):
+                 service_sample: Sequence[int] | np.ndarray | None = None, gittins_delta_gpu_s: int = 3250,
+                 faithful_events: bool = False):
         limits = np.asarray(thresholds_gpu_s, dtype=np.float64)
         if limits.ndim != 1 or not np.isfinite(limits).all() or (limits <= 0).any() or (np.diff(limits) < 0).any():
             raise InvalidOptionError(f"tiresias: thresholds_gpu_s must be positive, non-decreasing GPU-seconds, "
@@ -358,6 +375,7 @@ class Tiresias:
         self.thresholds_gpu_s = limits
         self.starvation_factor = starvation_factor
         self.gittins = bool(gittins)
+        self.faithful_events = bool(faithful_events)
         if self.gittins:
             self.name = "tiresias_gittins"
             if not gittins_delta_gpu_s > 0:
@@ -438,7 +456,12 @@ class Tiresias:
         executed = self.executed_gpu_s(view)
         limit = np.append(self.thresholds_gpu_s, np.inf)[queue]
         run = view.running
-        times = np.where(run & np.isfinite(limit), (limit - executed) / view.num_gpus, np.inf)
+        if self.faithful_events:  # run_sim.py: int(ceil((queue_limit - executed_time) / num_gpu)), Python 2 ints
+            executed_s = np.floor(view.attained_s - self._base_s[rows])
+            ahead = np.floor((np.where(np.isfinite(limit), limit, 0) - executed_s) / view.num_gpus)
+            times = np.where(run & np.isfinite(limit), ahead, np.inf)
+        else:
+            times = np.where(run & np.isfinite(limit), (limit - executed) / view.num_gpus, np.inf)
         if self.starvation_factor is not None:
             ran_s = view.attained_s - self._base_s[rows]
             pending_s = (view.now_s - self._since_s[rows]) - ran_s
