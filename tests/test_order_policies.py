@@ -208,3 +208,12 @@ def test_tiresias_faithful_events_time_crossings_as_tiresias_simulator():
     faithful = run("tiresias", workload, table, {"gpu": 8}, faithful_events=True)
     assert exact.jobs["finish_s"].tolist() == pytest.approx([1100, 507])
     assert faithful.jobs["finish_s"].tolist() == pytest.approx([1100, 861])
+
+
+def test_a_preemptive_policy_moves_a_job_to_a_faster_type_when_one_frees_up():
+    # 100 and 20 steps; "fast" runs 2 steps/s, "slow" 1: the short job takes the fast GPU for 10 s, then the
+    # long one (10 steps done on the slow GPU) moves there (SRTF) or stays where it runs (SJF, non-preemptive)
+    speed = [[1.0, 2.0], [1.0, 2.0]]
+    workload, table = jobs([0, 0], [100, 20], gpu_types=("slow", "fast"), speed=speed)
+    assert run("srtf", workload, table, {"slow": 1, "fast": 1}).jobs["finish_s"].tolist() == pytest.approx([55, 10])
+    assert run("sjf", workload, table, {"slow": 1, "fast": 1}).jobs["finish_s"].tolist() == pytest.approx([100, 10])

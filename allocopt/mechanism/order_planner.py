@@ -6,9 +6,10 @@ of the active jobs, asks the policy for its order and walks the jobs in it:
 - a preemptive policy's walk is over every active job; a non-preemptive
   policy's starts with the running jobs (they keep their GPUs until they
   finish) and continues with the waiting ones in rank order;
-- a job takes ``scale_factor`` GPUs of one type: the type it ran on last round
-  when it still has room, else its fastest type with room (among those where
-  its throughput is positive); with ``backfill=True`` (Tiresias's walk) a job
+- a job takes ``scale_factor`` GPUs of its fastest type with room (among those
+  where its throughput is positive; the type it ran on last round among equally
+  fast ones), so a preempted or waiting job moves to a faster type when one
+  frees up; a non-preemptive policy's running job keeps its type; with ``backfill=True`` (Tiresias's walk) a job
   that does not fit is skipped and later jobs may still start, with
   ``backfill=False`` the walk stops at the first job that does not fit (strict
   head-of-line order);
@@ -146,6 +147,8 @@ class OrderPlanner:
             return chosen
         free = capacity.copy()
         previous = self._type[rows]
+        keeps = view.running if not self.policy.preemptive else np.zeros(rows.size, dtype=bool)
+        speed = state.throughputs[rows]
         for k in order.tolist():
             need = int(sizes[k])
             if need > free.max():
@@ -153,14 +156,14 @@ class OrderPlanner:
                     continue
                 break
             t = int(previous[k])
-            if t < 0 or free[t] < need or not runnable[k, t]:
-                candidates = self._type_rank[rows[k]]
-                fits = (free[candidates] >= need) & runnable[k, candidates]
+            if not (keeps[k] and free[t] >= need):
+                fits = (free >= need) & runnable[k]
                 if not fits.any():
                     if self.options.backfill:
                         continue
                     break
-                t = int(candidates[np.argmax(fits)])
+                best = np.flatnonzero(fits & (speed[k] == speed[k][fits].max()))
+                t = t if t in best else int(self._type_rank[rows[k]][np.isin(self._type_rank[rows[k]], best)][0])
             chosen[k] = t
             free[t] -= need
         return chosen
