@@ -32,6 +32,7 @@ from allocopt.extras import require_extra
 from allocopt.formulations import POLICIES
 from allocopt.formulations.shares import isolated_shares
 from allocopt.jsonio import JsonSource, document_or_write, read_json
+from allocopt.mechanism.admission import AdmissionPolicy, AdmissionQueue, admission_policy
 from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner
 from allocopt.mechanism.order_policies import OrderPolicy, order_policy
 from allocopt.mechanism.placement import GpuLayout, place_arrays
@@ -554,7 +555,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
              policy_options: Mapping[str, Any] | None = None, executor: Executor | None = None,
              planner: RoundPlanner | None = None, progress: bool = False,
              profiles: str | PathLike[str] | Mapping[tuple[str, str], Any] | None = None,
-             ftf: bool = True) -> SimulationResult:
+             ftf: bool = True, admission: str | AdmissionPolicy | None = None) -> SimulationResult:
     """Simulate ``policy`` on ``cluster`` running ``workload``.
 
     Parameters
@@ -631,6 +632,11 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         option ``faithful_to_sia`` is set. Any other policy runs Gavel-style
         rounds with each job's requested GPUs and batch size fixed
         (:func:`~allocopt.mechanism.sia_rounds.rigid_throughputs`).
+    admission : str or AdmissionPolicy, optional
+        Admission control (:mod:`allocopt.mechanism.admission`): ``"accept_all"``,
+        ``"load_based"`` (Blox's, threshold 1.2), or a policy object such as
+        ``LoadBased(1.4)``; arrived jobs wait in a queue until admitted (their
+        JCT counts from arrival). Default: every job joins when it arrives.
     ftf : bool, default True
         Finish-time fairness: run a companion simulation of the same jobs under
         the ``isolated`` policy (each job an equal share of the cluster) in
@@ -654,6 +660,9 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         cluster = Cluster(dict(cluster))
     if mode not in ("mechanism", "ideal"):
         raise InvalidOptionError(f"mode must be 'mechanism' or 'ideal', got {mode!r}")
+    admitter = None if admission is None else admission_policy(admission)
+    if admitter is not None and mode != "mechanism":
+        raise InvalidOptionError(f"admission control runs in mode 'mechanism' only, got mode={mode!r}")
     if profiles is not None:
         faithful = bool(dict(policy_options or {}).get("faithful_to_sia")) and policy == "sia"
         profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles, sia_numbers=faithful)
@@ -721,7 +730,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                                          pair_throughputs=planner.pair_throughput
                                          if default_planner and isinstance(planner, PriorityPlanner) else None)
         pair_end = isinstance(planner, PriorityPlanner) and planner.options.pair_finishes_at_lease_end
-        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar, pair_end)
+        queue = None if admitter is None else AdmissionQueue(admitter, workload.num_jobs)
+        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar, pair_end, queue)
         solve_s = planner.solve_seconds
     if bar is not None:
         bar.close()
@@ -760,6 +770,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
               "type_order": mech.type_order
               if isinstance(mech.type_order, str) else list(mech.type_order), "seed": seed,
               "restart_overhead_s": restart_overhead_s, "workload": workload.source}
+    if admitter is not None:
+        config["admission"] = admitter.name
     if solver_path is not None:
         config["solver_path"] = solver_path
     if faithful_agnostic:
@@ -797,11 +809,12 @@ def _admit(state: SimulationState, next_job: int, now_s: float) -> int:
 
 
 def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executor, bar: Any,
-                pair_finishes_at_lease_end: bool = False) -> tuple[np.ndarray, float, np.ndarray, np.ndarray,
-                                                                   dict[str, list]]:
+                pair_finishes_at_lease_end: bool = False, admission: AdmissionQueue | None = None,
+                ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list]]:
     """Rounds until every job finished. The default planner and executor exchange arrays
     (:meth:`PriorityPlanner.plan_leases`, :meth:`SimulatedExecutor.run_arrays`); others, lease objects.
-    ``pair_finishes_at_lease_end``: see :class:`~allocopt.mechanism.priority.MechanismOptions`."""
+    ``pair_finishes_at_lease_end``: see :class:`~allocopt.mechanism.priority.MechanismOptions`;
+    ``admission``: arrived jobs wait in it until admitted (default: all join when they arrive)."""
     wl = state.workload
     n = wl.num_jobs
     finish = np.full(n, np.nan)
@@ -818,9 +831,9 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
     arrays = (isinstance(planner, PriorityPlanner) and isinstance(executor, SimulatedExecutor)
               and executor.matrix is not None)
     while done < n:
-        if not state.active.any():
+        if not state.active.any() and (admission is None or not admission.waiting.size):
             now = max(now, start(float(wl.arrival_s[next_job])))
-        next_job = _admit(state, next_job, now)
+        next_job = _admit(state, next_job, now) if admission is None else admission.admit(state, next_job, now)
         ran = _array_round(state, planner, executor, now) if arrays else _lease_round(state, planner, executor,
                                                                                     now, index)
         if ran is None:
