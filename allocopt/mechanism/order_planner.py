@@ -34,7 +34,8 @@ import numpy as np
 
 from allocopt.errors import InvalidOptionError
 from allocopt.mechanism.order_policies import JobView, OrderPolicy
-from allocopt.mechanism.placement import GpuLayout, place_arrays
+from allocopt.mechanism.placement import GpuLayout
+from allocopt.mechanism.placement_policies import BestFit, PlacementPolicy
 from allocopt.mechanism.priority import greedy_fill
 from allocopt.mechanism.state import SimulationState
 from allocopt.runtime.executor import JobRoundResult, Lease, RoundPlan
@@ -68,6 +69,9 @@ class OrderPlanner:
     state : SimulationState
     policy : OrderPolicy
     options : OrderOptions
+    placement : PlacementPolicy, optional
+        Where the chosen jobs get their GPUs (:mod:`allocopt.mechanism.placement_policies`; default best
+        fit); jobs a placement defers (``consolidated``) wait for a later round.
 
     Attributes
     ----------
@@ -79,8 +83,10 @@ class OrderPlanner:
         Times each job was stopped before it finished.
     """
 
-    def __init__(self, state: SimulationState, policy: OrderPolicy, options: OrderOptions | None = None):
+    def __init__(self, state: SimulationState, policy: OrderPolicy, options: OrderOptions | None = None,
+                 placement: PlacementPolicy | None = None):
         self.policy, self.options = policy, options or OrderOptions()
+        self.placement = placement or BestFit()
         self.layout = GpuLayout(state.cluster)
         self.solve_seconds: list[float] = []
         self.round_grid_s = None
@@ -178,7 +184,13 @@ class OrderPlanner:
         counts = self._held_count[jobs]
         offsets = np.repeat(self._held_start[jobs] - (np.cumsum(counts) - counts), counts)
         previous = self._held_ids[offsets + np.arange(int(counts.sum()))]
-        ids, start, extended = place_arrays(self.layout, types, sizes, previous, counts)
+        models = state.workload.models
+        placed = self.placement.place(self.layout, types, sizes, previous, counts, [models[j] for j in jobs.tolist()])
+        ok = placed.placed
+        if not ok.all():  # jobs the placement defers wait for a later round
+            run[np.flatnonzero(run)[~ok]] = False
+        start = placed.start[np.flatnonzero(ok).tolist() + [placed.start.size - 1]]
+        jobs, types, sizes, extended, ids = jobs[ok], types[ok], sizes[ok], placed.extended[ok], placed.gpu_ids
         stopped = np.flatnonzero(self._running & ~np.isin(np.arange(self._running.size), jobs))
         seconds = self._round_length(state, replace(view, running=run), jobs, types)
         names = state.cluster.gpu_types

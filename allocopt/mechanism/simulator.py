@@ -36,6 +36,7 @@ from allocopt.mechanism.admission import AdmissionPolicy, AdmissionQueue, admiss
 from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner
 from allocopt.mechanism.order_policies import OrderPolicy, order_policy
 from allocopt.mechanism.placement import GpuLayout, place_arrays
+from allocopt.mechanism.placement_policies import PlacementPolicy, placement_policy
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.mechanism.sia_rounds import SiaExecutor, SiaPlanner, rigid_throughputs, sia_workload
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload
@@ -242,6 +243,9 @@ class PriorityPlanner:
         Options passed to :func:`allocopt.solve`.
     options : MechanismOptions
     backend : str, default "highs"
+    placement : PlacementPolicy, optional
+        Where the selected jobs get their GPUs (:mod:`allocopt.mechanism.placement_policies`; default:
+        :func:`~allocopt.mechanism.placement.place_arrays`, best fit); one that may defer a job is refused.
     gavel_policy : allocopt.adapters.gavel.GavelPolicy, optional
         Compute each allocation with this Gavel policy object instead of
         :func:`allocopt.solve`: one object for the whole simulation, so the
@@ -251,8 +255,14 @@ class PriorityPlanner:
     """
 
     def __init__(self, state: SimulationState, policy: str, policy_options: Mapping[str, Any],
-                 options: MechanismOptions, backend: str = "highs", gavel_policy: GavelPolicy | None = None):
+                 options: MechanismOptions, backend: str = "highs", gavel_policy: GavelPolicy | None = None,
+                 placement: PlacementPolicy | None = None):
         self.policy, self.policy_options, self.backend = policy, dict(policy_options), backend
+        if placement is not None and getattr(placement, "may_defer", False):
+            raise InvalidOptionError(f"placement {placement.name!r} may leave a job waiting for free servers; it runs "
+                                     "with order-based policies (las, tiresias, srtf, ...), not with the priority "
+                                     "mechanism of allocation policies")
+        self.placement = placement
         self.gavel_policy = gavel_policy
         self.options = options
         self.space_sharing = bool(self.policy_options.get("space_sharing"))
@@ -310,8 +320,14 @@ class PriorityPlanner:
         starts = np.concatenate([self._held_start[jobs], [self._held_pairs.get(key, (0, 0))[0] for key in pair_keys]])
         offsets = np.repeat(starts.astype(np.int64) - (np.cumsum(counts) - counts), counts)
         previous = self._held_ids[offsets + np.arange(int(counts.sum()))]
-        ids, gpu_start, extended = place_arrays(self.layout, np.concatenate([types, pair_types]),
-                                                np.concatenate([sizes[jobs], sizes[pairs[:, 0]]]), previous, counts)
+        entry_types, entry_sizes = np.concatenate([types, pair_types]), np.concatenate([sizes[jobs], sizes[pairs[:, 0]]])
+        if self.placement is None:
+            ids, gpu_start, extended = place_arrays(self.layout, entry_types, entry_sizes, previous, counts)
+        else:
+            models = state.workload.models
+            ids, gpu_start, extended, _ = self.placement.place(
+                self.layout, entry_types, entry_sizes, previous, counts,
+                [models[j] for j in np.concatenate([jobs, pairs[:, 0]]).tolist()])
         was_running = self._held_count > 0
         for a, b in self._held_pairs:
             was_running[[a, b]] = True
@@ -555,7 +571,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
              policy_options: Mapping[str, Any] | None = None, executor: Executor | None = None,
              planner: RoundPlanner | None = None, progress: bool = False,
              profiles: str | PathLike[str] | Mapping[tuple[str, str], Any] | None = None,
-             ftf: bool = True, admission: str | AdmissionPolicy | None = None) -> SimulationResult:
+             ftf: bool = True, admission: str | AdmissionPolicy | None = None,
+             placement: str | PlacementPolicy | None = None) -> SimulationResult:
     """Simulate ``policy`` on ``cluster`` running ``workload``.
 
     Parameters
@@ -637,6 +654,11 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         ``"load_based"`` (Blox's, threshold 1.2), or a policy object such as
         ``LoadBased(1.4)``; arrived jobs wait in a queue until admitted (their
         JCT counts from arrival). Default: every job joins when it arrives.
+    placement : str or PlacementPolicy, optional
+        Where each round's jobs get their GPUs (:mod:`allocopt.mechanism.placement_policies`):
+        ``"best_fit"`` (the default), ``"packing"``, ``"scattered"``, ``"consolidated"``
+        (Tiresias's model-skew rule; order-based policies only, as it may leave a job
+        waiting), or a policy object.
     ftf : bool, default True
         Finish-time fairness: run a companion simulation of the same jobs under
         the ``isolated`` policy (each job an equal share of the cluster) in
@@ -663,6 +685,9 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     admitter = None if admission is None else admission_policy(admission)
     if admitter is not None and mode != "mechanism":
         raise InvalidOptionError(f"admission control runs in mode 'mechanism' only, got mode={mode!r}")
+    if placement is not None and (mode != "mechanism" or (profiles is not None and policy == "sia")):
+        raise InvalidOptionError("placement plug-ins run with the round mechanism of allocation and order-based "
+                                 f"policies (mode='mechanism'), not with mode={mode!r} or Sia's rounds")
     if profiles is not None:
         faithful = bool(dict(policy_options or {}).get("faithful_to_sia")) and policy == "sia"
         profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles, sia_numbers=faithful)
@@ -720,10 +745,11 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
     else:
         default_planner = planner is None
+        placer = None if placement is None else placement_policy(placement)
         if order is not None and planner is None:
-            planner = OrderPlanner(state, order, OrderOptions(round_seconds))
+            planner = OrderPlanner(state, order, OrderOptions(round_seconds), placer)
         planner = planner or PriorityPlanner(state, name, options, mech, backend,
-                                             gavel_policy_for(policy, options, backend, seed))
+                                             gavel_policy_for(policy, options, backend, seed), placer)
         if executor is None:
             executor = SimulatedExecutor(np.asarray(T, dtype=np.float64), gpu_types=cluster.gpu_types,
                                          restart_overhead_s=restart_overhead_s,
@@ -772,6 +798,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
               "restart_overhead_s": restart_overhead_s, "workload": workload.source}
     if admitter is not None:
         config["admission"] = admitter.name
+    if placement is not None:
+        config["placement"] = placement if isinstance(placement, str) else placement.name
     if solver_path is not None:
         config["solver_path"] = solver_path
     if faithful_agnostic:
