@@ -217,3 +217,16 @@ def test_a_preemptive_policy_moves_a_job_to_a_faster_type_when_one_frees_up():
     workload, table = jobs([0, 0], [100, 20], gpu_types=("slow", "fast"), speed=speed)
     assert run("srtf", workload, table, {"slow": 1, "fast": 1}).jobs["finish_s"].tolist() == pytest.approx([55, 10])
     assert run("sjf", workload, table, {"slow": 1, "fast": 1}).jobs["finish_s"].tolist() == pytest.approx([100, 10])
+
+
+def test_every_round_moves_every_job_it_runs():
+    # a fast (100 steps/s) and a slow (0.37 steps/s) job crossing thresholds: rounds are at least one step of
+    # the slow job, so the fast job's tiny steps do not split the simulation into thousands of rounds
+    speed = [[100.0], [0.37]]
+    workload, table = jobs([0, 0], [10000, 37], speed=speed)
+    result = run("tiresias", workload, table, {"gpu": 2}, thresholds_gpu_s=[5, 50])
+    rounds = result.metrics["num_rounds"]
+    assert rounds <= 10
+    fast, slow = result.jobs["finish_s"].tolist()
+    assert fast == pytest.approx(100, abs=1)
+    assert 100 <= slow <= 100 + rounds / 0.37  # a round may end within a step of the slow job: at most one a round

@@ -19,8 +19,9 @@ of the active jobs, asks the policy for its order and walks the jobs in it:
 
 A round lasts until the next event: the next arrival, the first completion
 among the leased jobs, or the policy's ``next_change_s`` (a threshold crossing),
-at most ``round_seconds``; a policy without ``next_change_s`` (LAS) gets rounds
-of ``round_seconds``. Rounds that end at events make the simulation event-driven
+at most ``round_seconds`` and at least one step of every job it runs (so an
+arrival during a slow job's step waits for its end); a policy without
+``next_change_s`` (LAS) gets rounds of ``round_seconds``. Rounds that end at events make the simulation event-driven
 where the policy allows it, as Tiresias's simulator is.
 """
 
@@ -227,8 +228,9 @@ class OrderPlanner:
         if jobs.size:
             tput = state.throughputs[jobs, types]
             length = min(length, float((state.remaining_steps[jobs] / tput).min()))
-            # at least one step for some leased job, so that time moves
-            length = max(length, float((1.0 / tput).min()))
+            # at least one step of every leased job: each round moves every job it runs (a round shorter than a
+            # slow job's step would advance only the fast ones, and an event of the slow one would recur)
+            length = max(length, float((1.0 / tput).max()))
         if not (length > 0 and math.isfinite(length)):
             length = cap
         return length * (1 + 1e-9)
