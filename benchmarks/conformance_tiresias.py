@@ -136,7 +136,7 @@ def scaled_trace(source: Path, factor: float, path: Path) -> Path:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         for row in rows:
-            writer.writerow({**row, "duration": int(round(float(row["duration"]) * factor))})
+            writer.writerow({**row, "duration": round(float(row["duration"]) * factor)})
     return path
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from allocopt import simulate
+from allocopt.cluster import Cluster
 from allocopt.errors import InvalidOptionError
 from allocopt.mechanism.admission import AdmissionQueue, LoadBased, admission_policy
 from allocopt.mechanism.state import SimulationState
 from allocopt.mechanism.workload import Workload
 from allocopt.throughput.table import ThroughputTable
-from allocopt.cluster import Cluster
 
 
 def four_jobs():

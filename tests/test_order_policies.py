@@ -10,19 +10,26 @@ import pytest
 from allocopt import simulate
 from allocopt.errors import InvalidOptionError
 from allocopt.mechanism.order_policies import (
-    JobView, OrderPolicy, Tiresias, gittins_index, gittins_ranks, order_policy, tiresias_service_sample)
+    JobView,
+    OrderPolicy,
+    Tiresias,
+    gittins_index,
+    gittins_ranks,
+    order_policy,
+    tiresias_service_sample,
+)
 from allocopt.mechanism.workload import Workload
 from allocopt.throughput.table import ThroughputTable
 
 
 def jobs(arrival_s, duration_s, gpus=None, gpu_types=("gpu",), speed=None):
-    """A workload whose job ``k`` runs ``duration_s[k]`` seconds (one step a second on every type, or
+    """A workload whose job ``k`` has ``duration_s[k]`` steps (one step a second on every type, or
     ``speed[k]`` steps/s per type), and the table of those throughputs."""
     n = len(arrival_s)
     gpus = [1] * n if gpus is None else gpus
     models = tuple(f"job{k}" for k in range(n))
     rates = np.ones((n, len(gpu_types))) if speed is None else np.asarray(speed, dtype=float)
-    steps = np.asarray(duration_s, dtype=np.int64) * (1 if speed is None else 1)
+    steps = np.asarray(duration_s, dtype=np.int64)
     workload = Workload(models, np.asarray(gpus), steps, np.asarray(arrival_s, dtype=float), np.ones(n), "test")
     return workload, ThroughputTable(list(zip(models, gpus)), list(gpu_types), rates)
 

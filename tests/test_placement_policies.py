@@ -10,7 +10,13 @@ from allocopt.cluster import Cluster
 from allocopt.errors import InvalidOptionError
 from allocopt.mechanism.placement import GpuLayout
 from allocopt.mechanism.placement_policies import (
-    TIRESIAS_MODEL_SKEW, BestFit, Consolidated, Packing, Scattered, placement_policy)
+    TIRESIAS_MODEL_SKEW,
+    BestFit,
+    Consolidated,
+    Packing,
+    Scattered,
+    placement_policy,
+)
 from allocopt.mechanism.workload import Workload
 from allocopt.throughput.table import ThroughputTable
 

@@ -15,7 +15,11 @@ import allocopt
 from allocopt import simulate
 from allocopt.errors import AllocoptError, DataFileError
 from allocopt.mechanism.traces import (
-    read_helios_trace, read_pai_trace, read_philly_trace, read_tiresias_trace)
+    read_helios_trace,
+    read_pai_trace,
+    read_philly_trace,
+    read_tiresias_trace,
+)
 from allocopt.mechanism.workload import TraceError
 from allocopt.throughput.table import ThroughputTable
 

@@ -104,7 +104,7 @@ class JobView:
     models: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        for name, value in vars(self).items():
+        for value in vars(self).values():
             if isinstance(value, np.ndarray):
                 value.setflags(write=False)
 

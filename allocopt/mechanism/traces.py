@@ -51,7 +51,12 @@ from typing import Any
 import numpy as np
 
 from allocopt.documents import read_text
-from allocopt.mechanism.workload import MAX_TRACE_SCALE, MAX_TRACE_STEPS, TraceError, Workload
+from allocopt.mechanism.workload import (
+    MAX_TRACE_SCALE,
+    MAX_TRACE_STEPS,
+    TraceError,
+    Workload,
+)
 from allocopt.throughput.table import ThroughputTable
 
 logger = logging.getLogger(__name__)
@@ -229,7 +234,7 @@ class _Collector:
         self.ids.append(job_id)
         self.models.append(model)
         self.gpus.append(gpus)
-        self.seconds.append(int(round(run_s)))
+        self.seconds.append(round(run_s))
         self.submit.append(submit_s)
         self.lines.append(line)
 
