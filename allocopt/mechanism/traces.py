@@ -353,8 +353,9 @@ def read_philly_trace(path: str | PathLike[str], gpu_types: Sequence[str] = ("gp
 
     Each job's GPUs are those its last attempt held (the ``gpus`` of every server
     in its ``detail``) and its run time that attempt's end minus its start; a job
-    with no attempt, or whose last attempt has no start or end (still running
-    when the log was taken), is counted under ``"no run time"``.
+    with no attempt, or whose last attempt has no start or end (``null``, empty or
+    ``"None"``, as the trace writes it: still running when the log was taken, or
+    not logged), is counted under ``"no run time"``.
 
     Parameters
     ----------
@@ -404,7 +405,7 @@ def read_philly_trace(path: str | PathLike[str], gpu_types: Sequence[str] = ("gp
 
 
 def _philly_time(value: Any, error: Callable[[str, str], TraceError], key: str) -> float | None:
-    if value is None:
+    if value is None or value in ("", "None"):  # the trace writes a missing time as "None" (its notebook's rule)
         return None
     if not isinstance(value, str):
         raise error(key, f"must be a time {_TIME_FORMAT!r} or null, got {value!r}")
