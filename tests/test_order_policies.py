@@ -237,3 +237,21 @@ def test_every_round_moves_every_job_it_runs():
     fast, slow = result.jobs["finish_s"].tolist()
     assert fast == pytest.approx(100, abs=1)
     assert 100 <= slow <= 100 + rounds / 0.37  # a round may end within a step of the slow job: at most one a round
+
+
+def test_fixed_rounds_start_on_the_grid_and_hold_gpus_to_the_round_end():
+    from allocopt.cluster import Cluster
+    from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner
+    from allocopt.mechanism.order_policies import Fifo
+    from allocopt.mechanism.state import SimulationState
+
+    # one GPU: job 0 (250 s) at 0, job 1 (100 s) at 10; rounds of 300 s: job 1 waits for the round at 300
+    workload, table = jobs([0, 10], [250, 100])
+    cluster = Cluster({"gpu": 1})
+    state = SimulationState(workload, cluster, np.ones((2, 1)))
+    planner = OrderPlanner(state, Fifo(), OrderOptions(round_seconds=300, event_rounds=False))
+    fixed = simulate(workload, cluster, "order:fifo", throughputs=table, ftf=False, planner=planner)
+    assert fixed.jobs["finish_s"].tolist() == pytest.approx([250, 400])
+    assert fixed.rounds["start_s"].tolist() == pytest.approx([0, 300])
+    events = run("order:fifo", workload, table, {"gpu": 1})
+    assert events.jobs["finish_s"].tolist() == pytest.approx([250, 350])

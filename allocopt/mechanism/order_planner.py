@@ -52,10 +52,16 @@ class OrderOptions:
         Longest round, seconds (the quantum of policies whose order changes continuously).
     backfill : bool, default True
         Let a job that fits start when one ahead of it does not (False: the walk stops there).
+    event_rounds : bool, default True
+        End a round at the next arrival, completion or policy event. False: every round
+        is ``round_seconds`` long and starts on a multiple of it (Blox's simulator), so
+        arrivals wait for the next round and a job's GPUs stay held until the end of
+        the round in which it completes.
     """
 
     round_seconds: float = 360.0
     backfill: bool = True
+    event_rounds: bool = True
 
     def __post_init__(self) -> None:
         if not self.round_seconds > 0:
@@ -90,7 +96,7 @@ class OrderPlanner:
         self.placement = placement or BestFit()
         self.layout = GpuLayout(state.cluster)
         self.solve_seconds: list[float] = []
-        self.round_grid_s = None
+        self.round_grid_s = None if self.options.event_rounds else self.options.round_seconds
         n = state.workload.num_jobs
         T = state.throughputs
         self.fastest = T.max(axis=1)
@@ -219,6 +225,8 @@ class OrderPlanner:
         """Seconds until the next event (arrival, completion, the policy's next change), at most the quantum.
         ``view.running`` marks the jobs that run this round."""
         cap = self.options.round_seconds
+        if not self.options.event_rounds:
+            return cap * (1 + 1e-9)
         change = getattr(self.policy, "next_change_s", None)
         length = cap if change is None else min(cap, float(change(view)))
         arrival = state.workload.arrival_s
