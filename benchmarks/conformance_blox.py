@@ -6,20 +6,22 @@ at a checkout whose ``blox/deployment/grpc_stubs`` were generated (``make grpc``
 (grpcio and grpcio-tools < 1.63, protobuf < 4.26, pandas < 2, numpy < 2, matplotlib)::
 
     python benchmarks/conformance_blox.py --blox-dir /work/ref/blox \\
-        --blox-python /work/ref/blox-venv/bin/python --out benchmarks/results/conformance_blox.json
+        --blox-python /work/ref/blox-venv/bin/python --track 60 90 \\
+        --out benchmarks/results/conformance_blox.json
 
 For each scheduler, Blox's simulator (``simulator_simple.py --sim-type
 trace-synthetic``: Poisson arrivals at ``--load`` jobs per hour, seed 1, job
-durations from the Philly log, one GPU each, 32 servers of 4 GPUs, 300 s rounds)
-serves jobs to Blox's ``las_scheduler.py --simulate`` with its ``schedulers.Las``
+durations from the Philly log, one GPU each, 300 s rounds, ``--servers`` servers
+of 4 GPUs: 28 by default, 112 GPUs, so that jobs queue at load 6; a wrapper sets
+it and calls Blox's own ``launch_server`` in place of Blox's default of 32) serves jobs to Blox's ``las_scheduler.py --simulate`` with its ``schedulers.Las``
 replaced by ``schedulers.Srtf`` or ``schedulers.Fifo`` for those runs (Blox's code
 is not modified; a two-line wrapper swaps the class before running the script).
 Blox reports the jobs ``--track`` A..B. The same job sequence is then regenerated
 with Blox's own workload code (its ``SimulatorRunner`` and ``Workload``, seed 1,
 no cached pickle, as in the run) up to the last completion, checked against
 Blox's per-job log (arrival and duration of every tracked job), and simulated by
-:func:`allocopt.simulate` with the matching policy on 128 GPUs in servers of 4,
-``OrderOptions(round_seconds=300, event_rounds=False)`` (fixed rounds on a grid,
+:func:`allocopt.simulate` with the matching policy,
+``OrderOptions(round_seconds=300, event_rounds=False)`` on the same GPUs (fixed rounds on a grid,
 as Blox's), one step a second and ``ceil(duration)`` steps. Blox records a
 completion at the end of the round in which the job completes; allocopt's finish
 time is rounded up to that round end before comparing. SRTF gets each job's
@@ -63,6 +65,18 @@ import schedulers
 schedulers.Las = schedulers.{cls}
 runpy.run_path("las_scheduler.py", run_name="__main__")
 '''
+SIMULATOR = '''import argparse, os, sys
+servers = int(sys.argv.pop(1))
+sys.path.insert(0, os.getcwd())
+import simulator_simple as ss
+init = ss.SimulatorRunner.__init__
+def with_servers(self, *args, **kwargs):
+    kwargs.setdefault("number_of_machines", servers)
+    init(self, *args, **kwargs)
+ss.SimulatorRunner.__init__ = with_servers
+server = ss.launch_server(ss.parse_args(argparse.ArgumentParser()))
+server.wait_for_termination()
+'''
 REGENERATE = '''import json, os, sys
 log, load, horizon, out = sys.argv[1:5]
 sys.argv = ["regenerate"]
@@ -86,10 +100,12 @@ def clear_pickles(blox: Path) -> None:
 
 
 def run_blox(blox: Path, python: str, trace: Path, load: float, track: tuple[int, int], cls: str, prefix: str,
-             work: Path) -> dict:
+             work: Path, servers: int) -> dict:
     clear_pickles(blox)
     env = {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python", "PATH": "/usr/bin:/bin"}
-    sim = subprocess.Popen([python, "simulator_simple.py", "--cluster-job-log", str(trace), "--sim-type",
+    simulator = work / "simulator.py"
+    simulator.write_text(SIMULATOR)
+    sim = subprocess.Popen([python, str(simulator), str(servers), "--cluster-job-log", str(trace), "--sim-type",
                             "trace-synthetic", "--jobs-per-hour", str(int(load)), "--exp-prefix", prefix,
                             "--start-job-track", str(track[0]), "--end-job-track", str(track[1])],
                            cwd=blox, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -119,12 +135,12 @@ def regenerate(blox: Path, python: str, trace: Path, load: float, horizon: float
     return json.loads(out.read_text())
 
 
-def run_allocopt(jobs: list[dict], cls: str) -> np.ndarray:
+def run_allocopt(jobs: list[dict], cls: str, servers: int) -> np.ndarray:
     n = len(jobs)
     seconds = np.array([j["total_iteration"] * j["iteration_time"] for j in jobs])
     wl = Workload(("philly",) * n, np.array([j["gpus"] for j in jobs]), np.ceil(seconds).astype(np.int64),
                   np.array([float(j["arrival_s"]) for j in jobs]), np.ones(n), "blox")
-    cluster = Cluster({"gpu": 128}, gpus_per_node=4)
+    cluster = Cluster({"gpu": 4 * servers}, gpus_per_node=4)
     policy = {"Las": Las(), "Srtf": Srtf(estimates_s=seconds), "Fifo": Fifo()}[cls]
     planner = OrderPlanner(SimulationState(wl, cluster, np.ones((n, 1))), policy,
                            OrderOptions(round_seconds=ROUND_S, event_rounds=False))
@@ -141,6 +157,8 @@ def main() -> None:
                         "philly_cluster_job_log.json")
     parser.add_argument("--load", type=float, default=6.0, help="jobs per hour")
     parser.add_argument("--track", type=int, nargs=2, default=(0, 20), metavar=("A", "B"))
+    parser.add_argument("--servers", type=int, default=28,
+                        help="servers of 4 GPUs in both simulators (Blox's default: 32)")
     parser.add_argument("--schedulers", nargs="+", default=["Las", "Srtf", "Fifo"], choices=["Las", "Srtf", "Fifo"])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -150,7 +168,7 @@ def main() -> None:
     for cls in args.schedulers:
         started = time.perf_counter()
         blox = run_blox(args.blox_dir, args.blox_python, trace, args.load, tuple(args.track), cls,
-                        f"allocopt_{cls}", work)
+                        f"allocopt_{cls}", work, args.servers)
         blox_s = time.perf_counter() - started
         stats = blox["job_stats"]
         horizon = max(end for _, end in stats.values())
@@ -160,7 +178,7 @@ def main() -> None:
                       or v["job_total_iteration"] != jobs[int(k)]["total_iteration"]]
         if mismatched:
             raise RuntimeError(f"the regenerated jobs differ from Blox's log for jobs {mismatched[:5]}")
-        finish = run_allocopt(jobs, cls)
+        finish = run_allocopt(jobs, cls, args.servers)
         ids = sorted(int(k) for k in stats)
         theirs = np.array([stats[str(k)][1] - stats[str(k)][0] for k in ids], dtype=np.float64)
         ours = np.array([finish[k] - jobs[k]["arrival_s"] for k in ids])
