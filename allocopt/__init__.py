@@ -9,9 +9,10 @@ array([[0.455, 0.   ],
        [0.091, 0.909]])
 """
 
-import importlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from allocopt._lazy import attach
 
 __version__ = "0.2.0"
 
@@ -48,14 +49,4 @@ if TYPE_CHECKING:
     from allocopt.problem import Problem
     from allocopt.solution import Solution, Status
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'allocopt' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = attach(__name__, _EXPORTS, __all__)

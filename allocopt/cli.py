@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import logging
 import math
@@ -33,7 +34,6 @@ from allocopt import __version__
 from allocopt.allocation import Allocation
 from allocopt.api import solve
 from allocopt.backends import BACKENDS, get_backend, installed_backends
-from allocopt.bench import add_parser as add_bench_parser
 from allocopt.cluster import Cluster
 from allocopt.documents import decode, parse_json, read_text
 from allocopt.errors import (AllocoptError, BackendNotInstalledError, DataFileError, InvalidOptionError,
@@ -41,7 +41,7 @@ from allocopt.errors import (AllocoptError, BackendNotInstalledError, DataFileEr
 from allocopt.formulations import POLICIES, get_policy
 from allocopt.problem import Problem
 from allocopt.server.options import add_arguments as add_serve_arguments
-from allocopt.throughput import ThroughputTable
+from allocopt.throughput.table import ThroughputTable
 from allocopt.throughput.goodput import DEFAULT_LOSS, DEFAULT_LOSS_SCALE, LOSSES
 
 EXIT_FAILURE = 1
@@ -69,10 +69,21 @@ class _UsageError(Exception):
     """Bad input found by the command line itself (file, JSON, output path)."""
 
 
+# Commands whose parsers live in heavier modules, with their one-line help: a command's module is imported
+# only when that command runs (the others get a placeholder with the same help), so that `allocopt solve`
+# does not import the benchmark suite or the Slurm controller.
+LAZY_COMMANDS = {
+    "bench": ("allocopt.bench", "benchmark policies x sizes x backends x techniques against cvxpy baselines"),
+    "slurm": ("allocopt.integrations.slurm", "enact allocopt's rounds on a Slurm cluster (controller, job wrapper)"),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code (:data:`EXIT_CODES`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(command).parse_args(argv)
     except KeyboardInterrupt:
         return _interrupted()
     with _logging(args.verbose - args.quietness):
@@ -144,7 +155,8 @@ def _logging(verbosity: int) -> Iterator[None]:
         package.propagate = saved[1]
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; of :data:`LAZY_COMMANDS`, only ``command``'s arguments are added."""
     parser = argparse.ArgumentParser(
         prog="allocopt", description="Allocate heterogeneous GPU clusters among training jobs.",
         epilog="Exit codes: " + ", ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + ".")
@@ -209,7 +221,11 @@ def _parser() -> argparse.ArgumentParser:
                                         "resources accelerator_type:TYPE.")
     r.add_argument("jobs", metavar="JOBS", help="job file (YAML needs the runtime extra, or JSON)")
     r.add_argument("--cluster", required=True, metavar="TYPE=N[,...]", help="devices to use, e.g. cpu=2 or a100=4")
-    r.add_argument("--policy", default="max_min_fairness", help="scheduling policy (default: %(default)s)")
+    r.add_argument("--policy", default="max_min_fairness",
+                   help="scheduling policy (default: %(default)s); sia runs elastic jobs (batch_size, application, "
+                        "min_replicas, max_replicas) with goodput rounds")
+    r.add_argument("--profiles", metavar="DIR",
+                   help="application profiles the elastic jobs name (default: Sia's profiles shipped with allocopt)")
     r.add_argument("--executor", default="local", choices=["local", "ray"],
                    help="local: processes on this machine's devices; ray: Ray actors (default: local)")
     r.add_argument("--ray-address", metavar="ADDR",
@@ -265,6 +281,16 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--solver", metavar="NAME",
                    help="solver of --backend cvxpy (e.g. CLARABEL, an interior-point solver like the ECOS Gavel "
                         "uses: degenerate LPs then get Gavel's central allocations rather than a vertex)")
+    m.add_argument("--option", dest="options", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="a policy option (repeatable); VALUE is parsed as JSON when it can be "
+                        "(e.g. --option p=-1 --option solver_options='{\"solver\": \"ipm\"}')")
+    m.add_argument("--fidelity", metavar="PROFILE",
+                   help="whose simulator to follow: allocopt (allocopt's own model), gavel (Gavel's simulator) or "
+                        "sia (Sia's simulator, with --policy sia) (default: gavel for Gavel's policy names, "
+                        "else allocopt; docs/explanation/fidelity.md)")
+    m.add_argument("--fidelity-field", dest="fidelity_fields", action="append", type=_key_value, default=[],
+                   metavar="FIELD=BOOL", help="override one field of the fidelity profile (repeatable), "
+                                              "e.g. --fidelity sia --fidelity-field packed_placement=false")
     m.add_argument("--run-unallocated", action="store_true",
                    help="let jobs that arrived after the last recompute run on GPUs the walk gives them "
                         "(Gavel holds those GPUs idle until the next recompute)")
@@ -278,7 +304,7 @@ def _parser() -> argparse.ArgumentParser:
 
     v = commands.add_parser("serve", help="run the HTTP JSON service (solve and a shared allocation engine)",
                             description="Serve POST /solve and the allocation engine's endpoints as JSON over HTTP "
-                                        "until interrupted; GET /openapi.json describes the endpoints (see docs/service.md).")
+                                        "until interrupted; GET /openapi.json describes the endpoints (see docs/how-to/http-service.md).")
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     v.add_argument("--port", type=_port, default=8000, help="port (default: %(default)s; 0 picks a free one)")
     v.add_argument("--cluster", type=_cluster_arg, metavar="JSON",
@@ -293,9 +319,11 @@ def _parser() -> argparse.ArgumentParser:
     add_serve_arguments(v)
     v.set_defaults(run=_run_serve)
 
-    add_bench_parser(commands)
-    from allocopt.integrations.slurm import add_parser as add_slurm_parser
-    add_slurm_parser(commands)
+    for name, (module, help_text) in LAZY_COMMANDS.items():
+        if name == command:
+            importlib.import_module(module).add_parser(commands)
+        else:
+            commands.add_parser(name, help=help_text)
     return parser
 
 
@@ -507,7 +535,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
             scheduler = Scheduler(jobs, Cluster(gpus), executor, state, policy=args.policy,
                                   round_seconds=args.round_seconds, out=None if args.quietness else sys.stderr,
                                   rejected=invalid,
-                                  retry_failed=args.retry_failed)
+                                  retry_failed=args.retry_failed, profiles=args.profiles)
             report = scheduler.run(args.max_rounds)
     except sqlite3.DatabaseError as err:
         raise DataFileError(f"the state journal is not a usable SQLite database ({err}); move it away to start "
@@ -565,13 +593,22 @@ def _run_simulate(args: argparse.Namespace) -> int:
                                       cluster=cluster))
     except OSError as err:
         raise _UsageError(f"cannot read {err.filename}: {err.strerror or err}") from None
+    options = dict(args.options)
+    if args.solver:
+        if "solver_options" in options:
+            raise _UsageError("--solver and --option solver_options=... both set the solver; give one")
+        options["solver_options"] = {"solver": args.solver}
+    fidelity = None
+    if args.fidelity is not None or args.fidelity_fields:
+        fidelity = dict(args.fidelity_fields)
+        if args.fidelity is not None:
+            fidelity["profile"] = args.fidelity
     with _solver_output_to_stderr():
         result = simulate(workload, cluster, args.policy, throughputs=table, round_seconds=args.round_seconds,
                           recompute_min_seconds=args.recompute_min_seconds, seed=args.seed, mode=args.mode,
                           restart_overhead_s=args.restart_overhead_s, window=args.window, backend=args.backend,
                           progress=args.progress, profiles=profiles, run_unallocated=args.run_unallocated,
-                          ftf=args.ftf,
-                          policy_options={"solver_options": {"solver": args.solver}} if args.solver else None)
+                          ftf=args.ftf, policy_options=options or None, fidelity=fidelity)
     for key in ("average_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "restarts_per_job",
                 "gpu_hours_per_job", "num_rounds", "solve_s_per_round", "average_ftf", "max_ftf", "unfair_fraction"):
         if key in result.metrics:

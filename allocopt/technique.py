@@ -54,11 +54,6 @@ import numpy as np
 
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import PolicyResult
-from allocopt.formulations.closed_forms import max_min_fairness_closed_form, max_throughput_closed_form
-from allocopt.formulations.job_types import job_type_groups
-from allocopt.formulations.max_min_fairness import normalized_coefficients
-from allocopt.formulations.sia import state_space
-from allocopt.formulations.water_filling import job_classes
 from allocopt.goodput_problem import GoodputProblem
 from allocopt.problem import Problem
 
@@ -136,6 +131,8 @@ def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explici
     if given:
         return Choice("explicit", {}, f"technique option(s) {', '.join(given)} given")
     if policy == "sia":
+        from allocopt.formulations.sia import state_space
+
         work = state_space(problem) * int(problem.valid.sum()) if isinstance(problem, GoodputProblem) else None
         if work is not None and work <= DYNAMIC_PROGRAMMING_MAX_WORK:
             return Choice("dynamic_programming", _options_for("dynamic_programming", policy_options),
@@ -149,6 +146,8 @@ def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explici
     closed = _closed_form(problem, policy, policy_options)
     if closed is not None:
         return closed
+    from allocopt.formulations.job_types import job_type_groups
+
     space_sharing = bool(policy_options.get("space_sharing"))
     n, k = problem.num_jobs, problem.cluster.num_gpu_types
     deadlines = policy == "max_throughput" and problem.slos is not None and bool(np.isfinite(problem.slos).any())
@@ -212,6 +211,8 @@ def _water_filling(problem: Problem, options: Mapping[str, Any]) -> Choice:
         return Choice("plain", _options_for("plain", options), "water-filling with space sharing: per job")
     if not isinstance(options.get("entity_policies") or {}, Mapping):  # the policy reports it
         return Choice("plain", _options_for("plain", options), "water-filling per job")
+    from allocopt.formulations.water_filling import job_classes
+
     classes = int(job_classes(problem, options.get("entity_policies"))[1].size) if n else 0
     if classes <= n / 2:
         return Choice("aggregate_job_types", _options_for("aggregate_job_types", options),
@@ -224,7 +225,11 @@ def _closed_form(problem: Any, policy: str, options: Mapping[str, Any]) -> Choic
     """A certified closed-form optimum as a Choice, or None."""
     if not isinstance(problem, Problem) or options.get("space_sharing"):
         return None
+    from allocopt.formulations.closed_forms import max_min_fairness_closed_form, max_throughput_closed_form
+
     if policy == "max_min_fairness":
+        from allocopt.formulations.max_min_fairness import normalized_coefficients
+
         a = normalized_coefficients(problem, bool(options.get("heterogeneity_aware", True))) * problem.runnable
         result = max_min_fairness_closed_form(problem, a)
         why = "the per-job time limit decides the optimum: every job reaches the lowest best-type level"

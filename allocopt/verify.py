@@ -22,7 +22,6 @@ import numpy as np
 
 from allocopt.allocation import Allocation
 from allocopt.errors import NotOptimalError
-from allocopt.formulations.water_filling import first_level
 from allocopt.solution import Status
 
 logger = logging.getLogger(__name__)
@@ -67,6 +66,8 @@ def attained_objective(allocation: Allocation, options: Mapping[str, Any]) -> fl
         else:
             normalized = allocation.time_fraction * problem.scale_factors
         if policy == "water_filling":
+            from allocopt.formulations.water_filling import first_level
+
             return first_level(problem, normalized, options.get("entity_policies"))
         return float((normalized / problem.priority_weights).min())
     if policy == "min_makespan" and options.get("heterogeneity_aware", True):

@@ -53,6 +53,12 @@ import numpy as np
 import allocopt
 from allocopt.bench import instances
 from allocopt.bench.machine import format_machine, machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 from allocopt.problem import PairThroughputs
 
 GPU_TYPES = ("v100", "p100", "k80")  # the cluster_spec order of both anchors' scripts
@@ -190,8 +196,13 @@ def run_soroush(args: argparse.Namespace) -> list[dict[str, Any]]:
     cwd = os.getcwd()
     os.chdir(code)  # benchmark.py reads ../gavel/scheduler/simulation_throughputs.json
     try:
+        from alg import (
+            adapt_waterfiller,
+            approx_waterfiller,
+            equi_depth_binner,
+            geometric_binner,
+        )
         from scripts import benchmark
-        from alg import adapt_waterfiller, approx_waterfiller, equi_depth_binner, geometric_binner
     finally:
         os.chdir(cwd)
     used: list[str] = []
@@ -393,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="Python for POP's code (it needs numpy < 2 and cvxpy < 1.6; default this one)")
     parser.add_argument("--dump-dir", help="write the anchors' instances here as JSON")
     parser.add_argument("--dump-max-jobs", type=int, default=512, help="dump POP instances up to this size")
-    parser.add_argument("--out", help="write the rows here as JSON")
+    add_results_option(parser, "anchors", Path(__file__).parent / "results", ("--results", "--out"))
     parser.add_argument("--only", choices=("soroush", "pop"), help=argparse.SUPPRESS)  # the child processes
     args = parser.parse_args(argv)
     if args.only:
@@ -411,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             for line in child.stdout:  # rows as they are measured; a child that fails keeps the rows it gave
                 if line.startswith("ROW "):
                     rows.append(json.loads(line[4:]))
-                    if args.out:  # rewritten after every row: an interrupted run keeps what it measured
-                        Path(args.out).write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
+                    if args.results:  # rewritten after every row: an interrupted run keeps what it measured
+                        _write(args.results, rows)
                     print(f"{rows[-1]['anchor']} n={rows[-1]['n_jobs']} {rows[-1]['method']}: "
                           f"{rows[-1].get('time_s', rows[-1]['status'])}", file=sys.stderr, flush=True)
                 else:
@@ -421,9 +432,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{anchor}: exit status {child.returncode}\n{''.join(other)}", file=sys.stderr)
     print(format_machine(machine_info()))
     _print_table(rows)
-    if args.out:
-        Path(args.out).write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
+    if args.results:
+        _write(args.results, rows)
     return 0
+
+
+def _write(path: str, rows: list[dict[str, Any]]) -> None:
+    columns = [Column("anchor", "anchor", left=True), Column("n_jobs", "jobs", ","), Column("seed", "seed"),
+               Column("method", "method", left=True), Column("status", "status", left=True),
+               Column("time_s", "seconds", ".4g"), Column("fairness", "fairness", ".4g"),
+               Column("total_vs_exact", "total vs exact", ".4g"), Column("min_ratio_vs_exact", "min vs exact", ".4g"),
+               Column("objective_vs_allocopt", "objective vs allocopt", ".8g")]
+    write_results(path, "anchors", data={"rows": rows},
+                  tables=[results_table("Soroush's and POP's code beside allocopt on their own instances", rows,
+                                        columns)])
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:

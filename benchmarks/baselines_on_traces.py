@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -32,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from allocopt import simulate  # noqa: E402
+from allocopt.bench.output import Column, results_table, write_results  # noqa: E402
 from allocopt.cluster import Cluster  # noqa: E402
 from allocopt.mechanism.traces import read_tiresias_trace  # noqa: E402
 from allocopt.throughput.profiles import shipped_profiles_dir  # noqa: E402
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the results here (JSON)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="baselines-"))
-    results: dict = {"command": " ".join(sys.argv), "results": {}}
+    results: dict = {"results": {}}
     print(f"{'workload':>15} {'policy':>26} {'avg JCT h':>10} {'p99 JCT h':>10} {'makespan h':>11} {'restarts':>9}")
     for workload in args.workloads:
         for policy in args.policies:
@@ -82,8 +82,14 @@ def main() -> None:
             print(f"{workload:>15} {policy:>26} {got['average_jct_s'] / 3600:>10.2f} {got['p99_jct_s'] / 3600:>10.2f} "
                   f"{got['makespan_s'] / 3600:>11.2f} {got['restarts_per_job']:>9.2f}", flush=True)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        rows = [{"workload": key.split("/")[0], "policy": key.split("/", 1)[1], **got}
+                for key, got in results["results"].items()]
+        hours = lambda v: f"{v / 3600:.2f}"  # noqa: E731
+        columns = [Column("workload", "workload", left=True), Column("policy", "policy", left=True),
+                   Column("average_jct_s", "average JCT (h)", hours), Column("p99_jct_s", "p99 JCT (h)", hours),
+                   Column("makespan_s", "makespan (h)", hours), Column("restarts_per_job", "restarts/job", ".2f")]
+        write_results(args.out, "baselines_on_traces", data=results,
+                      tables=[results_table("order-based baselines on public workloads", rows, columns)])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: ``Engine.allocate()`` after one change, and where its time goes.
 
-An engine holds ``--jobs`` jobs of the issue's first family (throughputs
+An engine holds ``--jobs`` jobs of the bench's ``uniform`` family (throughputs
 U[1, 10] steps/s on each of ``--types`` types, weight 5 on 20% of the jobs,
 scale factors 1/2/4/8 with probabilities .7/.1/.15/.05, n/4 GPUs per type).
 After a cold allocation, each of ``--repeat`` rounds changes one thing (a
@@ -23,13 +23,22 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from pathlib import Path
 
 import numpy as np
 
 import allocopt
 from allocopt.bench.machine import format_machine, machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    milliseconds,
+    ratio,
+    results_table,
+    seconds,
+    write_results,
+)
 
 
 def build(jobs: int, types: int, seed: int) -> allocopt.Engine:
@@ -59,7 +68,7 @@ def main() -> None:
     parser.add_argument("--types", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="FILE")
+    add_results_option(parser, "bench_engine", Path(__file__).parent / "results", ("--results", "--json"))
     args = parser.parse_args()
     report: dict = {"machine": machine_info(), "jobs": args.jobs, "types": args.types}
     print(format_machine(report["machine"]))
@@ -98,9 +107,15 @@ def main() -> None:
           f"after one change (median of {args.repeat}): allocate {report['allocate_s']:.3f} s, of which problem "
           f"{report['problem_s'] * 1e3:.1f} ms (rebuilt from per-job records: {report['rebuild_s'] * 1e3:.0f} ms, "
           f"{report['rebuild_over_problem']:.0f}x)")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=1)
+    if args.results:
+        table = results_table(f"Engine with {args.jobs:,} jobs x {args.types} GPU types, after one change "
+                              f"(median of {args.repeat})", [report],
+                              [Column("cold_allocate_s", "cold allocate s", seconds),
+                               Column("allocate_s", "allocate after one change s", seconds),
+                               Column("problem_s", "problem from the job columns ms", milliseconds),
+                               Column("rebuild_s", "problem rebuilt from per-job records ms", milliseconds),
+                               Column("rebuild_over_problem", "rebuilt / columns", ratio)])
+        write_results(args.results, "bench_engine", tables=[table], machine=report.pop("machine"), data=report)
 
 
 if __name__ == "__main__":

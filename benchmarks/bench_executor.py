@@ -26,6 +26,12 @@ import time
 from pathlib import Path
 
 from allocopt.bench.machine import machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 from allocopt.runtime import Lease, RoundPlan
 from allocopt.runtime.devices import cpu_devices
 from allocopt.runtime.local import JobSpec, LocalExecutor
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-seconds", type=float, default=1.5)
     parser.add_argument("--grace-s", type=float, default=1.0)
     parser.add_argument("--executor", choices=("local", "ray"), default="local")
+    add_results_option(parser, "bench_executor", Path(__file__).parent / "results")
     args = parser.parse_args(argv)
     baseline = client_import_s(5)
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,6 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stop, SIGTERM ignored     {result['stop_killed_s']:7.3f} s   "
           f"({result['stop_killed_s'] / args.grace_s:.2f} x grace_s; SIGKILL comes at 1 x)")
     print(f"leases extended (job keeps its device): {result['extension_fraction']:.0%}")
+    if args.results:
+        row = {**result, "executor": args.executor, "client_start_s": baseline, "added_s": first - baseline}
+        name = "bench_executor" if args.executor == "local" else f"bench_executor_{args.executor}"
+        path = args.results if args.executor == "local" else str(Path(args.results).with_name(f"{name}.json"))
+        write_results(path, name, machine=machine, data=row, tables=[results_table(
+            f"{args.executor} executor on CPU pseudo-devices, {args.rounds} rounds of {args.round_seconds:g} s, "
+            f"grace_s {args.grace_s:g} (target: under 1 s added per job per round)", [row],
+            [Column("launch_to_first_step_s", "launch to first step s", ".3f"),
+             Column("client_start_s", "bare client start-up s", ".3f"), Column("added_s", "executor adds s", ".3f"),
+             Column("stop_cooperative_s", "cooperative stop s", ".3f"),
+             Column("stop_killed_s", "stop, SIGTERM ignored s", ".3f"),
+             Column("extension_fraction", "leases extended", ".0%")])])
     return 0
 
 

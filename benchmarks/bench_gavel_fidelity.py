@@ -26,7 +26,7 @@ simplex, ``solver_options={"solver": "simplex"}``; also compared with Gavel's
 own code run with ``--solver HIGHS``, cvxpy's HiGHS, where measured). Where
 several jobs are entitled to equal shares, Gavel's own result depends on the
 solver's digits beyond 1e-6 (rounding its allocations to 6 decimals moves its
-JCT by up to 4%; ``benchmarks/README.md``, "Conformance"), which bounds how
+JCT by up to 4%; ``docs/how-to/reproduce-gavel.md``), which bounds how
 closely any other solver can follow it.
 
 Run: ``python benchmarks/bench_gavel_fidelity.py [--traces DIR] [--threshold 0.05] [--solvers ECOS,HIGHS]``.
@@ -44,6 +44,13 @@ import time
 from pathlib import Path
 
 import allocopt
+from allocopt.bench.machine import machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 from allocopt.mechanism.workload import shipped_trace
 
 # (trace, Gavel policy, v100:p100:k80, Gavel's solver) -> (average JCT s, makespan s), Gavel seed 0
@@ -192,7 +199,9 @@ def main() -> int:
     parser.add_argument("--threshold", type=float, default=0.05, help="relative difference for OK (default 0.05)")
     parser.add_argument("--solvers", default="ECOS,HIGHS", help=f"comma-separated, of {', '.join(SOLVERS)}")
     parser.add_argument("--only", default="", help="run the cases whose key contains this text")
+    add_results_option(parser, "bench_gavel_fidelity", Path(__file__).parent / "results")
     args = parser.parse_args()
+    machine = machine_info()
     solvers = [s.strip().upper() for s in args.solvers.split(",") if s.strip()]
     unknown = [s for s in solvers if s not in SOLVERS]
     if unknown:
@@ -200,6 +209,7 @@ def main() -> int:
     print(f"{'trace':20s} {'policy':26s} {'cluster':7s} {'allocopt':13s} {'vs Gavel':8s} {'Gavel JCT':>10s} "
           f"{'allocopt':>10s} {'ratio':>7s} {'Gavel mksp':>11s} {'allocopt':>10s} {'ratio':>7s}  verdict  wall")
     counts = {}
+    rows = []
     for (trace, policy, spec, gavel_solver), (g_jct, g_makespan) in GAVEL.items():
         for solver in solvers:
             # every allocopt solver against Gavel with ECOS; dual simplex also against Gavel with HiGHS
@@ -213,7 +223,7 @@ def main() -> int:
                 break
             cluster = dict(zip(("v100", "p100", "k80"), (int(v) for v in spec.split(":"))))
             started = time.perf_counter()
-            result = allocopt.simulate(path, cluster, "gavel:" + policy, seed=0,
+            result = allocopt.simulate(path, cluster, "gavel:" + policy, seed=0, fidelity="gavel",
                                        round_seconds=360.0, ftf=False, **settings_for(solver, policy))
             wall = time.perf_counter() - started
             jct, makespan = result.metrics["average_jct_s"], result.metrics["makespan_s"]
@@ -225,13 +235,35 @@ def main() -> int:
             count[1] += worst <= 0.01
             count[2] += ok
             label = f"{interior_point_solver()} (cvxpy)" if solver == "ECOS" else solver
+            rows.append({"trace": trace, "policy": policy, "cluster": spec, "allocopt": label, "gavel": gavel_solver,
+                         "gavel_jct_s": g_jct, "jct_s": jct, "jct_ratio": jct / g_jct, "gavel_makespan_s": g_makespan,
+                         "makespan_s": makespan, "makespan_ratio": makespan / g_makespan,
+                         "verdict": "OK" if ok else "DIFF", "within_1pct": worst <= 0.01})
             print(f"{trace:20s} {policy:26s} {spec:7s} {label:13s} {gavel_solver:8s} {g_jct:10.1f} {jct:10.1f} "
                   f"{jct / g_jct:7.4f} {g_makespan:11.1f} {makespan:10.1f} {makespan / g_makespan:7.4f}  "
                   f"{'OK  ' if ok else 'DIFF'}     {wall:.1f}s")
             sys.stdout.flush()
+    summary = []
     for (solver, gavel_solver), (total, one, within) in counts.items():
         print(f"allocopt {solver} vs Gavel {gavel_solver}: {within}/{total} cases within {args.threshold:.0%}, "
               f"{one}/{total} within 1% (average JCT and makespan)")
+        summary.append({"allocopt": solver, "gavel": gavel_solver, "cases": total, "within_1pct": one,
+                        "within_threshold": within})
+    if args.results:
+        tables = [results_table(f"Cases within 1% and {args.threshold:.0%} of Gavel's average JCT and makespan",
+                                summary, [Column("allocopt", "allocopt solver", left=True),
+                                          Column("gavel", "Gavel's solver", left=True), Column("cases", "cases"),
+                                          Column("within_1pct", "within 1%"),
+                                          Column("within_threshold", f"within {args.threshold:.0%}")]),
+                  results_table("Every case (ratios: allocopt / Gavel)", rows,
+                                [Column("trace", "trace", left=True), Column("cluster", "GPUs v100:p100:k80", left=True),
+                                 Column("policy", "policy", left=True), Column("allocopt", "allocopt solver", left=True),
+                                 Column("gavel", "Gavel's solver", left=True),
+                                 Column("gavel_jct_s", "Gavel avg JCT s", ",.1f"), Column("jct_ratio", "JCT ratio", ".4f"),
+                                 Column("gavel_makespan_s", "Gavel makespan s", ",.1f"),
+                                 Column("makespan_ratio", "makespan ratio", ".4f"), Column("verdict", "verdict")])]
+        write_results(args.results, "bench_gavel_fidelity", tables=tables, machine=machine,
+                      data={"threshold": args.threshold, "summary": summary, "rows": rows})
     return 0
 
 

@@ -42,18 +42,26 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from allocopt import Cluster
 from allocopt.bench.machine import format_machine, machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    milliseconds,
+    results_table,
+    seconds,
+    write_results,
+)
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.throughput import GoodputModel, goodput_matrix, load_profiles
 from allocopt.throughput.profiles import ApplicationProfile, shipped_profiles_dir
@@ -164,7 +172,7 @@ def main() -> None:
     parser.add_argument("--observations", type=int, default=40,
                         help="multi-GPU observations added one at a time per profile (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    add_results_option(parser, "bench_goodput", Path(__file__).parent / "results", ("--results", "--json"))
     args = parser.parse_args()
     machine = machine_info()
     print(format_machine(machine))
@@ -174,11 +182,21 @@ def main() -> None:
     matrix = bench_matrix(profiles, args)
     print(f"\nRefit after each new observation ({args.observations} per profile)")
     refits = bench_refits(profiles, args)
-    machine["load_average_end"] = os.getloadavg()
-    print(f"\nload average at the end: {machine['load_average_end']}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"machine": machine, "goodput_matrix": matrix, "refits": refits}, f, indent=2)
+    print(f"\nload average at the end: {os.getloadavg()}")
+    if args.results:
+        workloads = [{"workload": name, **row} for name, row in matrix["workloads"].items()]
+        tables = [results_table(f"Goodput matrix, {matrix['n_jobs']:,} jobs x {matrix['n_configurations']} "
+                                f"configurations (best of {args.repeat})", workloads,
+                                [Column("workload", "workload", left=True), Column("wall_s", "wall s", seconds),
+                                 Column("cpu_s", "CPU s", seconds)]),
+                  results_table(f"Refitting one job's throughput model after a new observation "
+                                f"({refits['summary']['refits']} refits)", [refits["summary"]],
+                                [Column("warm_median_s", "warm median ms", milliseconds),
+                                 Column("warm_p90_s", "warm p90 ms", milliseconds),
+                                 Column("cold_median_s", "cold median ms", milliseconds),
+                                 Column("cold_p90_s", "cold p90 ms", milliseconds)])]
+        write_results(args.results, "bench_goodput", tables=tables, machine=machine,
+                      data={"goodput_matrix": matrix, "refits": refits})
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import cProfile
 import io
 import pstats
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> int:
         print(profile_model_building(n, k))
         return 0
     defaults = ["--policies", "max_min_fairness", "--sizes", "256,1024,4096,16384", "--types", "3,8",
-                "--backends", ",".join(allocopt.installed_backends()), "--out", "bench-max-min-fairness"]
+                "--backends", ",".join(allocopt.installed_backends()), "--out", str(Path(__file__).parent / "results" / "bench-max-min-fairness")]
     return run(defaults + argv)
 
 

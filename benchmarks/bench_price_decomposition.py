@@ -25,11 +25,20 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import allocopt
 from allocopt.bench.instances import random_problem
 from allocopt.bench.machine import format_machine, machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    ratio,
+    results_table,
+    seconds,
+    write_results,
+)
 
 TARGET_S = 2.0
 TARGET_CELL = (65536, 8)
@@ -105,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell; times are medians")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-lp", action="store_true", help="do not solve the plain LP")
-    parser.add_argument("--json", help="also write the rows and the machine to this file")
+    add_results_option(parser, "bench_price_decomposition", Path(__file__).parent / "results", ("--results", "--json"))
     args = parser.parse_args(argv)
     info = machine_info()
     print(format_machine(info))
@@ -116,9 +125,17 @@ def main(argv: list[str] | None = None) -> int:
           "with LP rows;\nrel.diff: |objective - LP objective| / LP objective; gap: certified (dual bound - "
           "objective) / dual bound.")
     print(report(rows))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"machine": info, "args": vars(args), "rows": rows}, fh, indent=2, default=float)
+    if args.results:
+        for r in rows:
+            r["certified_text"] = "yes" if r["certified"] else "no (plain LP)" if r["fell_back"] else "no"
+        table = results_table(
+            "Max-min fairness over distinct jobs (random_problem): price decomposition against the plain LP, "
+            f"end-to-end seconds (median of {args.repeat})", rows,
+            [Column("n_jobs", "jobs", ","), Column("n_gpu_types", "GPU types"), Column("lp_s", "plain LP s", seconds),
+             Column("decomposition_s", "price decomposition s", seconds), Column("speedup", "speedup", ratio),
+             Column("rel_diff", "objective rel. diff", ".1e"), Column("certified_text", "certified")])
+        write_results(args.results, "bench_price_decomposition", tables=[table], machine=info,
+                      data={"args": vars(args), "rows": rows})
     return 0
 
 

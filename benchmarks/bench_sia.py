@@ -46,10 +46,18 @@ from pathlib import Path
 from allocopt.bench import baselines
 from allocopt.bench.instances import SIA_JOBS_PER_SCALE, sia_rounds
 from allocopt.bench.machine import format_machine, machine_info
-from allocopt.bench.output import Column, format_table, ratio, seconds, write_json
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    format_table,
+    ratio,
+    results_table,
+    seconds,
+    write_results,
+)
 from allocopt.bench.timing import Measurement, time_allocopt
 
-TARGET_HIGHS_S = 0.5  # issue 7: sia, 5,120 jobs on 2,048 GPUs
+TARGET_HIGHS_S = 0.5  # sia, 5,120 jobs on 2,048 GPUs: seconds per round
 
 COLUMNS = (Column("round", "round", left=True), Column("solver", "solver", left=True),
            Column("build_s", "build_s", seconds), Column("transfer_s", "transfer_s", seconds),
@@ -73,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="configurations up to every node of a type (default: Sia's profiled node caps)")
     parser.add_argument("--no-cvxpy", action="store_true", help="allocopt[highs] only")
     parser.add_argument("--cvxpy-defaults", action="store_true", help="also cvxpy's HIGHS with default options")
-    parser.add_argument("--json", type=Path, help="write the results here")
+    add_results_option(parser, "bench_sia", Path(__file__).parent / "results", ("--results", "--json"))
     parser.add_argument("--dumped", type=Path, metavar="DIR",
                         help="time the rounds conformance_sia.py --dump-rounds DIR pickled (every round-*.pkl "
                              "under DIR) instead of the scale rounds")
@@ -85,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     print(format_machine(info), flush=True)
     if args.dumped:
-        return dumped_rounds(args.dumped, args.sia_solvers.split(","), args.repeat, info, args.json)
+        return dumped_rounds(args.dumped, args.sia_solvers.split(","), args.repeat, info, args.results or None)
     names = args.rounds.split(",")
     problems, source = sia_rounds(SIA_JOBS_PER_SCALE * args.scale, args.seed, data_dir=args.data_dir,
                                   workload=args.workload, capped=not args.uncapped, steady="steady" in names)
@@ -114,12 +122,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'MET' if base.total_s <= TARGET_HIGHS_S else 'MISSED'}")
     print(format_table(rows, COLUMNS, group="round"))
     print("vs highs: this solver's total / allocopt[highs]'s total (above 1: allocopt is faster)")
-    if args.json:
-        write_json(args.json, {"machine": info, "source": source, "rows": rows})
+    if args.results:
+        write_results(args.results, "bench_sia", machine=info, data={"source": source, "rows": rows},
+                      tables=[results_table(f"Sia's goodput MILP, {first.num_jobs:,} jobs on "
+                                            f"{int(first.cluster.capacity.sum()):,} GPUs ({source})", rows, COLUMNS)])
     return 0
 
 
-def dumped_rounds(directory: Path, sia_solvers: list[str], repeat: int, info: dict, out: Path | None) -> int:
+def dumped_rounds(directory: Path, sia_solvers: list[str], repeat: int, info: dict, out: str | None) -> int:
     """Per dumped round: allocopt as the stand-in calls it, exact, and Sia's program with each solver."""
     import pickle
     import time
@@ -188,7 +198,7 @@ def dumped_rounds(directory: Path, sia_solvers: list[str], repeat: int, info: di
             print(f"  {column} vs Sia's program with {name}: at least as fast on {faster} of {len(rows)} rounds, "
                   f"median ratio {np.median(ours / own):.2f}")
     if out:
-        write_json(out, {"machine": info, "source": str(directory), "summary": summary, "rows": rows})
+        write_results(out, "bench_sia", machine=info, data={"source": str(directory), "summary": summary, "rows": rows})
     return 0
 
 

@@ -17,7 +17,7 @@ Three parts (each can be skipped):
   JCT ratio; ``--policies`` names others (e.g. ``max_min_fairness,finish_time_fairness``),
   ``--ftf`` adds the finish-time-fairness companion simulation (``simulate(ftf=True)``).
 * ``artifact``: Gavel's ``artifact_evaluation.trace`` (15 jobs at t=0) on the
-  cluster named in the issue, v100=2, p100=0, k80=4, with
+  artifact's cluster, v100=2, p100=0, k80=4, with
   ``max_min_fairness_perf``, through the mechanism and in ideal mode.
 
 Usage::
@@ -32,15 +32,29 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from pathlib import Path
 
 import numpy as np
 
 import allocopt
 from allocopt.bench.machine import format_machine, machine_info
-from allocopt.mechanism import (GpuLayout, MechanismOptions, PriorityMechanism, generate_workload, place,
-                                shipped_trace, simulate)
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    seconds,
+    write_results,
+)
+from allocopt.mechanism import (
+    GpuLayout,
+    MechanismOptions,
+    PriorityMechanism,
+    generate_workload,
+    place,
+    shipped_trace,
+    simulate,
+)
 from allocopt.throughput import ThroughputTable
 
 
@@ -127,7 +141,7 @@ def main() -> None:
     parser.add_argument("--ftf", action=argparse.BooleanOptionalAction, default=True,
                         help="run the finish-time-fairness companion simulation (default: on, as simulate)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="FILE")
+    add_results_option(parser, "bench_simulator", Path(__file__).parent / "results", ("--results", "--json"))
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     report: dict = {"machine": machine_info()}
@@ -158,9 +172,32 @@ def main() -> None:
             x = r[mode]
             print(f"artifact_evaluation on v100=2,p100=0,k80=4 ({mode}): avg JCT {x['average_jct_s']:.1f} s, "
                   f"makespan {x['makespan_s']:.1f} s, utilization {x['utilization']:.3f}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=1)
+    if args.results:
+        tables = []
+        if "mechanism" in report:
+            tables.append(results_table(
+                "Round mechanism (select and place one round; target under 50 ms)", [report["mechanism"]],
+                [Column("active_jobs", "active jobs", ","), Column("gpus", "GPUs", ","),
+                 Column("select_ms", "select ms", ".1f"), Column("place_ms", "place ms", ".1f"),
+                 Column("round_ms", "round ms", ".1f")]))
+        if "continuous" in report:
+            r = report["continuous"]
+            rows = [{"label": label, **x} for label, x in r.items() if isinstance(x, dict) and "wall_s" in x]
+            tables.append(results_table(
+                f"Continuous trace: {r['jobs']:,} jobs at {r['jobs_per_hour']:g}/h on {args.gpus_per_type} GPUs "
+                "per type (target: under 120 s wall per run)", rows,
+                [Column("policy", "policy", left=True), Column("wall_s", "wall s", seconds),
+                 Column("solve_s_total", "solving s", seconds), Column("num_rounds", "rounds", ","),
+                 Column("num_solves", "solves", ","), Column("average_jct_h", "avg JCT h", ".2f"),
+                 Column("makespan_h", "makespan h", ".1f"), Column("utilization", "utilization", ".3f")]))
+        if "artifact" in report:
+            r = report["artifact"]
+            tables.append(results_table(
+                "Gavel's artifact_evaluation trace on v100=2,p100=0,k80=4, max_min_fairness_perf",
+                [{"mode": mode, **r[mode]} for mode in ("mechanism", "ideal")],
+                [Column("mode", "mode", left=True), Column("average_jct_s", "avg JCT s", ",.1f"),
+                 Column("makespan_s", "makespan s", ",.1f"), Column("utilization", "utilization", ".3f")]))
+        write_results(args.results, "bench_simulator", tables=tables, machine=report.pop("machine"), data=report)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import allocopt
+from allocopt.bench.machine import machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 from allocopt.integrations.slurm import Journal, SlurmController, load_throughputs
 from allocopt.integrations.slurm_commands import Slurm
 
@@ -51,7 +58,10 @@ def main() -> int:
     parser.add_argument("--gap", type=float, default=10.0,
                         help="seconds between a round's jobs being in place and the next round, for the job "
                              "launches of the daemons on this same machine to finish (default: %(default)s)")
+    add_results_option(parser, "bench_slurm", Path(__file__).parent / "results")
     args = parser.parse_args()
+    machine = machine_info()
+    rows = []
     if subprocess.run(["sinfo", "-h", "-p", PARTITION], capture_output=True).returncode != 0:
         if subprocess.run(["bash", str(ROOT / ".ci" / "slurm-setup.sh")]).returncode != 0:
             print("Slurm daemons are not running and could not start (.ci/slurm-setup.sh)", file=sys.stderr)
@@ -99,6 +109,9 @@ def main() -> int:
                   f"{solve_s:>7.3f} "
                   f"{tm['round_s'] / solve_s:>11.1f} {len(record['actions']['requeuehold']):>8} "
                   f"{len(record['actions']['release']):>8} {slurm.commands_run - commands:>8}", flush=True)
+            rows.append({"round": record["idx"], "pending": pending, "running": running, **tm, "policy_solve_s": solve_s,
+                         "requeued": len(record["actions"]["requeuehold"]),
+                         "released": len(record["actions"]["release"]), "scontrol": slurm.commands_run - commands})
             # as between rounds (a minute apart): the requeued jobs stop, the released ones start
             leased = set(record["leases"])
             _wait(lambda: {j.job_id for j in slurm.jobs() if j.state == "RUNNING" and j.job_id in controller.records}
@@ -107,6 +120,14 @@ def main() -> int:
     finally:
         for start in range(0, len(submitted), 500):
             subprocess.run(["scancel", *submitted[start:start + 500]], capture_output=True)
+    if args.results and rows:
+        write_results(args.results, "bench_slurm", machine=machine, data={"rounds": rows}, tables=[results_table(
+            f"One allocopt slurm round, {args.jobs:,} opted-in jobs, {args.running} GPUs left to allocopt "
+            "(target: the whole round within 2 s)", rows,
+            [Column("round", "round"), Column("observe_s", "observe s", ".3f"), Column("solve_s", "plan s", ".3f"),
+             Column("journal_s", "journal s", ".3f"), Column("enact_s", "enact s", ".3f"),
+             Column("round_s", "whole round s", ".3f"), Column("policy_solve_s", "policy solve s", ".3f"),
+             Column("requeued", "requeued"), Column("released", "released"), Column("scontrol", "scontrol calls")])])
     return 0
 
 

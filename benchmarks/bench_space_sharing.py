@@ -9,7 +9,7 @@ solved three exact ways on highs (the pairwise LP, ``aggregate_job_types=True``
 and ``column_generation=True``) against Gavel's
 ``MaxMinFairnessPolicyWithPacking`` in cvxpy with HiGHS
 (:func:`allocopt.bench.baselines.max_min_fairness_space_sharing`). Any
-``allocopt bench`` option overrides them. Target of the issue (reported, not
+``allocopt bench`` option overrides them. Target (reported, not
 asserted): the pairwise LP at least 10x faster than cvxpy, same optimum.
 
 Usage::
@@ -21,11 +21,12 @@ Usage::
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from allocopt.bench.cli import run
 
 DEFAULTS = ["--policies", "mmf_space_sharing", "--sizes", "512", "--types", "3", "--baseline-time-limit", "600",
-            "--out", "bench-space-sharing"]
+            "--out", str(Path(__file__).parent / "results" / "bench-space-sharing")]
 
 if __name__ == "__main__":
     sys.exit(run(DEFAULTS + sys.argv[1:]))

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from allocopt import simulate  # noqa: E402
+from allocopt.bench.output import Column, results_table, write_results  # noqa: E402
 from allocopt.cluster import Cluster  # noqa: E402
 from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner  # noqa: E402
 from allocopt.mechanism.order_policies import Fifo, Las, Srtf  # noqa: E402
@@ -164,7 +165,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="blox-conformance-"))
     trace = args.trace.resolve()
-    results: dict = {"command": " ".join(sys.argv), "cases": {}}
+    results: dict = {"cases": {}}
     for cls in args.schedulers:
         started = time.perf_counter()
         blox = run_blox(args.blox_dir, args.blox_python, trace, args.load, tuple(args.track), cls,
@@ -193,8 +194,12 @@ def main() -> None:
               f"{case['blox_average_jct_s']:>10.1f} s  ratio {case['jct_ratio']:.4f}  identical jobs "
               f"{case['identical_jobs']}/{len(ids)}  ({len(jobs)} jobs simulated)", flush=True)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        rows = [{"scheduler": cls, "ours": c["allocopt_average_jct_s"], "theirs": c["blox_average_jct_s"],
+                 "identical": f"{c['identical_jobs']} of {c['tracked_jobs']}"} for cls, c in results["cases"].items()]
+        columns = [Column("scheduler", "scheduler", left=True), Column("ours", "allocopt average JCT (s)", ",.1f"),
+                   Column("theirs", "Blox average JCT (s)", ",.1f"), Column("identical", "jobs identical")]
+        write_results(args.out, "conformance_blox", data=results,
+                      tables=[results_table("allocopt against Blox's simulator", rows, columns)])
 
 
 if __name__ == "__main__":

@@ -49,6 +49,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from allocopt.adapters.gavel import GAVEL_CLASSES  # noqa: E402
+from allocopt.bench.machine import machine_info  # noqa: E402
+from allocopt.bench.output import (  # noqa: E402
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 
 DEFAULT_POLICIES = ("max_min_fairness", "max_min_fairness/gavel", "max_min_fairness_perf", "max_min_fairness_packed",
                     "finish_time_fairness", "finish_time_fairness/gavel", "finish_time_fairness_perf",
@@ -217,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument("--skip-simulations", action="store_true")
+    add_results_option(parser, "conformance_gavel", Path(__file__).parent / "results")
     args = parser.parse_args(argv)
+    machine = machine_info()
+    tests, rows = [], []
     scheduler_dir = args.gavel_dir.resolve() / "scheduler"
     if not (scheduler_dir / "scheduler.py").is_file():
         parser.error(f"{args.gavel_dir} is not a Gavel checkout (no scheduler/scheduler.py)")
@@ -227,8 +237,10 @@ def main(argv: list[str] | None = None) -> int:
             print("Gavel's scheduler/tests/policies_tests.py")
             for label, path in (("Gavel's policies", None), ("allocopt adapter", shim)):
                 passed, total, failed = run_policy_tests(scheduler_dir, path, args.timeout)
+                tests.append({"policies": label, "passed": passed, "total": total, "failing": failed or "-"})
                 print(f"  {label:<18} {passed}/{total} passed" + (f"  (failing: {failed})" if failed else ""))
         if args.skip_simulations:
+            _write(args, machine, tests, rows)
             return 0
         rounding = f", allocations rounded to {args.round_allocations} decimals" if args.round_allocations else ""
         print(f"\nGavel's simulator (seed 0, 360 s rounds, 1 GPU per server{rounding}); ratio = adapter / Gavel")
@@ -254,7 +266,33 @@ def main(argv: list[str] | None = None) -> int:
                     for label, result in results.items():
                         if "error" in result:
                             print(f"    {label}: {result['error']}")
+                    row = {"trace": trace, "cluster": cluster, "policy": policy,
+                           "gavel_jct_s": base.get("average_jct_s"), "gavel_makespan_s": base.get("makespan_s"),
+                           "results": results}
+                    for s in args.adapter_solvers:
+                        r = results[f"adapter {s}"]
+                        row[f"ratio {s}"] = (r["average_jct_s"] / base["average_jct_s"]
+                                             if "average_jct_s" in r and "average_jct_s" in base else None)
+                    rows.append(row)
+                    _write(args, machine, tests, rows)  # after every case: an interrupted run keeps its rows
     return 0
+
+
+def _write(args: argparse.Namespace, machine: dict, tests: list[dict], rows: list[dict]) -> None:
+    if not args.results:
+        return
+    tables = [results_table("Gavel's scheduler/tests/policies_tests.py", tests,
+                            [Column("policies", "policies", left=True), Column("passed", "passed"),
+                             Column("total", "tests"), Column("failing", "failing", left=True)])]
+    if rows:
+        tables.append(results_table(
+            "Gavel's simulator with Gavel's policies (ECOS) and with the adapter; ratio: adapter / Gavel average JCT",
+            rows, [Column("trace", "trace", left=True), Column("cluster", "GPUs", left=True),
+                   Column("policy", "policy", left=True), Column("gavel_jct_s", "Gavel avg JCT s", ",.1f"),
+                   Column("gavel_makespan_s", "Gavel makespan s", ",.1f"),
+                   *(Column(f"ratio {s}", f"adapter {s}", ".4f") for s in args.adapter_solvers)]))
+    write_results(args.results, "conformance_gavel", machine=machine, tables=tables,
+                  data={"policy_tests": tests, "rows": rows, "round_allocations": args.round_allocations})
 
 
 if __name__ == "__main__":

@@ -48,6 +48,15 @@ from pathlib import Path
 from conformance_table import cell, ratio  # benchmarks/, next to this script
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from allocopt.bench.machine import machine_info  # noqa: E402
+from allocopt.bench.output import (  # noqa: E402
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 
 SHIM = '''"""allocopt's stand-in bound as Sia's ``sia.SiaPolicy``."""
 import os
@@ -178,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dump-rounds", metavar="DIR", type=Path,
                         help="the stand-in's run (mip_gap 1e-4) pickles each round's GoodputProblem and solve "
                              "options into DIR/<workload>/round-NNNNN.pkl (bench_sia.py --dumped reads them)")
+    add_results_option(parser, "conformance_sia", Path(__file__).parent / "results")
     args = parser.parse_args(argv)
+    machine = machine_info()
+    rows = []
     simulator = args.sia_dir.resolve()
     if (simulator / "sia-simulator").is_dir():
         simulator = simulator / "sia-simulator"
@@ -234,7 +246,34 @@ def main(argv: list[str] | None = None) -> int:
             for label, result in (("Sia", base), ("stand-in", ours), ("exact", exact), ("allocopt", own)):
                 if "error" in result:
                     print(f"    {label}: {result['error']}")
+            rows.append(_row(name, base, ours, exact, own))
+            if args.results:  # after every workload: an interrupted run keeps its rows
+                write_results(args.results, "conformance_sia", machine=machine, data={"suite": args.suite, "rows": rows},
+                              tables=[results_table(
+                                  f"Sia's simulator ({args.suite}, first {args.max_jobs or 'all'} jobs) with Sia's "
+                                  "policy, the stand-in and allocopt's simulator (faithful_to_sia); ratios to Sia's",
+                                  rows, ROW_COLUMNS)])
     return 0
+
+
+ROW_COLUMNS = [Column("workload", "workload", left=True), Column("jobs", "jobs"),
+               Column("sia_jct_s", "Sia avg JCT s", ",.1f"), Column("sia_makespan_s", "Sia makespan s", ",.0f"),
+               Column("stand_in_jct_s", "stand-in avg JCT s", ",.1f"), Column("stand_in_ratio", "ratio", ".4f"),
+               Column("allocopt_jct_s", "allocopt avg JCT s", ",.1f"), Column("allocopt_ratio", "ratio", ".4f"),
+               Column("allocopt_makespan_ratio", "makespan ratio", ".4f")]
+
+
+def _row(name: str, base: dict, ours: dict, exact: dict, own: dict) -> dict:
+    def over(a: dict, b: dict, key: str) -> float | None:
+        return a[key] / b[key] if key in a and key in b else None
+
+    return {"workload": name, "jobs": base.get("jobs", ours.get("jobs", own.get("jobs"))),
+            "sia_jct_s": base.get("average_jct_s"), "sia_makespan_s": base.get("makespan_s"),
+            "stand_in_jct_s": ours.get("average_jct_s"), "stand_in_ratio": over(ours, base, "average_jct_s"),
+            "exact_jct_s": exact.get("average_jct_s"), "allocopt_jct_s": own.get("average_jct_s"),
+            "allocopt_makespan_s": own.get("makespan_s"), "allocopt_ratio": over(own, base, "average_jct_s"),
+            "allocopt_makespan_ratio": over(own, base, "makespan_s"),
+            "runs": {"sia": base, "stand_in": ours, "exact": exact, "allocopt": own}}
 
 
 if __name__ == "__main__":

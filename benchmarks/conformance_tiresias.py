@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import shlex
 import subprocess
 import sys
@@ -53,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from allocopt import simulate  # noqa: E402
+from allocopt.bench.output import Column, results_table, write_results  # noqa: E402
 from allocopt.cluster import Cluster  # noqa: E402
 from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner  # noqa: E402
 from allocopt.mechanism.order_policies import Tiresias, tiresias_service_sample  # noqa: E402
@@ -157,7 +157,7 @@ def main() -> None:
     cases = [("60_job", trace, DATA / "cluster_spec.csv"),
              (f"60_job_x{args.scale:g}", scaled, DATA / "cluster_spec.csv"),
              (f"60_job_x{args.scale:g}_n4g4", scaled, n4g4)]
-    results = {"command": " ".join(sys.argv), "tolerance": args.tolerance, "cases": {}}
+    results: dict = {"tolerance": args.tolerance, "cases": {}}
     for label, job_file, spec in cases:
         gpus, per = spec_gpus(spec)
         for schedule in args.schedules:
@@ -175,8 +175,15 @@ def main() -> None:
                       f"{got['identical_jobs']}/{len(jobs)}", flush=True)
             results["cases"][f"{label}/{schedule}"] = case
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
+        rows = [{"case": name, "variant": variant, "jct": case[variant]["jct_ratio"],
+                 "makespan": case[variant]["makespan_ratio"],
+                 "identical": f"{case[variant]['identical_jobs']} of {case[variant]['identical_jobs'] + case[variant]['jobs_that_differ']}"}
+                for name, case in results["cases"].items() for variant in ("allocopt", "allocopt_faithful_events")]
+        columns = [Column("case", "case", left=True), Column("variant", "allocopt", left=True),
+                   Column("jct", "average JCT / Tiresias's", ".4f"), Column("makespan", "makespan / Tiresias's", ".4f"),
+                   Column("identical", "jobs identical")]
+        write_results(args.out, "conformance_tiresias", data=results,
+                      tables=[results_table("allocopt against Tiresias's simulator", rows, columns)])
 
 
 if __name__ == "__main__":

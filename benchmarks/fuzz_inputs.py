@@ -25,6 +25,14 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
 
+from allocopt.bench.machine import machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -67,7 +75,10 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=1200, help="inputs per target (default: %(default)s)")
     parser.add_argument("--targets", help="comma-separated target names (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generators (default: %(default)s)")
+    add_results_option(parser, "fuzz_inputs", Path(__file__).parent / "results")
     args = parser.parse_args()
+    machine = machine_info()
+    rows = []
     module = _load_targets()
     names = [n.strip() for n in args.targets.split(",")] if args.targets else list(module.TARGETS)
     total: collections.Counter = collections.Counter()
@@ -81,10 +92,17 @@ def main() -> int:
             print(f"  {count:>6}  {kind}")
             total["failure" if kind.startswith("FAILURE") else "typed error or clean exit 2" if kind not in
                   ("accepted", "exit 0", "exit 1") else "accepted / solved"] += count
+        rows += [{"target": name, "outcome": kind, "inputs": count} for kind, count in counts.most_common()]
         for kind, example in failures.items():
             print(f"  example of {kind}:\n    {example}")
         failed |= bool(failures)
     print(f"\nall targets: {sum(total.values())} inputs: " + ", ".join(f"{v} {k}" for k, v in total.most_common()))
+    if args.results:
+        write_results(args.results, "fuzz_inputs", machine=machine, data={"rows": rows, "total": dict(total)},
+                      tables=[results_table(f"Outcomes of {args.examples:,} generated inputs per target "
+                                            f"(seed {args.seed})", rows,
+                                            [Column("target", "target", left=True),
+                                             Column("outcome", "outcome", left=True), Column("inputs", "inputs", ",")])])
     return 1 if failed else 0
 
 

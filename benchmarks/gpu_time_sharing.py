@@ -28,12 +28,20 @@ from pathlib import Path
 
 import numpy as np
 
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--round-seconds", type=float, help="default: four job start-ups, at least 15 s")
     parser.add_argument("--steps", type=int, help="total steps of each job (default: sized from a stand-alone run)")
     parser.add_argument("--work-dir", help="state and job files (default: a temporary directory)")
+    add_results_option(parser, "gpu_time_sharing", Path(__file__).parent / "results")
     args = parser.parse_args()
 
     from allocopt.runtime.devices import discover_nvidia_smi, discover_nvml
@@ -98,6 +106,19 @@ def main() -> int:
     print(f"jobs preempted and resumed at least once: {len(resumed)} of {len(jobs)}")
     ok = len(resumed) == len(jobs) and all(j["status"] == "done" for j in report["jobs"].values())
     print("PASS" if ok else "FAIL")
+    if args.results:
+        latency = [{"what": what, "median_s": float(np.median(v)) if v else None,
+                    "max_s": float(np.max(v)) if v else None, "n": len(v)}
+                   for what, v in (("launch to first step (job start-up included)", stats.launch_to_first_step_s),
+                                   ("launch to client start (interpreter and imports)", stats.launch_to_start_s),
+                                   ("executor Popen per rank", stats.popen_s),
+                                   ("stop request to all processes gone", stats.stop_s))]
+        write_results(args.results, "gpu_time_sharing", data={"jobs": report["jobs"], "latency": latency,
+                                                              "gpu_type": gpu_type, "round_s": round_s, "ok": ok},
+                      tables=[results_table(f"{len(jobs)} PyTorch jobs time-sharing {len(same)} x {gpu_type} in "
+                                            f"{round_s:g} s rounds ({'PASS' if ok else 'FAIL'})", latency,
+                                            [Column("what", "latency", left=True), Column("median_s", "median s", ".3f"),
+                                             Column("max_s", "max s", ".3f"), Column("n", "n")])])
     return 0 if ok else 1
 
 

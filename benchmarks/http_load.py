@@ -34,11 +34,20 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+
+from allocopt.bench.machine import machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 
 CLUSTER = {"v100": 4, "k80": 4}
 JOBS = [{"id": "a", "throughputs": {"v100": 4.0, "k80": 1.0}}, {"id": 7, "throughputs": {"v100": 2.0, "k80": 1.5}}]
@@ -402,7 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=int, default=500)
     parser.add_argument("--requests", type=int, default=20, help="rounds of mixed requests per client")
     parser.add_argument("--seed", type=int)
+    add_results_option(parser, "http_load", Path(__file__).parent / "results")
     args = parser.parse_args(argv)
+    machine = machine_info()
+    phases = {}
     raise_fd_limit(4 * (args.idle + args.clients) + 256)
     token = open(args.token_file).read().strip() if args.token_file else None
     server = None if args.url else ServerProcess("--cluster", json.dumps(CLUSTER), "--max-jobs", "500",
@@ -412,15 +424,24 @@ def main(argv: list[str] | None = None) -> int:
         start = time.monotonic()
         counts = fuzz(url, args.fuzz_cases, token=token, time_budget_s=args.time_budget, seed=args.seed)
         _print(f"fuzz: {sum(counts.values())} requests", counts, time.monotonic() - start)
+        phases[f"fuzz: {sum(counts.values())} requests"] = counts
         start = time.monotonic()
         counts = load(url, args.clients, args.idle, args.requests, token=token,
                       pid=None if server is None else server.process.pid)
         _print(f"load: {args.clients} clients x {args.requests} rounds, {args.idle} idle connections", counts,
                time.monotonic() - start)
+        phases[f"load: {args.clients} clients x {args.requests} rounds, {args.idle} idle connections"] = counts
     finally:
         if server is not None:
             log = server.stop()
             print(f"server stderr: {log.count('Traceback')} tracebacks, {len(log.splitlines())} lines")
+    if args.results:
+        rows = [{"phase": phase, "outcome": outcome, "count": count} for phase, counts in phases.items()
+                for outcome, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+        write_results(args.results, "http_load", machine=machine, data={"rows": rows},
+                      tables=[results_table("Requests by outcome", rows,
+                                            [Column("phase", "phase", left=True), Column("outcome", "outcome", left=True),
+                                             Column("count", "requests", ",")])])
     return 0
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import multiprocessing
 import signal
 import sys
@@ -37,8 +36,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import allocopt  # noqa: E402
 import test_properties as props  # noqa: E402
+
+import allocopt  # noqa: E402
+from allocopt.bench.machine import machine_info  # noqa: E402
+from allocopt.bench.output import (  # noqa: E402
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 from allocopt.errors import LicenseError  # noqa: E402
 
 FEAS_TOL = 1e-6
@@ -138,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1-12x1-4",
                         help="ranges of jobs and GPU types, JOBSxTYPES (default 1-12x1-4; the dense reference "
                              "only at 6 jobs or fewer)")
-    parser.add_argument("--json", help="write the counts and the failures to this file")
+    add_results_option(parser, "property_suite", Path(__file__).parent / "results", ("--results", "--json"))
     args = parser.parse_args(argv)
     try:
         jobs, types = (tuple(int(v) for v in part.split("-")) for part in args.sizes.split("x"))
@@ -151,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(policies) - set(props.POLICIES))
     if unknown:
         parser.error(f"unknown policies {unknown}; the suite's are {', '.join(props.POLICIES)}")
+    machine = machine_info()
     tasks = [(args.seed, i, backends, args.reference_every, policies, jobs, types)
              for i in range(args.first, args.first + args.budget)]
     counts: collections.Counter = collections.Counter()
@@ -180,12 +188,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{policy:24s} {backend:16s} {outcome:24s} {count}")
         by_outcome[outcome] += count
     print(f"{done} problems in {time.perf_counter() - t0:.0f} s; answers by outcome: {dict(by_outcome)}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"budget": args.budget, "first": args.first, "done": done,
-                                               "seed": args.seed, "sizes": args.sizes,
-                                               "backends": backends,
-                                               "counts": [[*k, v] for k, v in sorted(counts.items())],
-                                               "failures": failures}, indent=1))
+    if args.results:
+        table: dict[tuple[str, str], collections.Counter] = {}
+        for (policy, backend, outcome), count in sorted(counts.items()):
+            table.setdefault((policy, backend), collections.Counter())[outcome] += count
+        rows = [{"policy": policy, "backend": backend, "ok": c.get("ok", 0),
+                 "other": ", ".join(f"{o}: {n}" for o, n in sorted(c.items()) if o != "ok") or "-"}
+                for (policy, backend), c in table.items()]
+        write_results(args.results, "property_suite", machine=machine,
+                      tables=[results_table(f"Answers by outcome on {done:,} random problems (seed {args.seed}, "
+                                            f"sizes {args.sizes})", rows,
+                                            [Column("policy", "policy", left=True),
+                                             Column("backend", "backend", left=True), Column("ok", "ok", ","),
+                                             Column("other", "other outcomes", left=True)])],
+                      data={"budget": args.budget, "first": args.first, "done": done, "seed": args.seed,
+                            "sizes": args.sizes, "backends": backends,
+                            "counts": [[*k, v] for k, v in sorted(counts.items())], "failures": failures})
     return 0 if set(by_outcome) <= {"ok"} else 1
 
 

@@ -42,6 +42,12 @@ import uuid
 from pathlib import Path
 
 from allocopt.bench.machine import machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = ROOT / "tests" / "jobs"
@@ -156,6 +162,7 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=100, help="scheduler kills in all (default: 100)")
     parser.add_argument("--kills-per-chain", type=int, default=10, help="kills before a chain runs to its end")
     parser.add_argument("--seed", type=int, default=0)
+    add_results_option(parser, "reliability", Path(__file__).parent / "results")
     args = parser.parse_args()
     if not sys.platform.startswith("linux"):
         print("reliability: needs Linux (/proc)", file=sys.stderr)
@@ -175,7 +182,15 @@ def main() -> int:
     bad = counts["jobs: steps repeated"] + counts["jobs: steps missing"] + \
         counts["job processes left after the final run"] + counts["client processes alive 5 s after a kill"] + \
         counts["orphans (no client) alive 5 s after a kill"]
-    print("verdict:", "every step exactly once, no job process left" if bad == 0 else f"{bad} bad outcome(s)")
+    verdict = "every step exactly once, no job process left" if bad == 0 else f"{bad} bad outcome(s)"
+    print("verdict:", verdict)
+    if args.results:
+        rows = [{"outcome": key, "count": counts[key]} for key in sorted(counts)]
+        write_results(args.results, "reliability", machine=info,
+                      data={"kills": done, "chains": chains, "counts": dict(counts), "verdict": verdict},
+                      tables=[results_table(f"{done} scheduler kills in {chains} chains (seed {args.seed}): {verdict}",
+                                            rows, [Column("outcome", "outcome", left=True),
+                                                   Column("count", "count", ",")])])
     return 0 if bad == 0 else 1
 
 

@@ -1,6 +1,6 @@
 """MkDocs hooks: pages that live outside docs/ (the README, the changelog, the notebooks).
 
-- ``overview.md`` is the top-level README.md and ``changelog.md`` CHANGELOG.md,
+- ``index.md`` (the home page) is the top-level README.md and ``changelog.md`` CHANGELOG.md,
   their links rewritten for the site (``docs/X.md`` -> ``X.md``);
 - ``notebooks/*.ipynb`` are the notebooks of the repository, rendered (and executed)
   by mkdocs-jupyter, so this hook runs before it;
@@ -16,7 +16,7 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED = {"overview.md": ROOT / "README.md", "changelog.md": ROOT / "CHANGELOG.md"}
+GENERATED = {"index.md": ROOT / "README.md", "changelog.md": ROOT / "CHANGELOG.md"}
 
 
 @event_priority(100)  # before mkdocs-jupyter turns .ipynb files into pages
@@ -31,4 +31,9 @@ def on_files(files: Files, config) -> Files:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    return markdown.replace("](../README.md", "](overview.md").replace("](../CHANGELOG.md", "](changelog.md")
+    """Links from a page under docs/ to the top-level README and CHANGELOG point at their site pages."""
+    depth = page.file.src_uri.count("/")
+    up = "../" * (depth + 1)
+    home = "../" * depth
+    return (markdown.replace(f"]({up}README.md", f"]({home}index.md")
+            .replace(f"]({up}CHANGELOG.md", f"]({home}changelog.md"))

@@ -88,7 +88,7 @@ def test_with_ecos_the_adapter_returns_gavels_point_to_the_last_bit():
     """With a cvxpy solver the adapter writes max-min fairness and finish-time fairness as Gavel's code writes
     them (gavel_program, conic_gavel): ECOS returns the point of the program written here Gavel's way (jobs
     and types in name order, Gavel's arithmetic, constraints x >= 0, GPUs per type, time per job), bit for
-    bit. Gavel's mechanism orders equal shares by those bits (benchmarks/README.md, "Conformance")."""
+    bit. Gavel's mechanism orders equal shares by those bits (docs/how-to/reproduce-gavel.md)."""
     cp = pytest.importorskip("cvxpy")
     if "ECOS" not in cp.installed_solvers():
         pytest.skip("cvxpy has no ECOS (pip install ecos)")

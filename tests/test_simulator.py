@@ -14,6 +14,7 @@ import pytest
 import allocopt
 from allocopt.errors import InvalidOptionError
 from allocopt.mechanism import TraceError, generate_workload, read_gavel_trace, shipped_trace, simulate
+from allocopt.mechanism.fidelity import FIDELITY_PROFILES
 from allocopt.mechanism.simulator import resolve_policy
 from allocopt.throughput import ThroughputTable
 
@@ -124,16 +125,23 @@ def test_policy_names():
     assert resolve_policy("allox")[2] is False and resolve_policy("gavel:fifo")[2] is True
     with pytest.raises(InvalidOptionError, match="unknown policy"):
         resolve_policy("nope")
-    # with HiGHS, Gavel's LP policies under Gavel's names: HiGHS's interior point without crossover
+    # the "gavel" fidelity: with HiGHS, Gavel's LP policies under Gavel's names get HiGHS's interior point
+    # without crossover; Gavel's min total duration bisects to 5% as Gavel's code (the adapter's
+    # faithful_bisection); with cvxpy, Gavel's programs as Gavel writes them
+    gavel, own = FIDELITY_PROFILES["gavel"], FIDELITY_PROFILES["allocopt"]
     ipm = {"solver": "ipm", "run_crossover": "off"}
-    assert resolve_policy("max_min_fairness_perf", None, "highs")[1] == {"solver_options": ipm}
-    # Gavel's min total duration bisects to 5% as Gavel's code (the adapter's faithful_bisection)
-    assert resolve_policy("gavel:min_total_duration_perf", None, "highs")[1] == {"method": "bisection",
-                                                                                 "solver_options": ipm}
-    assert resolve_policy("min_total_duration", {"method": "lp"})[1] == {"method": "lp", "heterogeneity_aware": False,
-                                                                         "reference_gpu_type": "v100"}
-    assert resolve_policy("min_makespan")[1] == {}  # allocopt's name: the exact LP
-    assert resolve_policy("max_min_fairness_perf", None, "cvxpy")[1] == {}
+    assert resolve_policy("max_min_fairness_perf", None, "highs", gavel)[1] == {"solver_options": ipm}
+    assert resolve_policy("gavel:min_total_duration_perf", None, "highs", gavel)[1] == {"method": "bisection",
+                                                                                        "solver_options": ipm}
+    assert resolve_policy("min_total_duration", {"method": "lp"}, None, gavel)[1] == {
+        "method": "lp", "heterogeneity_aware": False, "reference_gpu_type": "v100"}
+    assert resolve_policy("min_makespan", None, "highs", gavel)[1] == {}  # allocopt's name: the exact LP
+    assert resolve_policy("max_min_fairness_perf", None, "cvxpy", gavel)[1] == {"gavel_program": True}
+    assert resolve_policy("gavel:finish_time_fairness", None, "cvxpy", gavel)[1]["method"] == "conic_gavel"
+    # allocopt's fidelity (the default) solves allocopt's own programs under Gavel's names too
+    for name, backend in (("max_min_fairness_perf", "cvxpy"), ("gavel:min_total_duration_perf", "highs"),
+                          ("max_min_fairness_perf", "highs")):
+        assert resolve_policy(name, None, backend)[1] == resolve_policy(name, None, backend, own)[1] == {}
     assert resolve_policy("max_min_fairness", None, "highs")[1] == {}  # allocopt's name
     assert "solver_options" not in resolve_policy("gavel:allox", None, "highs")[1]
     simplex = {"solver_options": {"solver": "simplex"}}

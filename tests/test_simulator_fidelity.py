@@ -9,6 +9,7 @@ import pytest
 
 from allocopt import Cluster
 from allocopt.mechanism import simulate
+from allocopt.mechanism.fidelity import FIDELITY_PROFILES
 from allocopt.mechanism.priority import MechanismOptions
 from allocopt.mechanism.simulator import PriorityPlanner, SimulationState
 from allocopt.mechanism.workload import Workload, read_gavel_trace, shipped_trace
@@ -208,7 +209,7 @@ GAVEL_ARTIFACT_2_2_2 = {"max_min_fairness_perf": 3429.279, "fifo_perf": 5350.663
 
 @pytest.mark.parametrize("policy", sorted(GAVEL_ARTIFACT_2_2_2))
 def test_within_five_percent_of_gavels_simulator(policy):
-    """allocopt's simulator against Gavel's on the same trace, cluster and policy (benchmarks/README.md:
+    """allocopt's simulator against Gavel's on the same trace, cluster and policy (docs/how-to/reproduce-gavel.md:
     the first three identical, finish-time fairness with Gavel's cumulative isolated time, Gandiva packing)."""
     wl = read_gavel_trace(shipped_trace("artifact_evaluation"), TABLE)
     result = simulate(wl, {"v100": 2, "p100": 2, "k80": 2}, "gavel:" + policy, seed=0, ftf=False)
@@ -229,10 +230,11 @@ def _cluster(spec: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("trace, spec, policy", sorted(GAVEL_STATEFUL))
 def test_stateful_gavel_policies_reproduce_gavels_simulator(trace, spec, policy):
-    """``gavel:fifo`` (jobs keep their type until they complete, Gavel's type choice) and ``gavel:gandiva``
+    """With the "gavel" fidelity, ``gavel:fifo`` (jobs keep their type until they complete, Gavel's type
+    choice) and ``gavel:gandiva``
     (pairs kept while they gain, drawn by the seeded generator) run the adapter's policy object for the
     whole simulation: Gavel's simulator's JCTs to the millisecond."""
-    result = simulate(shipped_trace(trace), _cluster(spec), "gavel:" + policy, seed=0, ftf=False)
+    result = simulate(shipped_trace(trace), _cluster(spec), "gavel:" + policy, seed=0, ftf=False, fidelity="gavel")
     jct, makespan = GAVEL_STATEFUL[(trace, spec, policy)]
     assert result.metrics["average_jct_s"] == pytest.approx(jct, abs=1e-3)
     assert result.metrics["makespan_s"] == pytest.approx(makespan, abs=1e-3)
@@ -243,9 +245,11 @@ def test_gavel_names_run_the_adapters_stateful_policy_object():
     from allocopt.errors import InvalidOptionError
     from allocopt.mechanism.simulator import gavel_policy_for
 
-    fifo = gavel_policy_for("gavel:fifo", {}, "highs", 3)
+    fifo = gavel_policy_for("gavel:fifo", {}, "highs", 3, FIDELITY_PROFILES["gavel"])
     assert isinstance(fifo, GavelPolicy) and fifo.name == "FIFO" and fifo._faithful_type_choice
-    assert gavel_policy_for("gavel:fifo", {"faithful_type_choice": False}, "highs", 3)._faithful_type_choice is False
+    assert gavel_policy_for("gavel:fifo", {}, "highs", 3)._faithful_type_choice is False  # allocopt's fidelity
+    assert gavel_policy_for("gavel:fifo", {"faithful_type_choice": False}, "highs", 3,
+                            FIDELITY_PROFILES["gavel"])._faithful_type_choice is False
     assert gavel_policy_for("gavel:gandiva", {"space_sharing": True}, "highs", 0).name == "Gandiva_Packing"
     assert gavel_policy_for("fifo", {}, "highs", 0) is None  # allocopt's own (stateless) FIFO
     assert gavel_policy_for("gavel:max_min_fairness", {}, "highs", 0) is None  # stateless: allocopt.solve
@@ -330,10 +334,24 @@ def test_faithful_agnostic_plans_types_a_job_cannot_run_on_as_gavel():
     np.testing.assert_array_equal(gavel_agnostic_throughputs(np.array([[0.0, 0.0, 2.0]]), ["v100", "p100", "k80"]),
                                   [[1.0, 1.0, 2.0]])  # no V100 speed either: 1 step/s, as Gavel's adapter
     for policy in ("gavel:max_min_fairness", "gavel:finish_time_fairness"):
-        ours = simulate(wl, cluster, policy, ftf=False)
-        faithful = simulate(wl, cluster, policy, ftf=False, policy_options={"faithful_agnostic": True})
+        ours = simulate(wl, cluster, policy, ftf=False, fidelity="allocopt")
+        faithful = simulate(wl, cluster, policy, ftf=False, policy_options={"faithful_agnostic": True},
+                            fidelity="allocopt")
         assert not np.array_equal(faithful.jobs["finish_s"], ours.jobs["finish_s"])
         assert faithful.config["faithful_agnostic"] is True and "faithful_agnostic" not in ours.config
+        # the fidelity field agnostic_on_every_type is the same switch; the "gavel" fidelity (the default
+        # under Gavel's names) has it on
+        on = simulate(wl, cluster, policy, ftf=False, fidelity={"profile": "allocopt", "agnostic_on_every_type": True})
+        np.testing.assert_array_equal(on.jobs["finish_s"], faithful.jobs["finish_s"])
+        gavel_off = {"profile": "gavel", "agnostic_on_every_type": False}
+        off = simulate(wl, cluster, policy, ftf=False, fidelity=gavel_off)
+        assert "faithful_agnostic" not in off.config and off.config["fidelity"]["profile"] == "gavel"
+        gavel = simulate(wl, cluster, policy, ftf=False, fidelity=gavel_off, policy_options={"faithful_agnostic": True})
+        assert not np.array_equal(gavel.jobs["finish_s"], off.jobs["finish_s"])
+        assert "faithful_agnostic" not in simulate(wl, cluster, policy, ftf=False).config  # the default: allocopt's
+        for fidelity in ("gavel",):
+            np.testing.assert_array_equal(simulate(wl, cluster, policy, ftf=False, fidelity=fidelity).jobs["finish_s"],
+                                          gavel.jobs["finish_s"])
         # the policy's problems carry the planned throughputs; the mechanism and the executor T
         name, options, _ = resolve_policy(policy)
         state = SimulationState(wl, cluster, T, TABLE, planned_throughputs=planned)
@@ -357,13 +375,14 @@ def test_gavel_lp_policies_default_to_highs_interior_point():
 
     wl = read_gavel_trace(shipped_trace("small_test"), TABLE)
     cluster = {"v100": 2, "p100": 2, "k80": 2}
-    default = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False)
+    default = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False, fidelity="gavel")
     assert default.config["policy_options"]["solver_options"] == HIGHS_IPM
     assert "interior point without crossover" in default.config["solver_path"]
-    ipm = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False,
+    ipm = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False, fidelity="gavel",
                    policy_options={"solver_options": HIGHS_IPM})
-    simplex = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False,
+    simplex = simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False, fidelity="gavel",
                        policy_options={"solver_options": {"solver": "simplex"}})
+    assert "solver_path" not in simulate(wl, cluster, "gavel:max_sum_throughput_perf", ftf=False).config
     np.testing.assert_array_equal(default.jobs["finish_s"], ipm.jobs["finish_s"])
     assert not np.array_equal(default.jobs["finish_s"], simplex.jobs["finish_s"])  # another optimum, another run
     assert "solver_path" not in simplex.config and "solver_path" not in ipm.config

@@ -327,7 +327,7 @@ def test_small_runs_solve_their_lps_exactly_and_every_backend_agrees(seed, n_job
 def test_an_exact_lp_over_its_time_limit_leaves_the_rest_of_the_run_to_the_backend(monkeypatch):
     from test_properties import make_problem
 
-    from allocopt.formulations import water_filling as wf
+    from allocopt.formulations import water_filling_lps as wf
 
     problem, _ = make_problem(1001, 28, 8, True, False)  # 253 columns: exact by default, ~10 ms per LP here
     monkeypatch.setattr(wf, "EXACT_TIME_LIMIT_S", 1e-3)  # GLPK's limit is in whole milliseconds

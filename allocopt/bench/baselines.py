@@ -21,7 +21,11 @@ import numpy as np
 from allocopt.bench.timing import Measurement, time_cvxpy
 from allocopt.formulations.makespan import isolated_throughputs
 from allocopt.formulations.max_min_fairness import normalized_coefficients
-from allocopt.formulations.sia import useful_entries, utility_coefficients, valid_entries
+from allocopt.formulations.sia import (
+    useful_entries,
+    utility_coefficients,
+    valid_entries,
+)
 from allocopt.goodput_problem import GoodputProblem
 from allocopt.problem import Problem
 

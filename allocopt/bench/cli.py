@@ -16,9 +16,14 @@ from typing import Any
 
 from allocopt.backends import BACKENDS
 from allocopt.bench import instances, output
+from allocopt.bench.families import (
+    DEFAULT_FAMILY_POLICIES,
+    FAMILY_FIELDS,
+    FAMILY_POLICIES,
+    family_policies,
+    run_families,
+)
 from allocopt.bench.families import DEFAULT_SIZES as FAMILY_SIZES
-from allocopt.bench.families import (DEFAULT_FAMILY_POLICIES, FAMILY_FIELDS, FAMILY_POLICIES, family_policies,
-                                     run_families)
 from allocopt.bench.instances import FAMILIES
 from allocopt.bench.machine import format_machine, machine_info
 from allocopt.bench.output import Column, format_table, ratio, seconds
@@ -203,8 +208,10 @@ def main(args: argparse.Namespace) -> int:
     print(f"\nratio = cvxpy baseline total / allocopt total, same run; objectives compared in {len(agree)} rows, "
           f"{sum(not r['objectives_agree'] for r in agree)} differ by more than 1e-6 (relative)")
     _finish(info)
-    document = {"machine": info, "config": vars(config), "notes": list(dict.fromkeys(notes)), "rows": rows}
-    output.write_json(out / "bench.json", document)
+    output.write_results(out / "bench.json", "allocopt_bench", machine=info,
+                         tables=[output.results_table("allocopt against the cvxpy baselines, seconds end to end",
+                                                      rows, ROW_COLUMNS)],
+                         data={"config": vars(config), "notes": list(dict.fromkeys(notes)), "rows": rows})
     output.write_csv(out / "bench.csv", rows, ROW_FIELDS)
     written = [out / "bench.json", out / "bench.csv"]
     if not args.no_plot:
@@ -239,7 +246,10 @@ def _targets(config: Config, args: argparse.Namespace, info: dict[str, Any], out
           "excluded); vs plain: the plain LP's seconds over that; cvxpy/ours: the baseline's end-to-end seconds "
           "over that")
     _finish(info)
-    output.write_json(out / "targets.json", {"machine": info, "config": vars(config), "targets": results})
+    output.write_results(out / "targets.json", "allocopt_bench_targets", machine=info,
+                         tables=[output.results_table("Targets: allocopt.solve on highs with its defaults, "
+                                                      "seconds end to end", results, TARGET_COLUMNS)],
+                         data={"config": vars(config), "targets": results})
     output.write_csv(out / "targets.csv", results, TARGET_FIELDS)
     print(f"wrote {out / 'targets.json'}, {out / 'targets.csv'}")
     return 0
@@ -294,7 +304,9 @@ def _families(config: Config, args: argparse.Namespace, info: dict[str, Any], ou
           f"run; {len(slower)} row(s) more than 10% slower than it, "
           f"{sum('DIFFERS' in (r.get('flag') or '') for r in rows)} with objectives differing by more than 1e-6")
     _finish(info)
-    output.write_json(out / "families.json", {"machine": info, "rows": rows})
+    output.write_results(out / "families.json", "allocopt_bench_families", machine=info,
+                         tables=[output.results_table("Techniques by instance family, seconds end to end",
+                                                      rows, FAMILY_COLUMNS)], data={"rows": rows})
     print(f"wrote {path}, {out / 'families.json'}")
     return 0
 

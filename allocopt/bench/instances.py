@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

@@ -39,7 +39,9 @@ def machine_info() -> dict[str, Any]:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count()
-    from allocopt import __version__  # the code that runs (a stale install's metadata may say otherwise)
+    from allocopt import (
+        __version__,  # the code that runs (a stale install's metadata may say otherwise)
+    )
 
     versions = {"allocopt": __version__, **{name: _version(name) for name in
                                             ("numpy", "scipy", "highspy", "cvxpy", "gurobipy", "pulp", "clarabel")}}

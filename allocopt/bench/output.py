@@ -1,10 +1,19 @@
-"""Benchmark output: fixed-width tables, JSON, CSV, log-log plots and a progress bar."""
+"""Benchmark output: fixed-width tables, JSON, CSV, log-log plots, a progress bar, and results files.
+
+A results file (:func:`write_results`) is the machine-readable record of one benchmark run: allocopt's
+version, the machine (:func:`allocopt.bench.machine.machine_info`), the date, the command line, and the
+run's tables (:func:`results_table`) and raw data. ``benchmarks/render.py`` turns the results files under
+``benchmarks/results/`` into the tables the documentation shows.
+"""
 
 from __future__ import annotations
 
 import csv
+import datetime
 import json
 import math
+import os
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +43,11 @@ class Column:
 def seconds(value: float) -> str:
     """Seconds with 3 significant digits, e.g. ``0.0123``, ``1.23``, ``123``."""
     return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
+
+
+def milliseconds(value: float) -> str:
+    """Seconds shown as milliseconds with 3 significant digits, e.g. ``1.23`` for 0.00123 s."""
+    return seconds(1e3 * value)
 
 
 def ratio(value: float) -> str:
@@ -145,6 +159,95 @@ def plot_times(rows: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+#: Version of the results-file layout written by :func:`write_results`.
+RESULTS_FORMAT = 1
+
+
+def results_table(title: str, rows: Iterable[Mapping[str, Any]], columns: Sequence[Column]) -> dict[str, Any]:
+    """A table of a results file: ``title``, the columns' headers, and each row's cells as
+    :class:`Column` shows them (``-`` for None)."""
+    return {"title": title, "columns": [c.header for c in columns],
+            "rows": [[c.show(row.get(c.key)) for c in columns] for row in rows]}
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command that ran this process, as a reader would type it: ``python benchmarks/x.py ...``
+    (the script's path relative to the working directory when it lies below it)."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return "python"
+    script = argv[0]
+    name = os.path.basename(script)
+    package = os.path.basename(os.path.dirname(os.path.abspath(script)))
+    if name == "allocopt" or (name == "__main__.py" and package == "allocopt"):
+        head = ["allocopt"]  # the console script, or python -m allocopt
+    elif name == "__main__.py":
+        head = ["python", "-m", f"allocopt.{package}"]
+    elif script in ("-m", "-c"):
+        head = ["python", script]
+    else:
+        try:
+            script = os.path.relpath(script)
+        except ValueError:  # another drive (Windows)
+            pass
+        head = ["python", script]
+    return shlex.join([*head, *argv[1:]])
+
+
+def write_results(path: str | os.PathLike[str], benchmark: str, *, tables: Sequence[Mapping[str, Any]] = (),
+                  data: Mapping[str, Any] | None = None, machine: Mapping[str, Any] | None = None,
+                  command: str | None = None) -> Path:
+    """Write one benchmark run's results file and return its path.
+
+    Parameters
+    ----------
+    path : path-like
+        The JSON file to write (its directory is created).
+    benchmark : str
+        The benchmark's name, e.g. ``"bench_goodput"``.
+    tables : sequence of dict
+        Tables the documentation shows, each from :func:`results_table`.
+    data : dict, optional
+        The run's raw numbers (seconds, ratios, counts; units in the keys' names), as top-level keys
+        of the document next to the ones above (a key of theirs raises ``ValueError``).
+    machine : dict, optional
+        :func:`allocopt.bench.machine.machine_info` taken at the start of the run (default: now).
+    command : str, optional
+        The command line (default: this process's, :func:`command_line`).
+    """
+    from allocopt import __version__
+    from allocopt.bench.machine import machine_info
+
+    info = dict(machine) if machine is not None else machine_info()
+    try:
+        info["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        pass
+    document = {"format": RESULTS_FORMAT, "benchmark": benchmark, "allocopt_version": __version__,
+                "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+                "command": command if command is not None else command_line(), "machine": info,
+                "tables": [dict(t) for t in tables]}
+    clash = sorted(set(document) & set(data or {}))
+    if clash:
+        raise ValueError(f"results data may not use the keys {clash}")
+    document.update(data or {})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, document)
+    return path
+
+
+def add_results_option(parser: Any, benchmark: str, directory: str | os.PathLike[str],
+                       flags: Sequence[str] = ("--results",)) -> None:
+    """Add ``--results FILE`` (or ``flags``, e.g. an older ``--json``) to a benchmark script's argument
+    parser, as ``args.results``: where its results file goes (default ``DIRECTORY/BENCHMARK.json``;
+    an empty string writes none)."""
+    default = Path(directory) / f"{benchmark}.json"
+    parser.add_argument(*flags, dest="results", type=str, default=str(default), metavar="FILE",
+                        help=f"write the machine-readable results here (default: {os.path.relpath(default)}; "
+                             "'' for none)")
 
 
 class Progress:

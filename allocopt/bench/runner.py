@@ -13,7 +13,14 @@ from allocopt.bench.baselines import BASELINES
 from allocopt.bench.bounded import run_bounded
 from allocopt.bench.output import Progress
 from allocopt.bench.resolve import RESOLVE_TARGET, run_resolve_target
-from allocopt.bench.suite import BACKEND_SOLVER_OPTIONS, POLICIES, TARGETS, BenchPolicy, Target, techniques_for
+from allocopt.bench.suite import (
+    BACKEND_SOLVER_OPTIONS,
+    POLICIES,
+    TARGETS,
+    BenchPolicy,
+    Target,
+    techniques_for,
+)
 from allocopt.bench.timing import OBJECTIVE_RTOL, Measurement, time_allocopt
 
 #: A baseline's process is stopped after this many times its time limit per run (building included),

@@ -10,8 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocopt.errors import (AllocoptError, BackendNotInstalledError, LicenseError, NotOptimalError,
-                             TimeLimitError)
+from allocopt.errors import (
+    AllocoptError,
+    BackendNotInstalledError,
+    LicenseError,
+    NotOptimalError,
+    TimeLimitError,
+)
 
 #: Objectives agree when ``|a - b| <= OBJECTIVE_RTOL * max(|b|, 1e-12)``.
 OBJECTIVE_RTOL = 1e-6

@@ -2,20 +2,57 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+
 from allocopt.errors import UnknownPolicyError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult, base_model
-from allocopt.formulations.baselines import AlloX, Fifo, Gandiva
-from allocopt.formulations.finish_time_fairness import FinishTimeFairness
-from allocopt.formulations.makespan import MinMakespan
-from allocopt.formulations.max_min_fairness import MaxMinFairness
-from allocopt.formulations.max_throughput import MaxThroughput
-from allocopt.formulations.shares import Isolated, Proportional
-from allocopt.formulations.sia import Sia
-from allocopt.formulations.water_filling import WaterFilling
 
-POLICIES: dict[str, Policy] = {p.name: p for p in (MaxMinFairness(), MaxThroughput(), Isolated(), Proportional(),
-                                                     MinMakespan(), FinishTimeFairness(), WaterFilling(), Sia(),
-                                                     Fifo(), Gandiva(), AlloX())}
+# policy name -> (module, class); a policy's module is imported when the policy is first looked up
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "max_min_fairness": ("allocopt.formulations.max_min_fairness", "MaxMinFairness"),
+    "max_throughput": ("allocopt.formulations.max_throughput", "MaxThroughput"),
+    "isolated": ("allocopt.formulations.shares", "Isolated"),
+    "proportional": ("allocopt.formulations.shares", "Proportional"),
+    "min_makespan": ("allocopt.formulations.makespan", "MinMakespan"),
+    "finish_time_fairness": ("allocopt.formulations.finish_time_fairness", "FinishTimeFairness"),
+    "water_filling": ("allocopt.formulations.water_filling", "WaterFilling"),
+    "sia": ("allocopt.formulations.sia", "Sia"),
+    "fifo": ("allocopt.formulations.baselines", "Fifo"),
+    "gandiva": ("allocopt.formulations.baselines", "Gandiva"),
+    "allox": ("allocopt.formulations.baselines", "AlloX"),
+}
+
+
+class _Policies(Mapping[str, Policy]):
+    """The registered policies by name, each built on first lookup (a cold ``solve`` imports only its own)."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Policy] = {}
+
+    def __getitem__(self, name: str) -> Policy:
+        if name not in self._built:
+            module, cls = _REGISTRY[name]
+            policy = getattr(importlib.import_module(module), cls)()
+            assert policy.name == name, (policy.name, name)
+            self._built[name] = policy
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_REGISTRY)
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _REGISTRY
+
+    def __repr__(self) -> str:
+        return f"POLICIES({', '.join(_REGISTRY)})"
+
+
+#: The registered policies by name (a read-only mapping).
+POLICIES: Mapping[str, Policy] = _Policies()
 
 
 def get_policy(name: str) -> Policy:

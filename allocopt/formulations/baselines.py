@@ -33,7 +33,6 @@ when absent) and randomness from an explicit ``seed``.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from allocopt.errors import InvalidOptionError, InvalidProblemError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
@@ -179,6 +178,8 @@ class AlloX(Policy):
         position = np.arange(1, m + 1)
         cost = (position[None, :, None] * q[:, None, :] + waited[:, None, None]).reshape(m, m * n_gpus)
         cost = np.where(np.isfinite(cost), cost, cost[np.isfinite(cost)].max(initial=0.0) * 10 + 1e12)
+        from scipy.optimize import linear_sum_assignment  # on first use: scipy.optimize costs a cold start 0.1 s
+
         rows, cols = linear_sum_assignment(cost)
         from_last, gpu = np.divmod(cols, n_gpus)
         # the job with the largest from-last position on a GPU runs first

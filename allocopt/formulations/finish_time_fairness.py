@@ -68,7 +68,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
 
 from allocopt.backends.cvxpy import CvxpyBackend, require_solver, solve_program
 from allocopt.backends.highs import IPM_MIN_COLUMNS
@@ -138,7 +137,7 @@ def dual_lower_bound(weights: np.ndarray, rho: float, theta: float, isolated_fin
         return None
     if g_minus_theta(low) <= 0.0:  # the root is within a hair of the floor: nothing proven beyond it
         return None
-    root = brentq(g_minus_theta, low, high, xtol=1e-15 * high, rtol=4 * np.finfo(float).eps)
+    root = _brentq(g_minus_theta, low, high, xtol=1e-15 * high, rtol=4 * np.finfo(float).eps)
     return float(root) * (1.0 - 1e-12)  # below the root: the bound stays a proof despite rounding
 
 
@@ -311,7 +310,7 @@ class FinishTimeFairness(Policy):
                 low = max(r for r, v in values.items() if v < 0.0)
                 high = min((r for r, v in values.items() if v > 0.0), default=upper)
                 if excess(high) > 0.0:
-                    brentq(excess, low, high, xtol=1e-15 * high, rtol=RHO_RTOL)
+                    _brentq(excess, low, high, xtol=1e-15 * high, rtol=RHO_RTOL)
             except _Certified:
                 pass
             best = min(item[0] for item in seen)
@@ -444,3 +443,10 @@ class FinishTimeFairness(Policy):
         rhos = self._rho(steps, started, isolated_finish, evaluate(e, base, X, P))
         return PolicyResult(X, float(np.nanmax(rhos)), solution.status, P, solution.message,
                             {"rho": rhos, "num_lp_solves": 0})
+
+
+def _brentq(*args: Any, **kwargs: Any) -> float:
+    """:func:`scipy.optimize.brentq`, imported on first use (scipy.optimize costs a cold start 0.1 s)."""
+    from scipy.optimize import brentq
+
+    return brentq(*args, **kwargs)

@@ -35,6 +35,7 @@ from allocopt.jsonio import JsonSource, document_or_write, read_json
 from allocopt.mechanism.admission import AdmissionPolicy, AdmissionQueue, admission_policy
 from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner
 from allocopt.mechanism.order_policies import OrderPolicy, order_policy
+from allocopt.mechanism.fidelity import FIDELITY_PROFILES, Fidelity, resolve_fidelity
 from allocopt.mechanism.placement import GpuLayout, place_arrays
 from allocopt.mechanism.placement_policies import PlacementPolicy, placement_policy
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
@@ -49,7 +50,7 @@ from allocopt.throughput.profiles import load_profiles
 from allocopt.throughput.table import ThroughputTable
 
 if TYPE_CHECKING:
-    from allocopt.adapters.gavel import GavelPolicy
+    from allocopt.formulations.gavel_policies import GavelPolicy
 
 
 class SimulationError(AllocoptError, RuntimeError):
@@ -57,17 +58,19 @@ class SimulationError(AllocoptError, RuntimeError):
 
 
 def resolve_policy(name: str, options: Mapping[str, Any] | None = None,
-                   backend: str | None = None) -> tuple[str, dict[str, Any], bool]:
+                   backend: str | None = None, fidelity: Fidelity | None = None) -> tuple[str, dict[str, Any], bool]:
     """An allocopt or Gavel policy name -> (allocopt policy, options, heterogeneity-agnostic).
 
-    Gavel's ``min_total_duration*`` names bisect as Gavel's code does (``method="bisection"``,
-    the Gavel adapter's ``faithful_bisection``; ``method="lp"``: allocopt's exact LP).
-    Under a Gavel name with ``backend="highs"`` and no ``solver_options``, Gavel's LP
-    policies (:data:`allocopt.adapters.gavel.CENTRAL_POINT_POLICIES`) get HiGHS's
-    interior point without crossover, as the Gavel adapter's HiGHS path
-    (:func:`allocopt.adapters.gavel.highs_options_for`).
+    Under a Gavel name, ``fidelity`` (default: the ``"allocopt"`` preset) chooses Gavel's solver paths:
+    ``min_total_duration_bisection``: ``min_total_duration*`` bisects as Gavel's code does
+    (``method="bisection"``; ``method="lp"``: allocopt's exact LP); ``highs_interior_point``: with
+    ``backend="highs"`` and no ``solver_options``, Gavel's LP policies
+    (:data:`~allocopt.formulations.gavel_policies.CENTRAL_POINT_POLICIES`) get HiGHS's interior point
+    without crossover, as the Gavel adapter's HiGHS path; ``gavel_programs``: with ``backend="cvxpy"``,
+    Gavel's programs as Gavel writes them
+    (:func:`~allocopt.formulations.gavel_policies.gavel_program_options`).
 
-    Gavel names map through :data:`allocopt.adapters.gavel.POLICY_NAMES`; like
+    Gavel names map through :data:`~allocopt.formulations.gavel_policies.POLICY_NAMES`; like
     Gavel, their types are visited in random order unless Gavel's class name
     contains ``Perf`` or ``Packing`` (``gandiva``'s is ``Gandiva_Packing``,
     ``allox``'s ``AlloX_Perf``). A name of both (``max_min_fairness``, ``isolated``,
@@ -75,8 +78,10 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None,
     (``gavel:max_min_fairness`` is heterogeneity-agnostic). An allocopt policy
     is agnostic when its ``heterogeneity_aware`` option is False.
     """
-    from allocopt.adapters.gavel import CENTRAL_POINT_POLICIES, GAVEL_CLASS_NAMES, POLICY_NAMES, highs_options_for
+    from allocopt.formulations.gavel_policies import (CENTRAL_POINT_POLICIES, GAVEL_CLASS_NAMES, POLICY_NAMES,
+                                                      gavel_program_options, highs_options_for)
 
+    fidelity = fidelity or FIDELITY_PROFILES["allocopt"]
     extra = dict(options or {})
     gavel_name = name.removeprefix("gavel:")
     if name in POLICIES and gavel_name == name:
@@ -87,10 +92,13 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None,
         merged = {**POLICIES[policy].options, **gavel_options, **extra}
         extra = {**gavel_options, **extra}
         agnostic = not any(tag in GAVEL_CLASS_NAMES[gavel_name] for tag in ("Perf", "Packing"))
-        if policy == "min_makespan":  # Gavel's MinTotalDuration search, to 5% (the adapter's faithful_bisection)
+        if policy == "min_makespan" and fidelity.min_total_duration_bisection:  # Gavel's search, to 5%
             extra.setdefault("method", "bisection")
-        if backend == "highs" and "solver_options" not in extra and policy in CENTRAL_POINT_POLICIES:
+        if (backend == "highs" and fidelity.highs_interior_point and "solver_options" not in extra
+                and policy in CENTRAL_POINT_POLICIES):
             extra["solver_options"] = highs_options_for(policy)
+        if backend == "cvxpy" and fidelity.gavel_programs:
+            extra = {**gavel_program_options(gavel_name, {**gavel_options, **extra}), **extra}
     else:
         raise InvalidOptionError(f"unknown policy {name!r}; allocopt policies: {', '.join(sorted(POLICIES))}; "
                                  f"Gavel names: {', '.join(sorted(POLICY_NAMES))}")
@@ -100,15 +108,20 @@ def resolve_policy(name: str, options: Mapping[str, Any] | None = None,
     return policy, extra, agnostic
 
 
-def _faithful_agnostic(name: str, options: dict[str, Any]) -> bool:
+def _faithful_agnostic(name: str, options: dict[str, Any], default: bool = False) -> bool:
     """Pop ``faithful_agnostic`` from ``options`` (:func:`resolve_policy`'s): True plans Gavel's
     heterogeneity-agnostic policies (``gavel:max_min_fairness``, ``gavel:finish_time_fairness``,
     ``gavel:min_total_duration``, ...) as Gavel's code does, on every GPU type at the job's V100
     speed, also a type where the job cannot run (that time is then lost: the mechanism never runs
-    a job where its throughput is 0); allocopt never plans such time."""
-    from allocopt.adapters.gavel import POLICY_NAMES
+    a job where its throughput is 0); allocopt never plans such time. Without the option:
+    ``default`` (the fidelity's ``agnostic_on_every_type``) where ``name`` is such a policy."""
+    from allocopt.formulations.gavel_policies import POLICY_NAMES
 
-    faithful = options.pop("faithful_agnostic", False)
+    if "faithful_agnostic" not in options:
+        gavel_name = name.removeprefix("gavel:")
+        return default and (gavel_name != name or name not in POLICIES) and gavel_name in POLICY_NAMES \
+            and POLICY_NAMES[gavel_name][2].get("heterogeneity_aware", True) is False
+    faithful = options.pop("faithful_agnostic")
     if not isinstance(faithful, bool):
         raise InvalidOptionError(f"faithful_agnostic must be True or False, got {faithful!r}")
     gavel_name = name.removeprefix("gavel:")
@@ -121,22 +134,27 @@ def _faithful_agnostic(name: str, options: dict[str, Any]) -> bool:
     return faithful
 
 
-def gavel_policy_for(name: str, options: Mapping[str, Any], backend: str, seed: int) -> GavelPolicy | None:
-    """The adapter's Gavel policy object for ``gavel:NAME`` when Gavel's policy keeps state between
-    calls (:data:`allocopt.adapters.gavel.STATEFUL_POLICIES`: ``fifo``, ``gandiva``, ``allox``),
-    else None.
+def gavel_policy_for(name: str, options: Mapping[str, Any], backend: str, seed: int,
+                     fidelity: Fidelity | None = None) -> GavelPolicy | None:
+    """Gavel's policy object (:class:`~allocopt.formulations.gavel_policies.GavelPolicy`, as the Gavel
+    adapter's) for ``gavel:NAME`` when Gavel's policy keeps state between calls
+    (:data:`~allocopt.formulations.gavel_policies.STATEFUL_POLICIES`: ``fifo``, ``gandiva``, ``allox``),
+    else None. ``fidelity`` (default: the ``"allocopt"`` preset): ``fifo_type_choice`` gives ``gavel:fifo``
+    Gavel's worker-type choice (else a seeded random type among those with room).
 
     ``seed`` seeds its random choices as Gavel's ``--seed`` seeds the policy's;
     ``options`` (:func:`resolve_policy`'s) may hold the object's flags
     (``faithful_type_choice``, ``alpha``), ``solver_options`` (``{"solver": ...}``
     with the cvxpy backend) and ``space_sharing`` (Gandiva's, always on).
     """
-    from allocopt.adapters.gavel import STATEFUL_POLICIES, GavelPolicy
+    from allocopt.formulations.gavel_policies import STATEFUL_POLICIES, GavelPolicy
 
     gavel_name = name.removeprefix("gavel:")
     if gavel_name == name or gavel_name not in STATEFUL_POLICIES:
         return None
     flags = dict(STATEFUL_POLICIES[gavel_name])
+    if gavel_name == "fifo":
+        flags["faithful_type_choice"] = (fidelity or FIDELITY_PROFILES["allocopt"]).fifo_type_choice
     unknown = []
     for key, value in options.items():
         if key in ("faithful_type_choice", "alpha"):
@@ -571,7 +589,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
              policy_options: Mapping[str, Any] | None = None, executor: Executor | None = None,
              planner: RoundPlanner | None = None, progress: bool = False,
              profiles: str | PathLike[str] | Mapping[tuple[str, str], Any] | None = None,
-             ftf: bool = True, admission: str | AdmissionPolicy | None = None,
+             ftf: bool = True, fidelity: Fidelity | str | Mapping[str, Any] | None = None,
+             admission: str | AdmissionPolicy | None = None,
              placement: str | PlacementPolicy | None = None) -> SimulationResult:
     """Simulate ``policy`` on ``cluster`` running ``workload``.
 
@@ -584,19 +603,15 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     cluster : Cluster or mapping of str to int
         ``{"v100": 36, ...}`` (8 GPUs per server) or a Cluster.
     policy : str, default "max_min_fairness_perf"
-        An allocopt policy name or a Gavel policy name. Gavel's names
-        (``gavel:NAME``, or a name allocopt has no policy of) get Gavel's
-        simulator's accounting (``pair_finishes_at_lease_end`` and
-        ``running_type_totals`` of
-        :class:`~allocopt.mechanism.priority.MechanismOptions`); ``gavel:fifo``,
-        ``gavel:gandiva`` and ``gavel:allox`` run the Gavel adapter's stateful
-        policy object (:func:`gavel_policy_for`; ``mode="ideal"`` solves
-        allocopt's policy instead). An order-based policy (``las``, ``tiresias``,
-        ``tiresias_gittins``, ``srtf``, ``sjf``, ``order:fifo``, with
-        ``policy_options`` as its options, or an
-        :class:`~allocopt.mechanism.order_policies.OrderPolicy` object) runs on
-        :class:`~allocopt.mechanism.order_planner.OrderPlanner`: rounds end at the
-        next arrival, completion or policy event, at most ``round_seconds``.
+        An allocopt policy name or a Gavel policy name (``gavel:NAME``, or a name
+        allocopt has no policy of); ``gavel:fifo``, ``gavel:gandiva`` and
+        ``gavel:allox`` run Gavel's stateful policy object
+        (:func:`gavel_policy_for`; ``mode="ideal"`` solves allocopt's policy instead).
+        An order-based policy (``las``, ``tiresias``, ``tiresias_gittins``,
+        ``srtf``, ``sjf``, ``order:fifo``, with ``policy_options`` as its options,
+        or an :class:`~allocopt.mechanism.order_policies.OrderPolicy` object) runs
+        on :class:`~allocopt.mechanism.order_planner.OrderPlanner`: rounds end at
+        the next arrival, completion or policy event, at most ``round_seconds``.
     throughputs : ThroughputTable, optional
         Default: Gavel's measurements (:meth:`ThroughputTable.gavel`).
     round_seconds : float, default 360
@@ -649,6 +664,13 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         option ``faithful_to_sia`` is set. Any other policy runs Gavel-style
         rounds with each job's requested GPUs and batch size fixed
         (:func:`~allocopt.mechanism.sia_rounds.rigid_throughputs`).
+    fidelity : str, Fidelity or mapping, optional
+        Whose simulator to follow (:mod:`allocopt.mechanism.fidelity`): ``"allocopt"``,
+        ``"gavel"``, ``"sia"``, a :class:`~allocopt.mechanism.fidelity.Fidelity`, or
+        ``{"profile": NAME, FIELD: VALUE, ...}``. Default ``"allocopt"``, allocopt's own model,
+        also under Gavel's policy names (their policies, under allocopt's accounting);
+        ``"gavel"`` reproduces Gavel's simulator, ``"sia"`` with policy ``sia`` Sia's (the
+        policy option ``faithful_to_sia=True`` is the same switch).
     admission : str or AdmissionPolicy, optional
         Admission control (:mod:`allocopt.mechanism.admission`): ``"accept_all"``,
         ``"load_based"`` (Blox's, threshold 1.2), or a policy object such as
@@ -682,6 +704,9 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         cluster = Cluster(dict(cluster))
     if mode not in ("mechanism", "ideal"):
         raise InvalidOptionError(f"mode must be 'mechanism' or 'ideal', got {mode!r}")
+    fid = resolve_fidelity(fidelity)
+    if profiles is not None and policy == "sia" and dict(policy_options or {}).get("faithful_to_sia"):
+        fid = FIDELITY_PROFILES["sia"] if fidelity is None else fid
     admitter = None if admission is None else admission_policy(admission)
     if admitter is not None and mode != "mechanism":
         raise InvalidOptionError(f"admission control runs in mode 'mechanism' only, got mode={mode!r}")
@@ -689,7 +714,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         raise InvalidOptionError("placement plug-ins run with the round mechanism of allocation and order-based "
                                  f"policies (mode='mechanism'), not with mode={mode!r} or Sia's rounds")
     if profiles is not None:
-        faithful = bool(dict(policy_options or {}).get("faithful_to_sia")) and policy == "sia"
+        faithful = fid.sia_profile_numbers and policy == "sia"
         profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles, sia_numbers=faithful)
         sia_jobs = _sia_jobs(workload, profiles)
         workload = sia_workload(sia_jobs, profiles, "" if isinstance(workload, Sequence) else str(workload))
@@ -698,7 +723,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         if mode != "mechanism":
             raise InvalidOptionError(f"policy 'sia' runs in mode 'mechanism' only, got {mode!r}")
         state = SimulationState(workload, cluster, np.ones((workload.num_jobs, cluster.num_gpu_types)))
-        planner = SiaPlanner(state, profiles, round_seconds=round_seconds, backend=backend,
+        planner = SiaPlanner(state, profiles, round_seconds=round_seconds, backend=backend, fidelity=fid,
                              **{"batch_sizes": [j.batch_size for j in sia_jobs], **dict(policy_options or {})})
         executor = executor or SiaExecutor()
         name, options, agnostic = "sia", dict(policy_options or {}), False
@@ -710,14 +735,17 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                 raise InvalidOptionError(f"order-based policy {order.name!r} runs in mode 'mechanism' only")
             name, options, agnostic, faithful_agnostic = order.name, dict(policy_options or {}), False, False
             policy = policy if isinstance(policy, str) else order.name
+            explicit = False
         else:
-            name, options, agnostic = resolve_policy(policy, policy_options, backend)
-            faithful_agnostic = _faithful_agnostic(policy, options)
+            name, options, agnostic = resolve_policy(policy, policy_options, backend, fid)
+            explicit = "faithful_agnostic" in (policy_options or {})
+            faithful_agnostic = _faithful_agnostic(policy, options,
+                                                   fid.agnostic_on_every_type and mode == "mechanism")
         solver_path = None
         if "solver_options" in options and "solver_options" not in (policy_options or {}):  # resolve_policy's
-            from allocopt.adapters.gavel import HIGHS_IPM_REASON
+            from allocopt.formulations.gavel_policies import HIGHS_IPM_REASON
             solver_path = HIGHS_IPM_REASON
-        if faithful_agnostic and mode != "mechanism":  # a job planned only where it cannot run would never progress
+        if faithful_agnostic and explicit and mode != "mechanism":  # a job planned only where it cannot run would never progress
             raise InvalidOptionError("faithful_agnostic=True reproduces Gavel's round mechanism: mode='mechanism' "
                                      f"only, got mode={mode!r}")
         if profiles is not None:
@@ -730,16 +758,15 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         workload.check_fits(T, cluster)
         planned = None
         if faithful_agnostic:
-            from allocopt.adapters.gavel import gavel_agnostic_throughputs
+            from allocopt.formulations.gavel_policies import gavel_agnostic_throughputs
             planned = gavel_agnostic_throughputs(T, list(cluster.gpu_types))
         state = SimulationState(workload, cluster, T, None if profiles is not None else table, planned)
     # Gavel's FIFO policies run only allocated entries (priority > 0)
-    # Gavel's names (gavel:NAME, or a name allocopt has no policy of) get Gavel's simulator's accounting
-    gavel = policy.startswith("gavel:") or policy not in POLICIES
     mech = MechanismOptions(round_seconds, recompute_min_seconds, initial_received_rounds,
                             type_order or ("random" if agnostic else "fastest_first"), seed,
                             work_conserving=name != "fifo", run_unallocated=run_unallocated,
-                            pair_finishes_at_lease_end=gavel, running_type_totals=gavel)
+                            pair_finishes_at_lease_end=fid.pair_finishes_at_lease_end,
+                            running_type_totals=fid.running_type_totals)
     bar = _progress(workload.num_jobs, progress)
     if mode == "ideal":
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
@@ -749,7 +776,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         if order is not None and planner is None:
             planner = OrderPlanner(state, order, OrderOptions(round_seconds), placer)
         planner = planner or PriorityPlanner(state, name, options, mech, backend,
-                                             gavel_policy_for(policy, options, backend, seed), placer)
+                                             gavel_policy_for(policy, options, backend, seed, fid), placer)
         if executor is None:
             executor = SimulatedExecutor(np.asarray(T, dtype=np.float64), gpu_types=cluster.gpu_types,
                                          restart_overhead_s=restart_overhead_s,
@@ -795,7 +822,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
               "recompute_min_seconds": recompute_min_seconds, "run_unallocated": run_unallocated,
               "type_order": mech.type_order
               if isinstance(mech.type_order, str) else list(mech.type_order), "seed": seed,
-              "restart_overhead_s": restart_overhead_s, "workload": workload.source}
+              "restart_overhead_s": restart_overhead_s, "workload": workload.source,
+              "fidelity": fid.to_dict()}
     if admitter is not None:
         config["admission"] = admitter.name
     if placement is not None:

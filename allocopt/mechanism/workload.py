@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from os import PathLike
+from typing import Any
 
 import numpy as np
 
@@ -179,8 +180,10 @@ def read_gavel_trace(path: str | PathLike[str], table: ThroughputTable | None = 
 def load_throughputs(path: str | PathLike[str]) -> ThroughputTable:
     """A throughput table from a file: allocopt's CSV or JSON measurements
     (:meth:`ThroughputTable.from_csv`, :meth:`~ThroughputTable.from_json`), or Gavel's
-    ``simulation_throughputs.json`` (``{gpu_type: {"('Model', s)": {"null": steps/s, ...}}}``;
-    isolated throughputs of the consolidated types are read, pairs are not)."""
+    ``simulation_throughputs.json`` (``{gpu_type: {"('Model', s)": {"null": steps/s,
+    "('Other', s)": [steps/s of Model, steps/s of Other], ...}}}``): the isolated throughputs of the
+    consolidated types and their co-located pairs, as :meth:`ThroughputTable.gavel` holds them (each
+    unordered pair once, in the orientation first met; a pair a type does not list cannot share there)."""
     name = str(path)
     if name.lower().endswith(".csv"):
         return ThroughputTable.from_csv(path)
@@ -190,13 +193,39 @@ def load_throughputs(path: str | PathLike[str]) -> ThroughputTable:
     types = [t for t in raw if not t.endswith("_unconsolidated")]
     try:
         keys = list(raw[types[0]])
-        entries = [ast.literal_eval(k) if len(k) < 1000 else None for k in keys]
+        entries = [(str(m), int(sf)) for m, sf in (_gavel_key(k) for k in keys)]
         values = [[float(raw[t][k]["null"]) for t in types] for k in keys]
-        return ThroughputTable([(str(m), int(sf)) for m, sf in entries], types, values)
+        row = {k: i for i, k in enumerate(keys)}
+        pairs: dict[tuple[int, int], np.ndarray] = {}  # (row a, row b) in first orientation -> (types, 2)
+        for j, t in enumerate(types):
+            for k in keys:
+                for other, tput in raw[t][k].items():
+                    if other == "null":
+                        continue
+                    a, b = row[k], row[other]
+                    if entries[a][1] != entries[b][1]:
+                        raise ValueError(f"pair {k} / {other} on {t} has two scale factors")
+                    key, flip = ((a, b), False) if (a, b) in pairs or (b, a) not in pairs else ((b, a), True)
+                    slot = pairs.setdefault(key, np.zeros((len(types), 2)))
+                    slot[j] = [float(tput[1]), float(tput[0])] if flip else [float(tput[0]), float(tput[1])]
+        order = sorted(pairs)
+        return ThroughputTable(entries, types, values,
+                               pairs=[(entries[a][0], entries[b][0], entries[a][1]) for a, b in order],
+                               pair_throughputs_steps_per_s=np.array([pairs[k] for k in order]).reshape(
+                                   len(order), len(types), 2))
     except (IndexError, KeyError, TypeError, ValueError, SyntaxError, OverflowError, RecursionError,
             MemoryError) as err:
         raise InvalidProblemError(f"{name}: not Gavel's throughputs layout {{gpu_type: {{\"('Model', s)\": "
-                                  f"{{\"null\": steps_per_s}}}}}}: {err!r}", field="json") from None
+                                  f"{{\"null\": steps_per_s, \"('Other', s)\": [steps_per_s, steps_per_s]}}}}}}: "
+                                  f"{err!r}", field="json") from None
+
+
+def _gavel_key(text: str) -> tuple[Any, Any]:
+    """Gavel's entry key ``"('Model (batch size B)', s)"`` -> ``(model, s)``."""
+    if len(text) >= 1000:
+        raise ValueError(f"entry key of {len(text)} characters")
+    model, scale = ast.literal_eval(text)
+    return model, scale
 
 
 def generate_workload(table: ThroughputTable, num_jobs: int, *, jobs_per_hour: float, seed: int = 0,

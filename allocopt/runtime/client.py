@@ -26,7 +26,8 @@ stand-alone, to its total steps):
 ``ALLOCOPT_RENEW_WAIT_S``    seconds to wait at a lease end for an extension (default 30)
 ``ALLOCOPT_DEVICES``         the executor's device ids of this job (also for ``cpu`` devices)
 ``ALLOCOPT_GPU_TYPE``        type of those devices
-``ALLOCOPT_SYNC_FILE``       with several ranks: rank 0 publishes which steps may run there, and
+``ALLOCOPT_SYNC_FILE``       with several ranks: the other ranks check in beside it (so rank 0 starts
+                             stepping once all loaded the same checkpoint), rank 0 publishes which steps may run there, and
                              the other ranks follow it, so all ranks stop at the same step
 ``ALLOCOPT_EPOCH``           this launch's lease epoch: commits (checkpoints, :func:`fenced` blocks)
                              are refused once the executor issued a newer one
@@ -34,6 +35,11 @@ stand-alone, to its total steps):
 ``ALLOCOPT_SCHEDULER_PID``   the process that started this one (and ``..._TICKS``, its start time):
                              when it is gone the job stops as on a stop request
 ``ALLOCOPT_NUM_THREADS``     CPU threads this rank's device share allows (also in ``OMP_NUM_THREADS``...)
+``ALLOCOPT_BATCH_SIZE``      elastic jobs: the global batch size (samples per step, all ranks) of this
+                             allocation; ``ALLOCOPT_LOCAL_BSZ`` (micro-batch per rank) and
+                             ``ALLOCOPT_ACCUM_STEPS`` (accumulation steps per step) split it, and
+                             ``ALLOCOPT_LR_SCALE`` is the learning-rate multiplier that goes with it.
+                             A new batch size comes with a restart (see docs/how-to/elastic-jobs.md)
 ``RANK`` ``WORLD_SIZE`` ``LOCAL_RANK`` ``MASTER_ADDR`` ``MASTER_PORT`` ``CUDA_VISIBLE_DEVICES``
 ==========================================================================================
 
@@ -42,7 +48,10 @@ extends the lease (the process keeps going, no restart) or asks it to stop
 (stop file or SIGTERM); :func:`steps` then returns. Progress records carry
 ``event`` (``start``, ``step``, ``paused``, ``resumed``, ``metrics``, ``exit``),
 ``t`` (epoch seconds), ``step`` (steps completed), ``samples``, ``ckpt`` (step of
-the last checkpoint saved) and ``seq`` (lease number).
+the last checkpoint saved) and ``seq`` (lease number). Elastic jobs report the statistics their
+goodput model needs with :func:`report`: ``grad_sqr`` and ``grad_var`` (gradient statistics
+normalized to the initial batch size, as AdaptDL measures them) and, optionally, ``sync_time``
+(seconds per step spent synchronizing gradients); step times are measured from the step records.
 
 Exactly-once progress: a copy of the job whose lease was taken away (its
 scheduler died and a new one relaunched the job) is refused at its next commit
@@ -62,6 +71,7 @@ import contextlib
 import glob
 import hashlib
 import json
+import logging
 import os
 import pickle
 import signal
@@ -79,6 +89,7 @@ _PROGRESS_INTERVAL_S = 0.05  # step records are written at most this often (paus
 _POLL_S = 0.01  # how often a paused job looks for an extension or a stop request
 _KEEP_CHECKPOINTS = 2
 _WATCH_S = 0.1  # how often a running job checks its epoch and that the process that started it lives
+_RANK_WAIT_S = 10.0  # how long rank 0 waits for the other ranks to enter steps() before it starts without them
 
 
 @dataclass(frozen=True)
@@ -88,7 +99,8 @@ class Lease:
     ``max_steps``/``total_steps``/``lease_end`` are None when unlimited;
     ``lease_end`` is in epoch seconds; ``checkpoint_dir`` is None stand-alone (no checkpoints);
     ``epoch`` is None without an executor (no fence); ``num_threads`` is None when the executor
-    sets no limit.
+    sets no limit. Elastic jobs: ``batch_size`` (global, samples per step), ``local_bsz`` (per rank),
+    ``accum_steps`` and ``lr_scale`` of this allocation; ``batch_size`` and ``local_bsz`` are None for a rigid job.
     """
 
     job_id: str
@@ -105,6 +117,10 @@ class Lease:
     gpu_type: str | None
     epoch: int | None = None
     num_threads: int | None = None
+    batch_size: int | None = None
+    local_bsz: int | None = None
+    accum_steps: int = 0
+    lr_scale: float = 1.0
 
     @property
     def seconds_left(self) -> float | None:
@@ -128,7 +144,10 @@ def lease() -> Lease:
                  lease_end=float(end) if end.strip() else None,
                  checkpoint_dir=os.environ.get("ALLOCOPT_CHECKPOINT_DIR") or None,
                  devices=tuple(d for d in devices.split(",") if d), gpu_type=os.environ.get("ALLOCOPT_GPU_TYPE"),
-                 epoch=_int("ALLOCOPT_EPOCH"), num_threads=_int("ALLOCOPT_NUM_THREADS"))
+                 epoch=_int("ALLOCOPT_EPOCH"), num_threads=_int("ALLOCOPT_NUM_THREADS"),
+                 batch_size=_int("ALLOCOPT_BATCH_SIZE"), local_bsz=_int("ALLOCOPT_LOCAL_BSZ"),
+                 accum_steps=_int("ALLOCOPT_ACCUM_STEPS", 0) or 0,
+                 lr_scale=float(os.environ.get("ALLOCOPT_LR_SCALE", "").strip() or 1.0))
 
 
 # ----- stop requests and the fence ------------------------------------------------------
@@ -203,7 +222,10 @@ def _emit(record: dict[str, Any]) -> None:
 
 
 def report(**metrics: Any) -> None:
-    """Report extra metrics (loss, accuracy...) to the executor; values must be JSON-serializable."""
+    """Report extra metrics (loss, accuracy...) to the executor; values must be JSON-serializable.
+
+    Elastic jobs report ``grad_sqr`` and ``grad_var`` (and optionally ``sync_time``, seconds per step)
+    here: the executor hands the latest numeric values to the goodput model."""
     _emit({"event": "metrics", **metrics})
 
 
@@ -265,7 +287,9 @@ def steps(start: int = 0, *, samples_per_step: int | None = None, total: int | N
     check_lease()
     _emit({"event": "start", "step": step, "pid": os.getpid(), "seq": leases.seq, "ckpt": _last_ckpt})
     reason = "done"
-    while True:
+    if sync and not _await_ranks(sync, info.world_size, start):
+        reason = "stop"
+    while reason == "done":
         if total is not None and step >= total:
             break
         if time.monotonic() - last_check >= _WATCH_S:
@@ -304,10 +328,48 @@ def _publish(path: str | None, upto: int, state: str, seq: int) -> None:
         os.replace(tmp, path)
 
 
+def _ready_file(sync: str, rank: int) -> str:
+    return f"{sync[:-len('.json')] if sync.endswith('.json') else sync}-ready-r{rank}.json"
+
+
+def _await_ranks(sync: str, world_size: int, start: int) -> bool:
+    """Rank 0: wait until every other rank entered :func:`steps` (so all loaded the same checkpoint:
+    rank 0 saves none before), at most ``_RANK_WAIT_S`` seconds (then it starts, with a logged
+    warning); False on a stop request. Raises RuntimeError when a rank starts from another step."""
+    waiting = set(range(1, world_size))
+    deadline = time.monotonic() + _RANK_WAIT_S
+    while waiting:
+        if time.monotonic() >= deadline:
+            logging.getLogger(__name__).warning(
+                "rank(s) %s did not enter client.steps() within %g s; rank 0 starts without them (they may resume "
+                "from a later checkpoint)", sorted(waiting), _RANK_WAIT_S)
+            return True
+        for rank in sorted(waiting):
+            try:
+                with open(_ready_file(sync, rank), encoding="utf-8") as f:
+                    other = int(json.load(f)["start"])
+            except (OSError, ValueError, KeyError):
+                continue
+            if other != start:
+                raise RuntimeError(f"rank {rank} starts at step {other} and rank 0 at step {start}: every rank "
+                                   "must resume from the same checkpoint")
+            waiting.discard(rank)
+        if waiting:
+            if stop_requested():
+                return False
+            check_lease()
+            time.sleep(_POLL_S)
+    return True
+
+
 def _follow(start: int, path: str, samples_per_step: int | None) -> Iterator[int]:
     """Ranks > 0: run exactly the steps rank 0 runs, pause and stop with it."""
     step, last_emit, paused, last_check = start, 0.0, False, time.monotonic()
     check_lease()
+    ready = _ready_file(path, lease().rank)
+    with open(f"{ready}.tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps({"start": start}))
+    os.replace(f"{ready}.tmp", ready)
     _emit({"event": "start", "step": step, "pid": os.getpid(), "seq": 0, "ckpt": _last_ckpt})
     while True:
         if time.monotonic() - last_check >= _WATCH_S:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 class RoundOutcome(str, enum.Enum):
@@ -25,6 +26,28 @@ class RoundOutcome(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """The batch an elastic job runs with under one allocation (see :mod:`allocopt.runtime.elastic`).
+
+    Attributes
+    ----------
+    batch_size : int
+        Global batch size, samples per step over all ranks: ``replicas * local_bsz * (accum_steps + 1)``.
+    local_bsz : int
+        Micro-batch of one rank, samples.
+    accum_steps : int
+        Gradient-accumulation steps per step (0: one micro-batch per step).
+    lr_scale : float
+        Learning-rate multiplier that goes with ``batch_size`` (1 at the job's initial batch size).
+    """
+
+    batch_size: int
+    local_bsz: int
+    accum_steps: int
+    lr_scale: float
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,9 @@ class Lease:
         The job keeps the GPUs it held last round: no restart.
     co_located_with : hashable or None
         Under space sharing, the job sharing these GPUs.
+    batch : BatchSettings or None
+        An elastic job's batch for this allocation (None: a rigid job); a running job whose batch
+        changes is restarted, even on the same GPUs.
     """
 
     job_id: Hashable
@@ -54,6 +80,7 @@ class Lease:
     max_steps: int | None = None
     extended: bool = False
     co_located_with: Hashable | None = None
+    batch: BatchSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +113,9 @@ class JobRoundResult:
         The job was (re)started this round rather than continuing an extended lease.
     message : str
         Why a job failed, or other detail.
+    metrics : mapping of str to float
+        The latest values the job reported with :func:`allocopt.runtime.client.report` (e.g. the
+        gradient statistics ``grad_sqr``, ``grad_var`` and ``sync_time`` of elastic jobs).
     """
 
     job_id: Hashable
@@ -95,6 +125,7 @@ class JobRoundResult:
     measured_steps_per_s: float | None = None
     restarted: bool = False
     message: str = ""
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
 
 class Executor(ABC):

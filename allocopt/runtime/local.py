@@ -30,191 +30,43 @@ share of this machine's cores, unless the job's ``env`` sets them.
 
 Where a rank's process runs is the one thing other executors change: they
 override :meth:`LocalExecutor._start_ranks` with their own
-:class:`RankProcess` (see :mod:`allocopt.runtime.ray_executor`) and build the
-environment with :func:`job_environment` and :func:`rank_environment`.
+:class:`~allocopt.runtime.launch.RankProcess` (see :mod:`allocopt.runtime.ray_executor`)
+and build the environment with :func:`~allocopt.runtime.launch.job_environment` and
+:func:`~allocopt.runtime.launch.rank_environment`. How a rank is started and contained lives in
+:mod:`allocopt.runtime.launch`; what its progress file says and what a round counts of it, in
+:mod:`allocopt.runtime.progress`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
-import re
 import signal
-import socket
 import subprocess
-import sys
 import time
-import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from allocopt.errors import InvalidProblemError, StateError
 from allocopt.runtime import client, watchdog
 from allocopt.runtime.devices import CPU_TYPE, Device
-from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
+from allocopt.runtime.executor import BatchSettings, Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.runtime.fence import issue_epoch
-from allocopt.runtime.procs import (LAUNCH_VAR, ProcessTree, become_subreaper, contain_child, process_table,
-                                    reap_children, start_ticks)
+from allocopt.runtime.launch import (JobSpec, RankProcess, _LocalProcess, _start_watchdog, _write_json_atomic,
+                                     cpu_threads, exclusive_lock, free_port, job_directory_name, job_environment,
+                                     merge_environment, new_token, rank_environment, sanitized_job_name, start_process)
+from allocopt.runtime.progress import ExecutorStats, Rank, StepLedger, steady_steps_per_s
+from allocopt.runtime.procs import (become_subreaper, process_table,
+                                    reap_children)
 from allocopt.throughput.online import ThroughputEstimator
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01  # seconds between checks of a job's processes and progress
 _REAP_S = 1.0  # seconds between sweeps for exited orphans of running jobs
-_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-                "VECLIB_MAXIMUM_THREADS", "ALLOCOPT_NUM_THREADS")
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """What to run for a job.
-
-    Attributes
-    ----------
-    name : str
-    command : sequence of str or str
-        Argument list, or a shell command line.
-    total_steps : int
-        Steps of the whole job (``ALLOCOPT_TOTAL_STEPS``).
-    env : mapping of str to str
-        Extra environment on top of the inherited one.
-    cwd : str or None
-    """
-
-    name: str
-    command: Sequence[str] | str
-    total_steps: int
-    env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-
-
-@dataclass
-class ExecutorStats:
-    """Latencies (seconds) and counts the executor measured, for reports and benchmarks."""
-
-    launch_to_start_s: list[float] = field(default_factory=list)  # Popen to the client's first record
-    launch_to_first_step_s: list[float] = field(default_factory=list)  # Popen to the first completed step
-    popen_s: list[float] = field(default_factory=list)  # time spent in the executor launching one rank
-    stop_s: list[float] = field(default_factory=list)  # stop request to every process of the job gone
-    leases: int = 0
-    extended: int = 0
-    launches: int = 0
-    retries: int = 0
-
-    @property
-    def extension_fraction(self) -> float:
-        """Fraction of leases served by extending a running process instead of (re)starting it."""
-        return self.extended / self.leases if self.leases else 0.0
-
-
-class RankProcess(ABC):
-    """One rank's process, leader of its own session, and the process tree it started, wherever it runs.
-
-    ``pid`` is its process id (on its node).
-    """
-
-    pid: int
-
-    @abstractmethod
-    def poll(self) -> int | None:
-        """Exit status, or None while the process runs."""
-
-    @abstractmethod
-    def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to every process of the tree (no error when they are gone)."""
-
-    @abstractmethod
-    def group_alive(self) -> bool:
-        """Whether any process of the tree is still alive (exited ones waiting to be reaped are not)."""
-
-    @abstractmethod
-    def reap(self) -> None:
-        """Once the tree is gone: collect the exit statuses and free what the processes held."""
-
-
-class _LocalProcess(RankProcess):
-    """A rank started with :class:`subprocess.Popen` on this machine, and its process tree."""
-
-    def __init__(self, popen: subprocess.Popen, token: str):
-        self.popen, self.pid = popen, popen.pid
-        self.tree = ProcessTree(popen.pid, start_ticks(popen.pid), token)
-
-    def poll(self) -> int | None:
-        return self.popen.poll()
-
-    def signal_group(self, sig: int) -> None:
-        self.tree.signal(sig)
-
-    def group_alive(self) -> bool:
-        return self.tree.alive()
-
-    def reap(self) -> None:
-        self.popen.wait()
-        reap_children(self.tree.members())
-
-
-@dataclass
-class Rank:
-    """One rank of a running job: its process and what its progress file said so far."""
-
-    proc: RankProcess
-    progress: Path
-    launched_t: float  # epoch s
-    offset: int = 0
-    buf: bytes = b""
-    step: int | None = None
-    samples: int | None = None
-    ckpt: int | None = None
-    paused_seq: int | None = None
-    exit_reason: str | None = None
-    started_t: float | None = None
-    first_step: tuple[float, int] | None = None
-    records: list[tuple[float, int, str]] = field(default_factory=list)  # (t, step, event) this round
-
-    def read(self) -> None:
-        """Consume new progress records."""
-        try:
-            with open(self.progress, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        self.offset += len(data)
-        lines = (self.buf + data).split(b"\n")
-        self.buf = lines.pop()
-        for line in lines:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            event, t = rec.get("event"), float(rec.get("t", 0.0))
-            if "ckpt" in rec and rec["ckpt"] is not None:
-                self.ckpt = int(rec["ckpt"])
-            if rec.get("samples") is not None:
-                self.samples = int(rec["samples"])
-            if event == "metrics" or "step" not in rec:
-                continue
-            self.step = int(rec["step"])
-            self.records.append((t, self.step, event))
-            if event == "start" and self.started_t is None:
-                self.started_t = t
-            elif event == "step" and self.first_step is None:
-                self.first_step = (t, self.step)
-            elif event == "paused":
-                self.paused_seq = int(rec.get("seq", 0))
-            elif event == "resumed":
-                self.paused_seq = None
-            elif event == "exit":
-                self.exit_reason = str(rec.get("reason"))
-
-    def started_step(self) -> int | None:
-        """The step this round's records start from (its first start or paused record), None before any."""
-        return next((step for _, step, event in self.records if event in ("start", "paused")), None)
 
 
 @dataclass
@@ -228,6 +80,7 @@ class _Job:
     seq: int
     restarted: bool = True
     stopping: bool = False
+    batch: BatchSettings | None = None
 
     @property
     def step(self) -> int | None:
@@ -239,149 +92,6 @@ class _Job:
 
     def exited(self) -> bool:
         return all(r.proc.poll() is not None for r in self.ranks)
-
-
-def sanitized_job_name(job_id: Hashable) -> str:
-    """``job_id`` with every character but letters, digits and ``_.-`` replaced by ``_``."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", str(job_id)) or "job"
-
-
-def job_directory_name(job_id: Hashable) -> str:
-    """The name of the job's directory under ``work_dir/jobs``.
-
-    Raises
-    ------
-    InvalidProblemError
-        For names that would not be a directory of their own (``"."``, ``".."``).
-    """
-    name = sanitized_job_name(job_id)
-    if name in (".", ".."):
-        raise InvalidProblemError(f"job name {str(job_id)!r} cannot name a job directory; rename the job",
-                                  field="name", job=job_id)
-    return name
-
-
-def free_port() -> int:
-    """A TCP port free on this machine now (for ``MASTER_PORT``)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def exclusive_lock(path: Path, what: str, hint: str, wait_s: float = 0.0) -> int:
-    """Take the exclusive lock ``path`` (``flock``; the file holds the holder's PID) for ``what``,
-    waiting up to ``wait_s`` seconds for it; return its fd (closing it, or exiting, releases the lock).
-
-    Raises
-    ------
-    StateError
-        When another process holds it (its PID named, then ``hint``), or the file cannot be created.
-    """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as err:
-        raise StateError(f"cannot create the lock file {path}: {err.strerror or err}") from None
-    limit = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() < limit:
-                time.sleep(0.02)
-                continue
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StateError(f"{what} is in use by another scheduler (pid {holder}); stop it first, or {hint}") \
-                from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def job_environment(job_id: Hashable, spec: JobSpec, lease: Lease, job_dir: Path, t0: float,
-                    renew_wait_s: float, epoch: int, num_threads: int | None = None) -> dict[str, str | None]:
-    """The variables every rank of a lease gets (see :mod:`allocopt.runtime.client`); None: unset.
-
-    ``epoch`` is the launch's lease epoch (it names the launch's files); ``num_threads``, when given,
-    sets the thread-pool variables the job's own ``env`` does not set.
-    """
-    world = len(lease.gpu_ids)
-    threads = {} if num_threads is None else {k: str(num_threads) for k in _THREAD_VARS}
-    return {**threads, **{str(k): str(v) for k, v in spec.env.items()},
-            "ALLOCOPT_JOB_ID": str(job_id), "ALLOCOPT_TOTAL_STEPS": str(spec.total_steps),
-            "ALLOCOPT_LEASE_END": repr(t0 + lease.max_seconds),
-            "ALLOCOPT_LEASE_FILE": str(job_dir / f"lease-e{epoch}.json"),
-            "ALLOCOPT_STOP_FILE": str(job_dir / "stop"), "ALLOCOPT_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
-            "ALLOCOPT_RENEW_WAIT_S": repr(renew_wait_s), "ALLOCOPT_GPU_TYPE": lease.gpu_type,
-            "ALLOCOPT_SYNC_FILE": str(job_dir / f"sync-e{epoch}.json") if world > 1 else None,
-            "ALLOCOPT_MAX_STEPS": None if lease.max_steps is None else str(lease.max_steps),
-            "ALLOCOPT_EPOCH": str(epoch), "ALLOCOPT_FENCE_DIR": str(job_dir),
-            "WORLD_SIZE": str(world), "PYTHONUNBUFFERED": "1"}
-
-
-def rank_environment(rank: int, local_rank: int, local_world_size: int, master_addr: str, master_port: int,
-                     devices: Sequence[str], gpu: bool, progress_file: Path) -> dict[str, str]:
-    """The variables of one rank: torchrun-style ones, its devices (``CUDA_VISIBLE_DEVICES`` is empty
-    for ``cpu`` pseudo-devices) and its progress file."""
-    return {"RANK": str(rank), "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(local_world_size),
-            "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port), "ALLOCOPT_DEVICES": ",".join(devices),
-            "CUDA_VISIBLE_DEVICES": ",".join(devices) if gpu else "", "ALLOCOPT_PROGRESS_FILE": str(progress_file)}
-
-
-def merge_environment(inherited: Mapping[str, str], *parts: Mapping[str, str | None]) -> dict[str, str]:
-    """``inherited`` updated by ``parts`` in order; a None value removes the variable."""
-    env = dict(inherited)
-    for part in parts:
-        for key, value in part.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
-    return env
-
-
-def start_process(command: Sequence[str] | str, env: Mapping[str, str], cwd: str | None,
-                  log_file: Path, token: str | None = None) -> tuple[subprocess.Popen, str]:
-    """Start a rank in its own session, output appended to ``log_file``; return it and its launch
-    token (``token`` or a new one; in its environment as ``ALLOCOPT_LAUNCH``, see :class:`ProcessTree`).
-
-    On Linux the rank is killed when the starting process dies, and never outlives it: the
-    parent is checked again after the death signal is armed. Bare ``python``/``python3`` runs this
-    process's interpreter. Raises OSError when the command cannot be started.
-    """
-    parent, token = os.getpid(), token or new_token()
-    env = {**env, LAUNCH_VAR: token, "ALLOCOPT_SCHEDULER_PID": str(parent),
-           "ALLOCOPT_SCHEDULER_TICKS": str(start_ticks(parent) or "")}
-    if isinstance(command, str):
-        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)])
-    elif command and command[0] in ("python", "python3"):
-        command = [sys.executable, *command[1:]]
-    with open(log_file, "ab") as log:
-        popen = subprocess.Popen(command, shell=isinstance(command, str), env=env, cwd=cwd,
-                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True, preexec_fn=lambda: contain_child(parent))
-    return popen, token
-
-
-def new_token() -> str:
-    """A fresh launch token."""
-    return uuid.uuid4().hex
-
-
-def cpu_threads(devices: int) -> int:
-    """Threads per ``cpu`` pseudo-device: this process's cores shared among ``devices`` of them."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, devices))
 
 
 class LocalExecutor(Executor):
@@ -434,7 +144,7 @@ class LocalExecutor(Executor):
         self._retry_at: dict[Hashable, float] = {}
         self._failed_for_good: dict[Hashable, str] = {}
         self._released: dict[Hashable, _Job] = {}  # jobs whose processes ended during the current round
-        self._counted: dict[Hashable, int] = {}  # each job's step as of its last result
+        self._ledger = StepLedger()  # each job's step as of its last result
         self._epochs: dict[Hashable, int] = {}  # lease epoch of each job's current launch
         self._start_error: dict[Hashable, str] = {}  # launches whose command could not be started
         self._ckpt_cache: dict[Hashable, tuple[tuple[str, int, int], int]] = {}
@@ -608,10 +318,14 @@ class LocalExecutor(Executor):
     def _extendable(self, lease: Lease) -> bool:
         job = self._running.get(lease.job_id)
         return (lease.extended and job is not None and not job.stopping and job.gpu_ids == tuple(lease.gpu_ids)
-                and job.gpu_type == lease.gpu_type and not job.exited())
+                and job.gpu_type == lease.gpu_type and job.batch == lease.batch and not job.exited())
 
     def _lease_doc(self, seq: int, lease: Lease, t0: float) -> dict[str, Any]:
-        return {"seq": seq, "lease_end": t0 + lease.max_seconds, "max_steps": lease.max_steps}
+        doc = {"seq": seq, "lease_end": t0 + lease.max_seconds, "max_steps": lease.max_steps}
+        if lease.batch is not None:
+            doc.update(batch_size=lease.batch.batch_size, local_bsz=lease.batch.local_bsz,
+                       accum_steps=lease.batch.accum_steps, lr_scale=lease.batch.lr_scale)
+        return doc
 
     def _extend(self, job: _Job, lease: Lease, t0: float) -> None:
         for rank in job.ranks:
@@ -646,7 +360,7 @@ class LocalExecutor(Executor):
             ranks = []
             self._start_error[lease.job_id] = f"cannot start {spec.command!r}: {err.strerror or err}"
         self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq,
-                                           restarted=restarted)
+                                           restarted=restarted, batch=lease.batch)
 
     def _start_ranks(self, lease: Lease, spec: JobSpec, env: Mapping[str, str | None],
                      progress: Sequence[Path]) -> list[Rank]:
@@ -816,17 +530,8 @@ class LocalExecutor(Executor):
         ranks = job.ranks if job is not None else []
         restarted = job.restarted if job is not None else False
         rank0 = ranks[0] if ranks else None
-        steps_now = min((r.step for r in ranks if r.step is not None), default=None)
-        # progress since the job's last result, whatever launches made it: a launch that crashed after a
-        # checkpoint its progress file did not yet show, or one that started after its round's end, counts
-        # in the next result; steps redone from an older checkpoint count once
-        counted = self._counted.get(job_id)
-        if counted is None and rank0 is not None:
-            counted = rank0.started_step()
-        steps = max(0, steps_now - counted) if steps_now is not None and counted is not None else 0
-        if steps_now is not None:
-            self._counted[job_id] = steps_now if counted is None else max(counted, steps_now)
-        sps = self._throughput(rank0) if rank0 is not None else None
+        steps = self._ledger.count(job_id, ranks)
+        sps = steady_steps_per_s(rank0) if rank0 is not None else None
         if sps is not None and self.estimator is not None and job_id in self.estimator:
             self.estimator.observe(job_id, lease.gpu_type, sps)
         if rank0 is not None and restarted:
@@ -839,19 +544,8 @@ class LocalExecutor(Executor):
                 r.records = r.records[-1:]
                 r.first_step, r.started_t = None, None
             job.restarted = False
-        return JobRoundResult(job_id, outcome, steps, max(0.0, t_end - t0), sps, restarted, message)
-
-    @staticmethod
-    def _throughput(rank: Rank) -> float | None:
-        """Steady-state steps/s of this round: from the first step (or resume) record to the last record."""
-        recs = [(t, s) for t, s, e in rank.records if e in ("step", "resumed", "paused", "exit")]
-        first = next(((t, s) for t, s, e in rank.records if e in ("step", "resumed")), None)
-        if first is None or not recs:
-            return None
-        t_last, s_last = recs[-1]
-        if t_last - first[0] <= 0.02 or s_last <= first[1]:
-            return None
-        return (s_last - first[1]) / (t_last - first[0])
+        metrics = dict(rank0.metrics) if rank0 is not None else {}
+        return JobRoundResult(job_id, outcome, steps, max(0.0, t_end - t0), sps, restarted, message, metrics)
 
     def _reap_orphans(self) -> None:
         """Kill the process trees an earlier executor on this work_dir launched and never confirmed
@@ -870,29 +564,6 @@ class LocalExecutor(Executor):
                                    min(e["launched"] for e in entries))
             (pid_file.parent / "stop").unlink(missing_ok=True)
             pid_file.unlink()
-
-
-def _start_watchdog(work_dir: Path) -> tuple[subprocess.Popen, int] | None:
-    """Start the work directory's watchdog (Linux; see :mod:`allocopt.runtime.watchdog`): the process
-    and the write end of its pipe, or None where it cannot run."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import allocopt
-
-    read, write = os.pipe()  # neither end is inherited by the jobs (O_CLOEXEC)
-    env = {k: v for k, v in os.environ.items() if k != LAUNCH_VAR}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(allocopt.__file__).resolve().parents[1]),
-                                         *filter(None, [env.get("PYTHONPATH")])])
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "allocopt.runtime.watchdog", str(work_dir)], stdin=read,
-                                stdout=subprocess.DEVNULL, env=env, start_new_session=True)
-    except OSError as err:
-        log.warning("no watchdog for %s (%s): jobs outlive a killed scheduler until it restarts", work_dir, err)
-        os.close(write)
-        return None
-    finally:
-        os.close(read)
-    return proc, write
 
 
 __all__ = ["POLL_S", "ExecutorStats", "JobSpec", "LocalExecutor", "Rank", "RankProcess", "cpu_threads",

@@ -34,6 +34,8 @@ from allocopt.cluster import Cluster
 from allocopt.engine import Engine
 from allocopt.documents import parse_json, parse_yaml, read_text
 from allocopt.errors import DataFileError, InvalidProblemError, StateError
+from allocopt.runtime.elastic import (ELASTIC_KEYS, ElasticSpec, GoodputEngine, GoodputOptions, is_goodput_policy,
+                                      load_job_profiles, parse_elastic)
 from allocopt.runtime.executor import Lease, RoundOutcome
 from allocopt.runtime.local import (JobSpec, LocalExecutor, exclusive_lock, job_directory_name,
                                     sanitized_job_name)
@@ -54,7 +56,9 @@ class JobConfig:
     """One job of a JOBS file.
 
     ``throughputs``: optional hints, steps/s of the whole job per GPU type;
-    ``gpu_types``: the types it may run on (default: all).
+    ``gpu_types``: the types it may run on (default: all); ``elastic``: an elastic job's
+    batch and replica limits (:class:`~allocopt.runtime.elastic.ElasticSpec`, from its keys
+    beside these in the job file), run by a goodput policy (``--policy sia``).
     """
 
     name: str
@@ -65,6 +69,11 @@ class JobConfig:
     throughputs: dict[str, float] | None = None
     gpu_types: list[str] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    elastic: ElasticSpec | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.elastic, Mapping):  # as journaled
+            object.__setattr__(self, "elastic", ElasticSpec(**self.elastic))
 
     def spec(self) -> JobSpec:
         """The executor's view of the job (name, command, total steps, environment)."""
@@ -109,15 +118,17 @@ def load_jobs(path: str | Path, *, invalid: dict[str, str] | None = None) -> lis
 
 def _job_config(entry: Any, k: int, path: str | Path) -> JobConfig:
     """One validated job entry; InvalidProblemError naming the file, job and field otherwise."""
-    if not isinstance(entry, Mapping) or not {"name", "command", "total_steps"} <= set(entry):
-        raise InvalidProblemError(f"{path}: job {k} needs name, command and total_steps", field="jobs")
+    if not isinstance(entry, Mapping) or not {"name", "command"} <= set(entry) or not (
+            "total_steps" in entry or "total_samples" in entry):
+        raise InvalidProblemError(f"{path}: job {k} needs name, command and total_steps (or an elastic job's "
+                                  "total_samples)", field="jobs")
     name = str(entry["name"])
 
     def bad(field_name: str, what: str) -> InvalidProblemError:
         return InvalidProblemError(f"{path}: job {name!r}: {field_name} {what}, got {entry.get(field_name)!r}",
                                    field=field_name, job=name)
 
-    known = set(JobConfig.__dataclass_fields__)
+    known = (set(JobConfig.__dataclass_fields__) - {"elastic"}) | ELASTIC_KEYS
     unknown = sorted(set(entry) - known)
     if unknown:
         raise InvalidProblemError(f"{path}: job {name!r} has unknown key(s) {unknown}; known: {sorted(known)}",
@@ -129,9 +140,15 @@ def _job_config(entry: Any, k: int, path: str | Path) -> JobConfig:
         command = [str(c) for c in command]
     elif not (isinstance(command, str) and command.strip()):
         raise bad("command", "must be a command line or a non-empty list of arguments")
-    total = _integer(entry["total_steps"])
-    if total is None or not 1 <= total <= 2 ** 53:
-        raise bad("total_steps", "must be an integer from 1 to 2**53")
+    elastic = parse_elastic(entry, path, name)
+    if "total_steps" in entry:
+        total = _integer(entry["total_steps"])
+        if total is None or not 1 <= total <= 2 ** 53:
+            raise bad("total_steps", "must be an integer from 1 to 2**53")
+    elif elastic is None:
+        raise bad("total_samples", "applies to elastic jobs only (give batch_size), or give total_steps")
+    else:  # the most steps its samples can take: its batch never falls below the initial one
+        total = -(-elastic.total_samples // elastic.batch_size)  # type: ignore[operator]
     scale = _integer(entry.get("scale_factor", 1))
     if scale is None or not 1 <= scale <= 2 ** 20:
         raise bad("scale_factor", "must be an integer from 1 to 2**20")
@@ -150,10 +167,12 @@ def _job_config(entry: Any, k: int, path: str | Path) -> JobConfig:
     if not (isinstance(env, Mapping) and all(isinstance(key, str) and key and "=" not in key and _scalar(v)
                                              for key, v in env.items())):
         raise bad("env", "must map variable names to strings or numbers")
+    if elastic is not None and "scale_factor" in entry:
+        raise bad("scale_factor", "does not apply to an elastic job (it has min_replicas and max_replicas)")
     return JobConfig(name, command, total, scale, float(weight),
                      None if throughputs is None else {t: float(v) for t, v in throughputs.items()},
                      None if gpu_types is None else list(gpu_types),
-                     {key: str(v).lower() if isinstance(v, bool) else str(v) for key, v in env.items()})
+                     {key: str(v).lower() if isinstance(v, bool) else str(v) for key, v in env.items()}, elastic)
 
 
 def _scalar(value: Any) -> bool:
@@ -378,6 +397,12 @@ def _signals_deferred() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _goodput_names() -> list[str]:
+    from allocopt.runtime.elastic import goodput_policies
+
+    return list(goodput_policies())
+
+
 # ----- the loop -------------------------------------------------------------------------
 class Scheduler:
     """Runs jobs to completion on a cluster, round by round, with an :class:`allocopt.Engine`.
@@ -402,10 +427,17 @@ class Scheduler:
     retry_failed : bool
         Run again the jobs the journal says failed, with their entry of the job file when it has one
         (else they stay failed, and a line says how to retry).
+    profiles : path, optional
+        With a goodput policy (``sia``, see :func:`allocopt.runtime.elastic.goodput_policies`): the
+        application profiles elastic jobs name (default: Sia's shipped profiles).
+    goodput_options : GoodputOptions, optional
+        With a goodput policy: the :class:`~allocopt.runtime.elastic.GoodputEngine`'s options.
 
     Notes
     -----
     A job that can run on none of the cluster's GPU types fails with a message; the others run.
+    A goodput policy runs elastic jobs only, any other policy rigid jobs only: the others fail
+    with a message saying so.
 
     Raises
     ------
@@ -415,7 +447,8 @@ class Scheduler:
 
     def __init__(self, jobs: Sequence[JobConfig], cluster: Cluster, executor: LocalExecutor, state: StateStore, *,
                  policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = None,
-                 rejected: Mapping[str, str] | None = None, retry_failed: bool = False):
+                 rejected: Mapping[str, str] | None = None, retry_failed: bool = False,
+                 profiles: str | Path | None = None, goodput_options: GoodputOptions | None = None):
         self.cluster, self.executor, self.state = cluster, executor, state
         self.round_seconds, self.out = float(round_seconds), out
         self._check_work_dir()
@@ -432,9 +465,18 @@ class Scheduler:
                           "to run it again")
         for config in jobs:
             self.jobs.setdefault(config.name, JobState(config))
-        self.engine = self._restored_engine(state.load_engine(), cluster, policy) or Engine(
-            cluster, policy, round_seconds=self.round_seconds,
-            recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds)
+        self.elastic = is_goodput_policy(policy)
+        self.profiles: dict[tuple[str, str], Any] = {}
+        if self.elastic:
+            apps = sorted({s.config.elastic.application for s in self.jobs.values()
+                           if s.config.elastic is not None and s.config.elastic.application is not None})
+            self.profiles = load_job_profiles(profiles, apps)
+        self.engine: Engine | GoodputEngine = self._restored_engine(state.load_engine(), cluster, policy) or (
+            GoodputEngine(cluster, policy, round_seconds=self.round_seconds, profiles=self.profiles,
+                          options=goodput_options) if self.elastic else
+            Engine(cluster, policy, round_seconds=self.round_seconds,
+                   recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds))
+        self.samples_done: dict[str, int] = {}  # elastic jobs: samples of their checkpointed steps
         for name, s in self.jobs.items():
             executor.add_job(name, s.config.spec())
             if s.status == "pending":  # reconcile with checkpoints written after the last journaled round
@@ -443,12 +485,27 @@ class Scheduler:
                     s.status, s.finished = "done", s.finished or time.time()
             s.placement = None  # a restarted scheduler holds no processes
             throughputs = self._throughputs(s.config) if s.status == "pending" else None
-            if throughputs is not None and not any(v > 0 for v in throughputs.values()):
+            if s.status == "pending" and self.elastic != (s.config.elastic is not None):
+                s.status, s.finished = "failed", time.time()
+                s.message = (f"is elastic (batch_size, application...), which policy {policy} does not run; use a "
+                             f"goodput policy ({', '.join(_goodput_names())})" if s.config.elastic is not None else
+                             f"is rigid (no batch_size), and policy {policy} runs elastic jobs only; give it "
+                             "batch_size (and application, min_replicas, max_replicas), or use another policy")
+            elif throughputs is not None and not any(v > 0 for v in throughputs.values()):
                 s.status, s.finished = "failed", time.time()
                 s.message = (f"can run on none of the cluster's GPU types {list(cluster.gpu_types)} (gpu_types "
                              f"{s.config.gpu_types}, scale_factor {s.config.scale_factor}, throughputs "
                              f"{s.config.throughputs}); allow a type the cluster has enough GPUs of")
-            if s.status == "pending" and name not in self.engine:
+            if s.status == "pending" and name not in self.engine and isinstance(self.engine, GoodputEngine):
+                try:
+                    self.engine.add_job(name, s.config.elastic, gpu_types=s.config.gpu_types,  # type: ignore[arg-type]
+                                        submitted=s.submitted)
+                except (InvalidProblemError, DataFileError) as err:
+                    s.status, s.finished, s.message = "failed", time.time(), str(err)
+            if s.status == "pending" and isinstance(self.engine, GoodputEngine) and name in self.engine:
+                # steps checkpointed after the last journaled round
+                self.samples_done[name] = self.engine.sync_progress(name, s.steps_done)
+            elif s.status == "pending" and name not in self.engine and not self.elastic:
                 self.engine.add_job(name, throughputs, scale_factor=s.config.scale_factor,
                                     priority_weight=s.config.priority_weight)
                 for gpu_type, value in s.measured.items():
@@ -463,11 +520,22 @@ class Scheduler:
         self.gpu_seconds_used = 0.0
         self.wall_start = time.time()
 
-    def _restored_engine(self, document: Mapping[str, Any] | None, cluster: Cluster, policy: str) -> Engine | None:
+    def _restored_engine(self, document: Mapping[str, Any] | None, cluster: Cluster,
+                         policy: str) -> Engine | GoodputEngine | None:
         """The journaled engine (its round counters: fairness carries over a restart), when it ran
         the same policy on the same cluster with the same rounds; its unrecorded leases are dropped
-        (their rounds were not journaled, so they are run again)."""
+        (their rounds were not journaled, so they are run again). A goodput engine keeps its jobs'
+        measured step times and gradient statistics."""
         if document is None:
+            return None
+        if document.get("format") == "allocopt-goodput-engine":
+            if not self.elastic:
+                return None
+            goodput = GoodputEngine.from_json(document, self.profiles)
+            if goodput.cluster != cluster or goodput.policy != policy or goodput.round_seconds != self.round_seconds:
+                return None
+            return goodput
+        if self.elastic:
             return None
         engine = Engine.from_json(document)
         if (engine.cluster != cluster or engine.policy != policy
@@ -532,6 +600,12 @@ class Scheduler:
             s = self.jobs[name]
             self.engine.update_job(name, num_steps_remaining=max(s.config.total_steps - s.steps_done, 1))
         plan = self.engine.next_round()
+        if isinstance(self.engine, GoodputEngine):
+            for lease in plan.leases:  # a job measured in samples: this launch's steps reach them at its batch
+                total = self.engine.launch_total_steps(lease.job_id, lease.batch.batch_size) if lease.batch else None
+                if total is not None:
+                    self.executor.add_job(lease.job_id, replace(self.jobs[lease.job_id].config.spec(),
+                                                                total_steps=total))
         t0 = time.time()
         results = self.executor.run_round(plan)
         t1 = time.time()
@@ -548,17 +622,22 @@ class Scheduler:
             s.message = r.message
             if r.measured_steps_per_s is not None:
                 s.measured[lease.gpu_type] = self.engine.get_job(lease.job_id)["throughputs"][lease.gpu_type]
-            if r.outcome is RoundOutcome.COMPLETED or s.steps_done >= s.config.total_steps:  # its checkpoint says so
-                s.status, s.finished, s.steps_done = "done", t1, max(s.steps_done, s.config.total_steps)
+            if isinstance(self.engine, GoodputEngine):
+                self.samples_done[lease.job_id] = self.engine.sync_progress(lease.job_id, s.steps_done)
+            total = self.executor.jobs[lease.job_id].total_steps  # a job measured in samples: this launch's
+            if r.outcome is RoundOutcome.COMPLETED or s.steps_done >= total:  # its checkpoint says so
+                s.status, s.finished, s.steps_done = "done", t1, max(s.steps_done, total)
             elif r.outcome is RoundOutcome.FAILED and self.executor.failed(lease.job_id):
                 s.status, s.finished = "failed", t1
             elif lease.job_id in self.executor.held_jobs:
                 s.placement = (lease.gpu_type, tuple(lease.gpu_ids))
             if s.status != "pending":
                 self.engine.remove_job(lease.job_id)
+        decisions = self.engine.decisions if isinstance(self.engine, GoodputEngine) else {}
         self.state.commit(list(self.jobs.values()),
                           (self.round_index, t0, t1, [[l.job_id, l.gpu_type, list(l.gpu_ids), l.extended]
-                                                      for l in plan.leases],
+                                                      + ([decisions[l.job_id].to_json()] if l.job_id in decisions
+                                                         else []) for l in plan.leases],
                            [[r.job_id, r.outcome.value, r.steps, r.run_seconds, r.measured_steps_per_s,
                              r.restarted, r.message] for r in results]), self.engine.to_json())
         if self.out is not None:
@@ -572,10 +651,12 @@ class Scheduler:
         wall = max(time.time() - self.wall_start, 1e-9)
         rejected = {n: {"status": "failed", "steps_done": 0, "total_steps": None, "jct_s": None, "restarts": 0,
                         "received_s": {}, "measured_steps_per_s": {}, "message": m} for n, m in self.rejected.items()}
+        samples = self.samples_done
         return {"jobs": {n: {"status": s.status, "steps_done": s.steps_done, "total_steps": s.config.total_steps,
                              "jct_s": None if s.finished is None or s.status != "done" else s.finished - s.submitted,
                              "restarts": s.restarts, "received_s": s.received, "measured_steps_per_s": s.measured,
-                             "message": s.message} for n, s in self.jobs.items()} | rejected,
+                             "message": s.message} | ({"samples_done": samples[n]} if n in samples else {})
+                         for n, s in self.jobs.items()} | rejected,
                 "utilization": self.gpu_seconds_used / (wall * int(self.cluster.capacity.sum())),
                 "rounds": self.round_index, "executor": asdict(self.executor.stats)
                 | {"extension_fraction": self.executor.stats.extension_fraction}}
@@ -586,6 +667,8 @@ class Scheduler:
         for n, s in self.jobs.items():
             lease, r = held.get(n), results.get(n)
             where = f"{lease.gpu_type}{list(lease.gpu_ids)}{'*' if lease.extended else ''}" if lease else "-"
+            if lease is not None and lease.batch is not None:
+                where += f" batch {lease.batch.batch_size}"
             rate = f" {r.measured_steps_per_s:.1f}/s" if r is not None and r.measured_steps_per_s else ""
             cells.append(f"{n} {s.steps_done}/{s.config.total_steps} {s.status} {where}{rate}")
         self._say(f"round {self.round_index} ({seconds:.1f}s): " + " | ".join(cells))

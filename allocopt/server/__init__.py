@@ -4,7 +4,7 @@ Needs the ``service`` extra (``pip install 'allocopt[service]'``: Starlette,
 uvicorn, pydantic). Requests and responses are JSON (UTF-8) over HTTP/1.1 with
 keep-alive; the documents follow the JSON Schemas in :mod:`allocopt.schemas`
 (served at ``GET /schemas/{name}``), and ``GET /openapi.json`` describes every
-endpoint (``GET /docs`` as a page). docs/service.md is the reference.
+endpoint (``GET /docs`` as a page). docs/how-to/http-service.md is the reference.
 
 Endpoints
 ---------

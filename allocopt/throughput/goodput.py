@@ -41,7 +41,6 @@ from numbers import Real
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 
 from allocopt.configurations import Configurations
 from allocopt.errors import InvalidOptionError, InvalidProblemError
@@ -269,6 +268,8 @@ def _pollux_minimize(nodes: np.ndarray, replicas: np.ndarray, bsz: np.ndarray, c
     for k, v in fixed.items():
         lower[k] = upper[k] = v
     data = (nodes, replicas, bsz, np.log(compute), np.log(iteration))
+    import scipy.optimize  # on first use: scipy.optimize costs a cold start 0.1 s
+
     result = scipy.optimize.minimize(_pollux_objective, start, args=data, jac=True, method="L-BFGS-B",
                                      bounds=scipy.optimize.Bounds(lower, upper, keep_feasible=True), tol=1e-5)
     return result.x
@@ -337,6 +338,8 @@ def _tnc_minimize(objective: _Objective, start: np.ndarray, free: np.ndarray, ce
     bounds = [(np.log(PARAM_FLOOR_S), np.log(ceiling)) if k < 6 else GAMMA_BOUNDS for k in free]
     # Truncated Newton (TNC): for 7 variables L-BFGS-B spends far longer in its BLAS-based bookkeeping than in
     # the objective (0.5 ms per iteration with multi-threaded OpenBLAS), TNC needs no BLAS.
+    import scipy.optimize  # on first use: scipy.optimize costs a cold start 0.1 s
+
     result = scipy.optimize.minimize(objective, x0, args=(free,), jac=True, method="TNC", bounds=bounds,
                                      options={"maxfun": _MAX_EVALUATIONS})
     return objective.params(result.x, free)
@@ -526,6 +529,28 @@ class GoodputModel:
         g, m, s = _search(spec[:, _M0:_TPUT], replicas.ravel(), spec[:, :_M0], nodes.ravel(), np.arange(n),
                           np.arange(n), spec[:, _TPUT:], n_candidates, with_batch=True)
         return g.reshape(nodes.shape), m.reshape(nodes.shape), s.reshape(nodes.shape)
+
+
+def optimize_models(models: Sequence[GoodputModel], num_nodes: Any, num_replicas: Any, *,
+                    n_candidates: int = DEFAULT_CANDIDATES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:meth:`GoodputModel.optimize` of ``models[i]`` at ``(num_nodes[i], num_replicas[i])`` for every ``i``,
+    in one vectorized search (e.g. the batch of every lease of a round).
+
+    Returns
+    -------
+    goodput, micro_bsz, accum_steps : ndarray of shape (len(models),)
+    """
+    n = len(models)
+    nodes = np.broadcast_to(np.asarray(num_nodes, dtype=np.float64), (n,))
+    replicas = np.broadcast_to(np.asarray(num_replicas, dtype=np.float64), (n,))
+    if n == 0:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    if np.any(nodes < 1) or np.any(replicas < nodes):
+        raise InvalidProblemError("optimize_models needs 1 <= num_nodes <= num_replicas", field="num_nodes")
+    spec = np.stack([m._spec for m in models])
+    rows = np.arange(n)
+    return _search(spec[:, _M0:_TPUT], replicas.copy(), spec[:, :_M0], nodes.copy(), rows, rows, spec[:, _TPUT:],
+                   n_candidates, with_batch=True)
 
 
 # A model's spec row: perf params (7), then its batch limits (M0, max batch, min and max micro-batch,
@@ -726,4 +751,4 @@ def _per_type(entry: Any, types: tuple[str, ...], job: int) -> list[Any]:
 
 
 __all__ = ["DEFAULT_CANDIDATES", "GAMMA_BOUNDS", "PARAM_FLOOR_S", "GoodputModel", "GradParams", "PerfParams",
-           "fit_perf_params", "goodput_matrix"]
+           "fit_perf_params", "goodput_matrix", "optimize_models"]

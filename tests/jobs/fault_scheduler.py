@@ -16,7 +16,7 @@ import sys
 import time
 
 from allocopt import cli
-from allocopt.runtime import local
+from allocopt.runtime import launch, local
 
 
 def main() -> int:
@@ -34,7 +34,7 @@ def main() -> int:
 
         local.start_process = start_process
     elif mode == "before-death-signal":
-        contain = local.contain_child
+        contain = launch.contain_child  # start_process (allocopt.runtime.launch) arms the death signal with it
         original_start = local.start_process
 
         def start_process(*args, **kwargs):
@@ -45,11 +45,11 @@ def main() -> int:
                     while os.getppid() == parent:
                         time.sleep(0.001)
                     contain(parent)
-                local.contain_child = child_hook
+                launch.contain_child = child_hook
             try:
                 return original_start(*args, **kwargs)
             finally:
-                local.contain_child = contain
+                launch.contain_child = contain
 
         local.start_process = start_process
     else:
