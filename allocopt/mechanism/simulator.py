@@ -32,8 +32,12 @@ from allocopt.extras import require_extra
 from allocopt.formulations import POLICIES
 from allocopt.formulations.shares import isolated_shares
 from allocopt.jsonio import JsonSource, document_or_write, read_json
+from allocopt.mechanism.admission import AdmissionPolicy, AdmissionQueue, admission_policy
+from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner
+from allocopt.mechanism.order_policies import OrderPolicy, order_policy
 from allocopt.mechanism.fidelity import FIDELITY_PROFILES, Fidelity, resolve_fidelity
 from allocopt.mechanism.placement import GpuLayout, place_arrays
+from allocopt.mechanism.placement_policies import PlacementPolicy, placement_policy
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.mechanism.sia_rounds import SiaExecutor, SiaPlanner, rigid_throughputs, sia_workload
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload
@@ -257,6 +261,9 @@ class PriorityPlanner:
         Options passed to :func:`allocopt.solve`.
     options : MechanismOptions
     backend : str, default "highs"
+    placement : PlacementPolicy, optional
+        Where the selected jobs get their GPUs (:mod:`allocopt.mechanism.placement_policies`; default:
+        :func:`~allocopt.mechanism.placement.place_arrays`, best fit); one that may defer a job is refused.
     gavel_policy : allocopt.adapters.gavel.GavelPolicy, optional
         Compute each allocation with this Gavel policy object instead of
         :func:`allocopt.solve`: one object for the whole simulation, so the
@@ -266,8 +273,14 @@ class PriorityPlanner:
     """
 
     def __init__(self, state: SimulationState, policy: str, policy_options: Mapping[str, Any],
-                 options: MechanismOptions, backend: str = "highs", gavel_policy: GavelPolicy | None = None):
+                 options: MechanismOptions, backend: str = "highs", gavel_policy: GavelPolicy | None = None,
+                 placement: PlacementPolicy | None = None):
         self.policy, self.policy_options, self.backend = policy, dict(policy_options), backend
+        if placement is not None and getattr(placement, "may_defer", False):
+            raise InvalidOptionError(f"placement {placement.name!r} may leave a job waiting for free servers; it runs "
+                                     "with order-based policies (las, tiresias, srtf, ...), not with the priority "
+                                     "mechanism of allocation policies")
+        self.placement = placement
         self.gavel_policy = gavel_policy
         self.options = options
         self.space_sharing = bool(self.policy_options.get("space_sharing"))
@@ -325,8 +338,14 @@ class PriorityPlanner:
         starts = np.concatenate([self._held_start[jobs], [self._held_pairs.get(key, (0, 0))[0] for key in pair_keys]])
         offsets = np.repeat(starts.astype(np.int64) - (np.cumsum(counts) - counts), counts)
         previous = self._held_ids[offsets + np.arange(int(counts.sum()))]
-        ids, gpu_start, extended = place_arrays(self.layout, np.concatenate([types, pair_types]),
-                                                np.concatenate([sizes[jobs], sizes[pairs[:, 0]]]), previous, counts)
+        entry_types, entry_sizes = np.concatenate([types, pair_types]), np.concatenate([sizes[jobs], sizes[pairs[:, 0]]])
+        if self.placement is None:
+            ids, gpu_start, extended = place_arrays(self.layout, entry_types, entry_sizes, previous, counts)
+        else:
+            models = state.workload.models
+            ids, gpu_start, extended, _ = self.placement.place(
+                self.layout, entry_types, entry_sizes, previous, counts,
+                [models[j] for j in np.concatenate([jobs, pairs[:, 0]]).tolist()])
         was_running = self._held_count > 0
         for a, b in self._held_pairs:
             was_running[[a, b]] = True
@@ -564,7 +583,7 @@ class SimulationResult:
 
 
 def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mapping[str, int],
-             policy: str = "max_min_fairness_perf", *, throughputs: ThroughputTable | None = None,
+             policy: str | OrderPolicy = "max_min_fairness_perf", *, throughputs: ThroughputTable | None = None,
              round_seconds: float = 360.0, recompute_min_seconds: float = 1920.0,
              initial_received_rounds: float = 0.5, type_order: str | Sequence[str] | None = None,
              run_unallocated: bool = False, seed: int = 0, mode: str = "mechanism", restart_overhead_s: float = 0.0,
@@ -572,7 +591,9 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
              policy_options: Mapping[str, Any] | None = None, executor: Executor | None = None,
              planner: RoundPlanner | None = None, progress: bool = False,
              profiles: str | PathLike[str] | Mapping[tuple[str, str], Any] | None = None,
-             ftf: bool = True, fidelity: Fidelity | str | Mapping[str, Any] | None = None) -> SimulationResult:
+             ftf: bool = True, fidelity: Fidelity | str | Mapping[str, Any] | None = None,
+             admission: str | AdmissionPolicy | None = None,
+             placement: str | PlacementPolicy | None = None) -> SimulationResult:
     """Simulate ``policy`` on ``cluster`` running ``workload``.
 
     Parameters
@@ -588,6 +609,11 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         allocopt has no policy of); ``gavel:fifo``, ``gavel:gandiva`` and
         ``gavel:allox`` run Gavel's stateful policy object
         (:func:`gavel_policy_for`; ``mode="ideal"`` solves allocopt's policy instead).
+        An order-based policy (``las``, ``tiresias``, ``tiresias_gittins``,
+        ``srtf``, ``sjf``, ``order:fifo``, with ``policy_options`` as its options,
+        or an :class:`~allocopt.mechanism.order_policies.OrderPolicy` object) runs
+        on :class:`~allocopt.mechanism.order_planner.OrderPlanner`: rounds end at
+        the next arrival, completion or policy event, at most ``round_seconds``.
     throughputs : ThroughputTable, optional
         Default: Gavel's measurements (:meth:`ThroughputTable.gavel`).
     round_seconds : float, default 360
@@ -647,6 +673,16 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         also under Gavel's policy names (their policies, under allocopt's accounting);
         ``"gavel"`` reproduces Gavel's simulator, ``"sia"`` with policy ``sia`` Sia's (the
         policy option ``faithful_to_sia=True`` is the same switch).
+    admission : str or AdmissionPolicy, optional
+        Admission control (:mod:`allocopt.mechanism.admission`): ``"accept_all"``,
+        ``"load_based"`` (Blox's, threshold 1.2), or a policy object such as
+        ``LoadBased(1.4)``; arrived jobs wait in a queue until admitted (their
+        JCT counts from arrival). Default: every job joins when it arrives.
+    placement : str or PlacementPolicy, optional
+        Where each round's jobs get their GPUs (:mod:`allocopt.mechanism.placement_policies`):
+        ``"best_fit"`` (the default), ``"packing"``, ``"scattered"``, ``"consolidated"``
+        (Tiresias's model-skew rule; order-based policies only, as it may leave a job
+        waiting), or a policy object.
     ftf : bool, default True
         Finish-time fairness: run a companion simulation of the same jobs under
         the ``isolated`` policy (each job an equal share of the cluster) in
@@ -673,11 +709,18 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     fid = resolve_fidelity(fidelity)
     if profiles is not None and policy == "sia" and dict(policy_options or {}).get("faithful_to_sia"):
         fid = FIDELITY_PROFILES["sia"] if fidelity is None else fid
+    admitter = None if admission is None else admission_policy(admission)
+    if admitter is not None and mode != "mechanism":
+        raise InvalidOptionError(f"admission control runs in mode 'mechanism' only, got mode={mode!r}")
+    if placement is not None and (mode != "mechanism" or (profiles is not None and policy == "sia")):
+        raise InvalidOptionError("placement plug-ins run with the round mechanism of allocation and order-based "
+                                 f"policies (mode='mechanism'), not with mode={mode!r} or Sia's rounds")
     if profiles is not None:
         faithful = fid.sia_profile_numbers and policy == "sia"
         profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles, sia_numbers=faithful)
         sia_jobs = _sia_jobs(workload, profiles)
         workload = sia_workload(sia_jobs, profiles, "" if isinstance(workload, Sequence) else str(workload))
+    order = None
     if profiles is not None and policy == "sia":
         if mode != "mechanism":
             raise InvalidOptionError(f"policy 'sia' runs in mode 'mechanism' only, got {mode!r}")
@@ -688,9 +731,18 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         name, options, agnostic = "sia", dict(policy_options or {}), False
         solver_path, faithful_agnostic = None, False
     else:
-        name, options, agnostic = resolve_policy(policy, policy_options, backend, fid)
-        explicit = "faithful_agnostic" in (policy_options or {})
-        faithful_agnostic = _faithful_agnostic(policy, options, fid.agnostic_on_every_type and mode == "mechanism")
+        order = order_policy(policy, policy_options)
+        if order is not None:  # an order-based policy (allocopt.mechanism.order_policies): ranks, no solve
+            if mode != "mechanism":
+                raise InvalidOptionError(f"order-based policy {order.name!r} runs in mode 'mechanism' only")
+            name, options, agnostic, faithful_agnostic = order.name, dict(policy_options or {}), False, False
+            policy = policy if isinstance(policy, str) else order.name
+            explicit = False
+        else:
+            name, options, agnostic = resolve_policy(policy, policy_options, backend, fid)
+            explicit = "faithful_agnostic" in (policy_options or {})
+            faithful_agnostic = _faithful_agnostic(policy, options,
+                                                   fid.agnostic_on_every_type and mode == "mechanism")
         solver_path = None
         if "solver_options" in options and "solver_options" not in (policy_options or {}):  # resolve_policy's
             from allocopt.formulations.gavel_policies import HIGHS_IPM_REASON
@@ -722,14 +774,19 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         finish, busy_gpu_s, gpu_s, starts, rounds, solve_s = _run_ideal(state, name, options, backend, bar)
     else:
         default_planner = planner is None
+        placer = None if placement is None else placement_policy(placement)
+        if order is not None and planner is None:
+            planner = OrderPlanner(state, order, OrderOptions(round_seconds), placer)
         planner = planner or PriorityPlanner(state, name, options, mech, backend,
-                                             gavel_policy_for(policy, options, backend, seed, fid))
+                                             gavel_policy_for(policy, options, backend, seed, fid), placer)
         if executor is None:
             executor = SimulatedExecutor(np.asarray(T, dtype=np.float64), gpu_types=cluster.gpu_types,
                                          restart_overhead_s=restart_overhead_s,
-                                         pair_throughputs=planner.pair_throughput if default_planner else None)
+                                         pair_throughputs=planner.pair_throughput
+                                         if default_planner and isinstance(planner, PriorityPlanner) else None)
         pair_end = isinstance(planner, PriorityPlanner) and planner.options.pair_finishes_at_lease_end
-        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar, pair_end)
+        queue = None if admitter is None else AdmissionQueue(admitter, workload.num_jobs)
+        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar, pair_end, queue)
         solve_s = planner.solve_seconds
     if bar is not None:
         bar.close()
@@ -772,6 +829,10 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
               if isinstance(mech.type_order, str) else list(mech.type_order), "seed": seed,
               "restart_overhead_s": restart_overhead_s, "workload": workload.source,
               "fidelity": fid.to_dict()}
+    if admitter is not None:
+        config["admission"] = admitter.name
+    if placement is not None:
+        config["placement"] = placement if isinstance(placement, str) else placement.name
     if solver_path is not None:
         config["solver_path"] = solver_path
     if faithful_agnostic:
@@ -809,11 +870,12 @@ def _admit(state: SimulationState, next_job: int, now_s: float) -> int:
 
 
 def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executor, bar: Any,
-                pair_finishes_at_lease_end: bool = False) -> tuple[np.ndarray, float, np.ndarray, np.ndarray,
-                                                                   dict[str, list]]:
+                pair_finishes_at_lease_end: bool = False, admission: AdmissionQueue | None = None,
+                ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list]]:
     """Rounds until every job finished. The default planner and executor exchange arrays
     (:meth:`PriorityPlanner.plan_leases`, :meth:`SimulatedExecutor.run_arrays`); others, lease objects.
-    ``pair_finishes_at_lease_end``: see :class:`~allocopt.mechanism.priority.MechanismOptions`."""
+    ``pair_finishes_at_lease_end``: see :class:`~allocopt.mechanism.priority.MechanismOptions`;
+    ``admission``: arrived jobs wait in it until admitted (default: all join when they arrive)."""
     wl = state.workload
     n = wl.num_jobs
     finish = np.full(n, np.nan)
@@ -830,9 +892,9 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
     arrays = (isinstance(planner, PriorityPlanner) and isinstance(executor, SimulatedExecutor)
               and executor.matrix is not None)
     while done < n:
-        if not state.active.any():
+        if not state.active.any() and (admission is None or not admission.waiting.size):
             now = max(now, start(float(wl.arrival_s[next_job])))
-        next_job = _admit(state, next_job, now)
+        next_job = _admit(state, next_job, now) if admission is None else admission.admit(state, next_job, now)
         ran = _array_round(state, planner, executor, now) if arrays else _lease_round(state, planner, executor,
                                                                                     now, index)
         if ran is None:
