@@ -9,12 +9,13 @@ from allocopt.formulations.finish_time_fairness import FinishTimeFairness
 from allocopt.formulations.makespan import MinMakespan
 from allocopt.formulations.max_min_fairness import MaxMinFairness
 from allocopt.formulations.max_throughput import MaxThroughput
+from allocopt.formulations.pollux import Pollux
 from allocopt.formulations.shares import Isolated, Proportional
 from allocopt.formulations.sia import Sia
 from allocopt.formulations.water_filling import WaterFilling
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (MaxMinFairness(), MaxThroughput(), Isolated(), Proportional(),
-                                                     MinMakespan(), FinishTimeFairness(), WaterFilling(), Sia(),
+                                                     MinMakespan(), FinishTimeFairness(), WaterFilling(), Sia(), Pollux(),
                                                      Fifo(), Gandiva(), AlloX())}
 
 

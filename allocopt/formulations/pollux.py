@@ -1,0 +1,283 @@
+"""Pollux: goodput-optimized allocation of elastic jobs (Qiao et al., "Pollux: Co-adaptive
+cluster scheduling for goodput-optimized deep learning", OSDI 2021; published code:
+petuum/adaptdl, ``sched/adaptdl_sched/policy/pollux.py`` and the ``osdi21-artifact``
+branch's ``simulator/pollux.py``; Sia's port: siasosp23/artifacts ``sia-simulator/pollux_unaware.py``).
+
+Over a :class:`~allocopt.pollux_problem.PolluxProblem` (replicas ``a[i, n]`` of
+job ``i`` on node ``n``) Pollux maximizes its fitness, the power mean of the
+jobs' scaled speedups::
+
+    F(a) = ( (1 / N) sum_i (c * S_i(a_i) * f_i(a_i) + eps) ** p ) ** (1 / p)
+
+``S_i`` is the job's speedup (its goodput at the best batch size for the
+number of replicas ``sum_n a[i, n]`` and whether they span one node or several,
+over its goodput at a fair share), ``c`` Pollux's scaling (the dominant
+resource share of a replica times the number of nodes: nodes / GPUs for
+one-GPU replicas), ``eps = 1e-3``, and ``f_i`` the problem's restart factor
+where ``a_i`` differs from the previous allocation on any node, else 1.
+The allocation obeys: replicas on a node within its GPUs; at most one job that
+spans several nodes on each node (Pollux's interference avoidance); a job's
+nodes at most ``max_nodes``; its replicas within its speedup table (its
+batch-size limits); in a heterogeneity-aware problem, one GPU type per job.
+
+**Exact (default).** For ``p < 0`` maximizing ``F`` is minimizing
+``sum_i (c S_i f_i + eps) ** p``, which is linear in a one-hot choice per job
+of a *shape* ``e = (type, one node or several, replicas)`` with value
+``U_e = (c S_e f_i + eps) ** p``, of *keeping* its previous allocation (value
+without the restart factor), or of nothing (value ``eps ** p``). The MILP
+(constraint blocks named as below)::
+
+    minimize   sum_e (U_e - eps**p) z_e + sum_i (U_keep_i - eps**p) k_i
+    one_choice     sum_{e of i} z_e + k_i <= 1
+    replicas       sum_n y[i, n] = sum_e r_e z_e + r_prev_i k_i
+    on_node        u[i, n] <= y[i, n] <= gpus_n u[i, n]
+    node_count     sum_n u[i, n] <= 1 (one node) or max_nodes_i (several), and >= 2 for several
+    keep           y[i, n] >= prev[i, n] k_i
+    capacity       sum_i y[i, n] <= gpus_n
+    interference   d[i, n] >= u[i, n] + M_i - 1,  sum_i d[i, n] <= 1   (M_i: i spans several nodes)
+    one_type       y[i, n] <= gpus_n * (choices of i on the type of n)   (aware problems)
+
+with ``z, k, u`` binary, ``y`` integer and ``d`` in ``[0, 1]``. A shape is built only
+where it beats every shape of the same job, type and spread with fewer
+replicas (else that one uses fewer GPUs on the same nodes and is no worse)
+and beats idling. The MILP is solved to zero gap unless ``mip_gap`` is given;
+``extras["mip_gap"]`` is the proven gap.
+
+**Genetic** (``technique="genetic"``, :mod:`allocopt.formulations.pollux_genetic`):
+Pollux's own NSGA-II search over allocation matrices, seeded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from allocopt.allocation import Timings
+from allocopt.backends import solve_model
+from allocopt.errors import InvalidOptionError, SolverError
+from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
+from allocopt.model import Model
+from allocopt.pollux_problem import PolluxAllocation, PolluxProblem
+from allocopt.solution import Status
+
+#: Pollux's offset inside the power mean (an idle job counts as speedup 0, value eps ** p).
+EPSILON = 1e-3
+
+
+class Pollux(Policy):
+    """Pollux's allocation (see the module docstring).
+
+    Options
+    -------
+    p : float < 0, default -1
+        Exponent of the power mean (Pollux's default -1; more negative is fairer).
+        The exact MILP needs ``p < 0``; the genetic search takes any ``p``.
+    speedup_scale : float > 0, optional
+        ``c``: factor on every speedup; default Pollux's, nodes / GPUs of the cluster.
+    epsilon : float > 0, default 1e-3
+        Pollux's offset in the power mean.
+    genetic : bool, default False
+        Pollux's NSGA-II search instead of the exact MILP (``technique="genetic"``).
+    population, generations : int, default 100, 100
+        The genetic search's population size and generations (Pollux's).
+    seed : int, default 0
+        The genetic search's random seed.
+    seed_population : array-like, optional
+        Allocations (k, n_jobs, n_nodes) the genetic search starts from besides the
+        previous allocation (Pollux carries its last population over rounds).
+    """
+
+    name = "pollux"
+    options = {"p": -1.0, "speedup_scale": None, "epsilon": EPSILON, "genetic": False, "population": 100,
+               "generations": 100, "seed": 0, "seed_population": None}
+    problem_type = PolluxProblem
+    warm_starts = False
+
+    def allocate(self, problem: PolluxProblem, solver: ModelSolver, *, p: float = -1.0,
+                 speedup_scale: float | None = None, epsilon: float = EPSILON, genetic: bool = False,
+                 population: int = 100, generations: int = 100, seed: int = 0,
+                 seed_population: Any = None) -> PolicyResult:
+        p, scale, epsilon = check_options(problem, p, speedup_scale, epsilon, exact=not genetic)
+        if genetic:
+            from allocopt.formulations.pollux_genetic import genetic_search
+            replicas, extras = genetic_search(problem, p=p, scale=scale, epsilon=epsilon, population=population,
+                                              generations=generations, seed=seed, seed_population=seed_population)
+            solver.backend_used = None
+            return PolicyResult(replicas.astype(np.float64), fitness(problem, replicas, p, scale, epsilon),
+                                Status.APPROXIMATE,
+                                message="Pollux's genetic search (no optimality proof).", extras=extras)
+        replicas, extras, status, message = solve_exact(problem, solver, p, scale, epsilon)
+        return PolicyResult(replicas.astype(np.float64), fitness(problem, replicas, p, scale, epsilon), status,
+                            message=message, extras=extras)
+
+    def to_allocation(self, problem: PolluxProblem, result: PolicyResult, *, backend: str | None,
+                      timings: Timings) -> PolluxAllocation:
+        replicas = np.rint(result.matrix).astype(np.int64).reshape(problem.num_jobs, problem.num_nodes)
+        replicas.setflags(write=False)
+        return PolluxAllocation(problem=problem, replicas=replicas, policy=self.name, backend=backend,
+                                status=result.status, objective=result.objective, message=result.message,
+                                timings=timings, extras=result.extras)
+
+
+def check_options(problem: PolluxProblem, p: Any, speedup_scale: Any, epsilon: Any, *,
+                  exact: bool) -> tuple[float, float, float]:
+    """Validated ``p``, ``c`` and ``eps``."""
+    for name, value in (("p", p), ("epsilon", epsilon)) + ((("speedup_scale", speedup_scale),)
+                                                          if speedup_scale is not None else ()):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(value):
+            raise InvalidOptionError(f"pollux: {name} must be a finite number, got {value!r}")
+    if exact and p >= 0:
+        raise InvalidOptionError(f"pollux: the exact MILP needs p < 0 (Pollux's default is -1), got p={p}: for "
+                                 "p < 0 maximizing the power mean is minimizing sum (speedup ** p), linear in a "
+                                 "choice of shape per job; use technique='genetic' for p >= 0")
+    if epsilon <= 0:
+        raise InvalidOptionError(f"pollux: epsilon must be > 0 (Pollux's is 1e-3), got {epsilon}")
+    if speedup_scale is not None and speedup_scale <= 0:
+        raise InvalidOptionError(f"pollux: speedup_scale must be > 0, got {speedup_scale}")
+    scale = (problem.num_nodes / float(problem.node_gpus.sum())) if speedup_scale is None else float(speedup_scale)
+    return float(p), scale, float(epsilon)
+
+
+def scaled_speedups(problem: PolluxProblem, replicas: np.ndarray, scale: float) -> np.ndarray:
+    """``c * S_i * f_i`` of each job (``f_i`` where the job's replicas per node change)."""
+    replicas = np.asarray(replicas)
+    changed = np.any(replicas != problem.previous, axis=-1)
+    return scale * problem.speedup_of(replicas) * np.where(changed, problem.restart_factor, 1.0)
+
+
+def fitness(problem: PolluxProblem, replicas: np.ndarray, p: float = -1.0, scale: float | None = None,
+            epsilon: float = EPSILON) -> float:
+    """Pollux's fitness of ``replicas`` (n_jobs, n_nodes): the power mean with exponent ``p`` of
+    ``c * S_i * f_i + eps`` (``p = 0``: the geometric mean of ``max(c S f, eps)``, as Pollux)."""
+    if scale is None:
+        scale = problem.num_nodes / float(problem.node_gpus.sum())
+    if problem.num_jobs == 0:
+        return float("nan")
+    s = scaled_speedups(problem, replicas, scale)
+    if p == 0:
+        return float(np.exp(np.mean(np.log(np.maximum(s, epsilon)))))
+    return float(np.mean((s + epsilon) ** p) ** (1.0 / p))
+
+
+def shape_entries(problem: PolluxProblem, p: float, scale: float, epsilon: float
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The shapes worth building: job, type, spread (0 one node, 1 several), replicas and
+    coefficient ``U - eps ** p`` of each, sorted by job (see the module docstring)."""
+    S = problem.speedup
+    n, T, _, R1 = S.shape
+    r = np.arange(R1)
+    gpus, types = problem.node_gpus, problem.node_type
+    if T == 1:
+        largest = np.array([gpus.max(initial=0)])
+        total = np.array([gpus.sum()])
+        nodes = np.array([gpus.size])
+    else:
+        largest = np.array([gpus[types == t].max(initial=0) for t in range(T)])
+        total = np.array([gpus[types == t].sum() for t in range(T)])
+        nodes = np.bincount(types, minlength=T)
+    fits = np.zeros((n, T, 2, R1), dtype=bool)
+    fits[:, :, 0, :] = (r[None, :] <= largest[:, None])[None]
+    spread_ok = (r[None, None, :] <= np.minimum(total[None, :, None], problem.max_nodes[:, None, None]
+                                                * largest[None, :, None])) \
+        & (nodes[None, :, None] >= 2) & (problem.max_nodes[:, None, None] >= 2) & (r >= 2)
+    fits[:, :, 1, :] = spread_ok
+    valid = (S > 0) & fits
+    idle = epsilon ** p
+    U = (scale * S * problem.restart_factor[:, None, None, None] + epsilon) ** p
+    coef = np.where(valid, U - idle, np.inf)
+    best_before = np.minimum.accumulate(np.concatenate([np.zeros((n, T, 2, 1)), coef[..., :-1]], axis=3), axis=3)
+    keep = valid & (coef < best_before) & (coef < 0)
+    job, t, s, rep = np.nonzero(keep)
+    return job, t, s, rep, coef[job, t, s, rep]
+
+
+def solve_exact(problem: PolluxProblem, solver: ModelSolver, p: float, scale: float, epsilon: float
+                ) -> tuple[np.ndarray, dict[str, Any], Status, str]:
+    """The MILP of the module docstring, solved to zero gap (or the caller's ``mip_gap``)."""
+    n, m = problem.num_jobs, problem.num_nodes
+    gpus, types, prev = problem.node_gpus.astype(np.float64), problem.node_type, problem.previous
+    idle = epsilon ** p
+    job, t, s, rep, coef = shape_entries(problem, p, scale, epsilon)
+    # keeping the previous allocation: no restart factor
+    prev_total = prev.sum(axis=1)
+    prev_nodes = np.count_nonzero(prev, axis=1)
+    keep_value = (scale * problem.speedup_of(prev) + epsilon) ** p - idle
+    keepers = np.flatnonzero((prev_total > 0) & (keep_value < 0) & (prev_nodes <= problem.max_nodes))
+    kcoef = keep_value[keepers]
+    kspread = (prev_nodes[keepers] > 1).astype(np.float64)
+    # (job, node) pairs a job may use
+    aware = problem.speedup.shape[1] > 1
+    usable = np.zeros((n, m), dtype=bool)
+    if aware:
+        on_type = np.zeros((n, problem.cluster.num_gpu_types), dtype=bool)
+        on_type[job, t] = True
+        usable |= on_type[:, types]
+    else:
+        usable[np.unique(job), :] = True
+    usable[keepers] |= prev[keepers] > 0
+    pj, pn = np.nonzero(usable)
+    E, K, Pn = job.size, keepers.size, pj.size
+    if E + K == 0:
+        return np.zeros((n, m), dtype=np.int64), {"mip_gap": 0.0, "milp_binaries": 0}, Status.OPTIMAL, \
+            "No job gains from an allocation: every job idles."
+    model = Model("pollux")
+    z = model.add_variable("z", E, kind="binary")
+    k = model.add_variable("keep", K, kind="binary")
+    y = model.add_variable("y", Pn, lb=0.0, ub=gpus[pn], kind="integer")
+    u = model.add_variable("u", Pn, kind="binary")
+    d = model.add_variable("d", Pn, lb=0.0, ub=1.0)
+
+    def by_job(rows: np.ndarray, values: Any, width: int) -> sp.csr_matrix:
+        values = np.broadcast_to(np.asarray(values, dtype=np.float64), rows.shape)
+        return sp.csr_matrix((values, (rows, np.arange(rows.size))), shape=(n, width))
+
+    Jz, Jk, Jp = by_job(job, 1.0, E), by_job(keepers, 1.0, K), by_job(pj, 1.0, Pn)
+    multi_z, multi_k = by_job(job, s, E), by_job(keepers, kspread, K)
+    model.add_constraint("one_choice", Jz @ z + Jk @ k <= 1.0)
+    model.add_constraint("replicas", Jp @ y - by_job(job, rep, E) @ z - by_job(keepers, prev_total[keepers], K) @ k
+                         == 0.0)
+    model.add_constraint("on_node_upper", y - u * gpus[pn] <= 0.0)
+    model.add_constraint("on_node_lower", u - y <= 0.0)
+    span_z = np.where(s == 1, problem.max_nodes[job], 1)
+    model.add_constraint("node_count_upper", Jp @ u - by_job(job, span_z, E) @ z
+                         - by_job(keepers, prev_nodes[keepers], K) @ k <= 0.0)
+    model.add_constraint("node_count_lower", Jp @ u - multi_z @ z * 2.0 - multi_k @ k * 2.0 >= 0.0)
+    kp = np.flatnonzero(np.isin(pj, keepers) & (prev[pj, pn] > 0))
+    if kp.size:
+        where_k = np.searchsorted(keepers, pj[kp])
+        sel_y = sp.csr_matrix((np.ones(kp.size), (np.arange(kp.size), kp)), shape=(kp.size, Pn))
+        sel_k = sp.csr_matrix((prev[pj[kp], pn[kp]].astype(np.float64), (np.arange(kp.size), where_k)),
+                              shape=(kp.size, K))
+        model.add_constraint("keep", sel_y @ y - sel_k @ k >= 0.0)
+    Np = sp.csr_matrix((np.ones(Pn), (pn, np.arange(Pn))), shape=(m, Pn))
+    model.add_constraint("capacity", Np @ y <= gpus)
+    # interference: d[i, n] >= u[i, n] + M_i - 1 with M_i = (several nodes chosen)
+    Pj = sp.csr_matrix((np.ones(Pn), (np.arange(Pn), pj)), shape=(Pn, n))
+    model.add_constraint("interference_link", d - u - Pj @ (multi_z @ z) - Pj @ (multi_k @ k) >= -1.0)
+    model.add_constraint("interference", Np @ d <= 1.0)
+    if aware:
+        T = problem.cluster.num_gpu_types
+        # per (job, type): choices of the job on that type
+        Tz = sp.csr_matrix((np.ones(E), (job * T + t, np.arange(E))), shape=(n * T, E))
+        prev_type = np.array([types[np.flatnonzero(prev[i])[0]] for i in keepers], dtype=np.int64)
+        Tk = sp.csr_matrix((np.ones(K), (keepers * T + prev_type, np.arange(K))), shape=(n * T, K))
+        row = pj * T + types[pn]
+        R = sp.csr_matrix((np.ones(Pn), (np.arange(Pn), row)), shape=(Pn, n * T))
+        model.add_constraint("one_type", y - ((R @ Tz) @ z) * gpus[pn] - ((R @ Tk) @ k) * gpus[pn] <= 0.0)
+    model.minimize(z.dot(coef) + k.dot(kcoef))
+    options = replace(solver.options, mip_gap=solver.options.mip_gap or 0.0)
+    solution = solver.record(solve_model(model.compile(), solver.backend, options, None))
+    solver.check(solution, "pollux (the MILP over shapes and nodes)")
+    yv = np.rint(solution.values["y"])
+    replicas = np.zeros((n, m), dtype=np.int64)
+    replicas[pj, pn] = yv.astype(np.int64)
+    if np.any(replicas.sum(axis=0) > problem.node_gpus):
+        raise SolverError("pollux: the solver's answer overfills a node (numerical trouble); try another backend")
+    gap = 0.0 if solution.mip_gap is None else float(solution.mip_gap)
+    extras = {"mip_gap": gap, "milp_binaries": int(E + K + Pn), "shapes": int(E),
+              "sum_power": float(solution.objective + n * idle) if solution.objective is not None else None}
+    return replicas, extras, solution.status, solution.message
