@@ -93,6 +93,10 @@ def test_exact_optimum_equals_enumeration(backend):
         assert alloc.objective == pytest.approx(best, rel=1e-6), (seed, aware)
         assert fitness(problem, alloc.replicas, p) == pytest.approx(best, rel=1e-6)
         check_feasible(alloc)
+        whole = allocopt.solve(problem, "pollux", backend=backend, p=p, relaxation_first=False,
+                               **solve_options(backend))
+        assert whole.objective == pytest.approx(best, rel=1e-6), (seed, aware)
+        check_feasible(whole)
 
 
 def test_keeping_an_allocation_avoids_the_restart_factor():
@@ -186,3 +190,26 @@ def test_no_jobs_and_no_gain():
     zero = PolluxProblem(np.zeros((2, 1, 2, 3)), CLUSTER)
     alloc = allocopt.solve(zero, "pollux")
     assert alloc.status is Status.OPTIMAL and alloc.replicas.sum() == 0
+
+
+@pytest.mark.parametrize("backend", ["highs", "gurobi"])
+def test_relaxation_first_equals_the_whole_milp(backend):
+    """The default path (the relaxation over shapes, then placement) reaches the whole MILP's optimum,
+    on 8 jobs on 4 nodes of 4 GPUs where jobs spanning nodes compete for whole nodes."""
+    if get_backend(backend).unavailable_reason():
+        pytest.skip(get_backend(backend).unavailable_reason())
+    rng = np.random.default_rng(3)
+    for trial in range(4):
+        n, R = 8, 12
+        r = np.arange(R + 1)
+        S = (r[None, None, None, :] / 2.0) ** rng.uniform(0.5, 0.95, (n, 1, 1, 1)) \
+            * np.array([1.0, 0.8])[None, None, :, None]
+        previous = np.zeros((n, 4), dtype=int)
+        previous[0, 0], previous[1, 1], previous[2, 2:] = 3, 2, 1
+        problem = PolluxProblem(S, Cluster({"g": 16}, gpus_per_node=4), previous=previous,
+                                restart_factor=rng.uniform(0.5, 1.0, n))
+        fast = allocopt.solve(problem, "pollux", backend=backend)
+        whole = allocopt.solve(problem, "pollux", backend=backend, relaxation_first=False)
+        assert fast.extras["candidates"] >= 1 and fast.extras["mip_gap"] == 0.0
+        assert fast.objective == pytest.approx(whole.objective, rel=1e-7), trial
+        check_feasible(fast)

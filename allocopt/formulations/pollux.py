@@ -49,7 +49,8 @@ Pollux's own NSGA-II search over allocation matrices, seeded.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import logging
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,8 @@ from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
 from allocopt.model import Model
 from allocopt.pollux_problem import PolluxAllocation, PolluxProblem
 from allocopt.solution import Status
+
+logger = logging.getLogger(__name__)
 
 #: Pollux's offset inside the power mean (an idle job counts as speedup 0, value eps ** p).
 EPSILON = 1e-3
@@ -88,18 +91,21 @@ class Pollux(Policy):
     seed_population : array-like, optional
         Allocations (k, n_jobs, n_nodes) the genetic search starts from besides the
         previous allocation (Pollux carries its last population over rounds).
+    relaxation_first : bool, default True
+        Solve the relaxation over shapes first and place its optimum
+        (:func:`solve_by_shapes`); False solves the whole MILP over shapes and nodes.
     """
 
     name = "pollux"
     options = {"p": -1.0, "speedup_scale": None, "epsilon": EPSILON, "genetic": False, "population": 100,
-               "generations": 100, "seed": 0, "seed_population": None}
+               "generations": 100, "seed": 0, "seed_population": None, "relaxation_first": True}
     problem_type = PolluxProblem
     warm_starts = False
 
     def allocate(self, problem: PolluxProblem, solver: ModelSolver, *, p: float = -1.0,
                  speedup_scale: float | None = None, epsilon: float = EPSILON, genetic: bool = False,
                  population: int = 100, generations: int = 100, seed: int = 0,
-                 seed_population: Any = None) -> PolicyResult:
+                 seed_population: Any = None, relaxation_first: bool = True) -> PolicyResult:
         p, scale, epsilon = check_options(problem, p, speedup_scale, epsilon, exact=not genetic)
         if genetic:
             from allocopt.formulations.pollux_genetic import genetic_search
@@ -109,7 +115,8 @@ class Pollux(Policy):
             return PolicyResult(replicas.astype(np.float64), fitness(problem, replicas, p, scale, epsilon),
                                 Status.APPROXIMATE,
                                 message="Pollux's genetic search (no optimality proof).", extras=extras)
-        replicas, extras, status, message = solve_exact(problem, solver, p, scale, epsilon)
+        exact = solve_by_shapes if relaxation_first else solve_exact
+        replicas, extras, status, message = exact(problem, solver, p, scale, epsilon)
         return PolicyResult(replicas.astype(np.float64), fitness(problem, replicas, p, scale, epsilon), status,
                             message=message, extras=extras)
 
@@ -195,21 +202,48 @@ def shape_entries(problem: PolluxProblem, p: float, scale: float, epsilon: float
     return job, t, s, rep, coef[job, t, s, rep]
 
 
-def solve_exact(problem: PolluxProblem, solver: ModelSolver, p: float, scale: float, epsilon: float
-                ) -> tuple[np.ndarray, dict[str, Any], Status, str]:
-    """The MILP of the module docstring, solved to zero gap (or the caller's ``mip_gap``)."""
+@dataclass
+class _Choices:
+    """Everything a job may choose: shapes ``job, t, s, rep`` with coefficients ``coef``, and keeping
+    the previous allocation (``keepers``, coefficients ``kcoef``)."""
+
+    job: np.ndarray
+    t: np.ndarray
+    s: np.ndarray
+    rep: np.ndarray
+    coef: np.ndarray
+    keepers: np.ndarray
+    kcoef: np.ndarray
+    ktype: np.ndarray  # group (type, or 0 unaware) of each keeper's previous nodes
+    kspread: np.ndarray  # 1 where a keeper's previous allocation spans several nodes
+
+
+def choices(problem: PolluxProblem, p: float, scale: float, epsilon: float) -> _Choices:
+    """Shapes worth building (:func:`shape_entries`) and the jobs that may keep their allocation."""
+    job, t, s, rep, coef = shape_entries(problem, p, scale, epsilon)
+    prev = problem.previous
+    prev_total, prev_nodes = prev.sum(axis=1), np.count_nonzero(prev, axis=1)
+    keep_value = (scale * problem.speedup_of(prev) + epsilon) ** p - epsilon ** p
+    keepers = np.flatnonzero((prev_total > 0) & (keep_value < 0) & (prev_nodes <= problem.max_nodes))
+    first = np.argmax(prev[keepers] > 0, axis=1) if keepers.size else np.zeros(0, dtype=np.int64)
+    ktype = problem.node_type[first] if problem.speedup.shape[1] > 1 else np.zeros(keepers.size, dtype=np.int64)
+    return _Choices(job, t, s, rep, coef, keepers, keep_value[keepers], ktype,
+                    (prev_nodes[keepers] > 1).astype(np.float64))
+
+
+def _by_job(n: int, rows: np.ndarray, values: Any, width: int) -> sp.csr_matrix:
+    values = np.broadcast_to(np.asarray(values, dtype=np.float64), rows.shape)
+    return sp.csr_matrix((values, (rows, np.arange(rows.size))), shape=(n, width))
+
+
+def node_model(problem: PolluxProblem, c: _Choices, fixed: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> tuple[Model, np.ndarray, np.ndarray]:
+    """The MILP over shapes and nodes (module docstring); with ``fixed`` (0/1 per shape, per keeper)
+    the choices are fixed and the model only places them (a feasibility problem). Returns the
+    model and the job and node of each ``y`` entry."""
     n, m = problem.num_jobs, problem.num_nodes
     gpus, types, prev = problem.node_gpus.astype(np.float64), problem.node_type, problem.previous
-    idle = epsilon ** p
-    job, t, s, rep, coef = shape_entries(problem, p, scale, epsilon)
-    # keeping the previous allocation: no restart factor
-    prev_total = prev.sum(axis=1)
-    prev_nodes = np.count_nonzero(prev, axis=1)
-    keep_value = (scale * problem.speedup_of(prev) + epsilon) ** p - idle
-    keepers = np.flatnonzero((prev_total > 0) & (keep_value < 0) & (prev_nodes <= problem.max_nodes))
-    kcoef = keep_value[keepers]
-    kspread = (prev_nodes[keepers] > 1).astype(np.float64)
-    # (job, node) pairs a job may use
+    job, t, s, rep, keepers = c.job, c.t, c.s, c.rep, c.keepers
     aware = problem.speedup.shape[1] > 1
     usable = np.zeros((n, m), dtype=bool)
     if aware:
@@ -219,33 +253,33 @@ def solve_exact(problem: PolluxProblem, solver: ModelSolver, p: float, scale: fl
     else:
         usable[np.unique(job), :] = True
     usable[keepers] |= prev[keepers] > 0
+    if fixed is not None:  # only the chosen jobs need nodes
+        chosen = np.zeros(n, dtype=bool)
+        chosen[job[fixed[0] > 0.5]] = True
+        chosen[keepers[fixed[1] > 0.5]] = True
+        usable &= chosen[:, None]
     pj, pn = np.nonzero(usable)
     E, K, Pn = job.size, keepers.size, pj.size
-    if E + K == 0:
-        return np.zeros((n, m), dtype=np.int64), {"mip_gap": 0.0, "milp_binaries": 0}, Status.OPTIMAL, \
-            "No job gains from an allocation: every job idles."
     model = Model("pollux")
-    z = model.add_variable("z", E, kind="binary")
-    k = model.add_variable("keep", K, kind="binary")
+    lz, uz = (0.0, 1.0) if fixed is None else (fixed[0], fixed[0])
+    lk, uk = (0.0, 1.0) if fixed is None else (fixed[1], fixed[1])
+    z = model.add_variable("z", E, lb=lz, ub=uz, kind="binary")
+    k = model.add_variable("keep", K, lb=lk, ub=uk, kind="binary")
     y = model.add_variable("y", Pn, lb=0.0, ub=gpus[pn], kind="integer")
     u = model.add_variable("u", Pn, kind="binary")
     d = model.add_variable("d", Pn, lb=0.0, ub=1.0)
-
-    def by_job(rows: np.ndarray, values: Any, width: int) -> sp.csr_matrix:
-        values = np.broadcast_to(np.asarray(values, dtype=np.float64), rows.shape)
-        return sp.csr_matrix((values, (rows, np.arange(rows.size))), shape=(n, width))
-
-    Jz, Jk, Jp = by_job(job, 1.0, E), by_job(keepers, 1.0, K), by_job(pj, 1.0, Pn)
-    multi_z, multi_k = by_job(job, s, E), by_job(keepers, kspread, K)
+    Jz, Jk, Jp = _by_job(n, job, 1.0, E), _by_job(n, keepers, 1.0, K), _by_job(n, pj, 1.0, Pn)
+    multi_z, multi_k = _by_job(n, job, s, E), _by_job(n, keepers, c.kspread, K)
+    prev_total, prev_nodes = prev.sum(axis=1), np.count_nonzero(prev, axis=1)
     model.add_constraint("one_choice", Jz @ z + Jk @ k <= 1.0)
-    model.add_constraint("replicas", Jp @ y - by_job(job, rep, E) @ z - by_job(keepers, prev_total[keepers], K) @ k
-                         == 0.0)
+    model.add_constraint("replicas", Jp @ y - _by_job(n, job, rep, E) @ z
+                         - _by_job(n, keepers, prev_total[keepers], K) @ k == 0.0)
     model.add_constraint("on_node_upper", y - u * gpus[pn] <= 0.0)
     model.add_constraint("on_node_lower", u - y <= 0.0)
     span_z = np.where(s == 1, problem.max_nodes[job], 1)
-    model.add_constraint("node_count_upper", Jp @ u - by_job(job, span_z, E) @ z
-                         - by_job(keepers, prev_nodes[keepers], K) @ k <= 0.0)
-    model.add_constraint("node_count_lower", Jp @ u - multi_z @ z * 2.0 - multi_k @ k * 2.0 >= 0.0)
+    model.add_constraint("node_count_upper", Jp @ u - _by_job(n, job, span_z, E) @ z
+                         - _by_job(n, keepers, prev_nodes[keepers], K) @ k <= 0.0)
+    model.add_constraint("node_count_lower", Jp @ u - (multi_z @ z) * 2.0 - (multi_k @ k) * 2.0 >= 0.0)
     kp = np.flatnonzero(np.isin(pj, keepers) & (prev[pj, pn] > 0))
     if kp.size:
         where_k = np.searchsorted(keepers, pj[kp])
@@ -255,29 +289,256 @@ def solve_exact(problem: PolluxProblem, solver: ModelSolver, p: float, scale: fl
         model.add_constraint("keep", sel_y @ y - sel_k @ k >= 0.0)
     Np = sp.csr_matrix((np.ones(Pn), (pn, np.arange(Pn))), shape=(m, Pn))
     model.add_constraint("capacity", Np @ y <= gpus)
-    # interference: d[i, n] >= u[i, n] + M_i - 1 with M_i = (several nodes chosen)
     Pj = sp.csr_matrix((np.ones(Pn), (np.arange(Pn), pj)), shape=(Pn, n))
     model.add_constraint("interference_link", d - u - Pj @ (multi_z @ z) - Pj @ (multi_k @ k) >= -1.0)
     model.add_constraint("interference", Np @ d <= 1.0)
     if aware:
         T = problem.cluster.num_gpu_types
-        # per (job, type): choices of the job on that type
         Tz = sp.csr_matrix((np.ones(E), (job * T + t, np.arange(E))), shape=(n * T, E))
-        prev_type = np.array([types[np.flatnonzero(prev[i])[0]] for i in keepers], dtype=np.int64)
-        Tk = sp.csr_matrix((np.ones(K), (keepers * T + prev_type, np.arange(K))), shape=(n * T, K))
-        row = pj * T + types[pn]
-        R = sp.csr_matrix((np.ones(Pn), (np.arange(Pn), row)), shape=(Pn, n * T))
+        Tk = sp.csr_matrix((np.ones(K), (keepers * T + c.ktype, np.arange(K))), shape=(n * T, K))
+        R = sp.csr_matrix((np.ones(Pn), (np.arange(Pn), pj * T + types[pn])), shape=(Pn, n * T))
         model.add_constraint("one_type", y - ((R @ Tz) @ z) * gpus[pn] - ((R @ Tk) @ k) * gpus[pn] <= 0.0)
-    model.minimize(z.dot(coef) + k.dot(kcoef))
+    if fixed is None:
+        model.minimize(z.dot(c.coef) + k.dot(c.kcoef))
+    return model, pj, pn
+
+
+def solve_exact(problem: PolluxProblem, solver: ModelSolver, p: float, scale: float, epsilon: float
+                ) -> tuple[np.ndarray, dict[str, Any], Status, str]:
+    """The MILP over shapes and nodes of the module docstring, whole, to zero gap (or the caller's ``mip_gap``)."""
+    n, m = problem.num_jobs, problem.num_nodes
+    c = choices(problem, p, scale, epsilon)
+    if c.job.size + c.keepers.size == 0:
+        return np.zeros((n, m), dtype=np.int64), {"mip_gap": 0.0, "milp_binaries": 0}, Status.OPTIMAL, \
+            "No job gains from an allocation: every job idles."
+    model, pj, pn = node_model(problem, c)
     options = replace(solver.options, mip_gap=solver.options.mip_gap or 0.0)
-    solution = solver.record(solve_model(model.compile(), solver.backend, options, None))
-    solver.check(solution, "pollux (the MILP over shapes and nodes)")
-    yv = np.rint(solution.values["y"])
-    replicas = np.zeros((n, m), dtype=np.int64)
-    replicas[pj, pn] = yv.astype(np.int64)
+    solution = solver.check(solver.record(solve_model(model.compile(), solver.backend, options, None)),
+                            "pollux (the MILP over shapes and nodes)")
+    replicas = _replicas(problem, pj, pn, solution.values["y"])
+    gap = 0.0 if solution.mip_gap is None else float(solution.mip_gap)
+    return replicas, {"mip_gap": gap, "milp_binaries": int(solution.values["z"].size + solution.values["keep"].size
+                                                           + 2 * pj.size)}, solution.status, solution.message
+
+
+def _replicas(problem: PolluxProblem, pj: np.ndarray, pn: np.ndarray, y: np.ndarray) -> np.ndarray:
+    replicas = np.zeros((problem.num_jobs, problem.num_nodes), dtype=np.int64)
+    replicas[pj, pn] = np.rint(y).astype(np.int64)
     if np.any(replicas.sum(axis=0) > problem.node_gpus):
         raise SolverError("pollux: the solver's answer overfills a node (numerical trouble); try another backend")
-    gap = 0.0 if solution.mip_gap is None else float(solution.mip_gap)
-    extras = {"mip_gap": gap, "milp_binaries": int(E + K + Pn), "shapes": int(E),
-              "sum_power": float(solution.objective + n * idle) if solution.objective is not None else None}
-    return replicas, extras, solution.status, solution.message
+    return replicas
+
+
+# ----- shapes first: an aggregate relaxation, then placement ---------------------------------
+
+def _groups(problem: PolluxProblem) -> tuple[np.ndarray, int]:
+    """Group of each node (its type in an aware problem, else 0) and the number of groups."""
+    if problem.speedup.shape[1] > 1:
+        return problem.node_type, problem.cluster.num_gpu_types
+    return np.zeros(problem.num_nodes, dtype=np.int64), 1
+
+
+def aggregate_model(problem: PolluxProblem, c: _Choices) -> Model:
+    """The relaxation over shapes only: per group of nodes, GPUs within capacity, nodes of jobs
+    spanning several within the node count, and an arc-flow packing of the group's nodes
+    (:func:`_arc_flow`; exact for single-node jobs). Every placement satisfies it."""
+    n = problem.num_jobs
+    group, G = _groups(problem)
+    gpus = problem.node_gpus
+    prev = problem.previous
+    E, K = c.job.size, c.keepers.size
+    model = Model("pollux_shapes")
+    z = model.add_variable("z", E, kind="binary")
+    k = model.add_variable("keep", K, kind="binary")
+    model.add_constraint("one_choice", _by_job(n, c.job, 1.0, E) @ z + _by_job(n, c.keepers, 1.0, K) @ k <= 1.0)
+    zg = c.t if problem.speedup.shape[1] > 1 else np.zeros(E, dtype=np.int64)
+    kg = c.ktype
+    cap = np.bincount(group, gpus, minlength=G).astype(np.float64)
+    nodes = np.bincount(group, minlength=G).astype(np.float64)
+    largest = np.array([gpus[group == j].max(initial=1) for j in range(G)])
+    prev_total, prev_nodes = prev.sum(axis=1)[c.keepers], np.count_nonzero(prev, axis=1)[c.keepers]
+
+    def rows(zw: np.ndarray, kw: np.ndarray):
+        return (sp.csr_matrix((zw, (zg, np.arange(E))), shape=(G, E)) @ z
+                + sp.csr_matrix((kw, (kg, np.arange(K))), shape=(G, K)) @ k)
+
+    model.add_constraint("capacity", rows(c.rep.astype(np.float64), prev_total.astype(np.float64)) <= cap)
+    span = np.maximum(2, -(-c.rep // largest[zg]))
+    model.add_constraint("spread_nodes", rows(np.where(c.s == 1, span, 0).astype(np.float64),
+                                              np.where(c.kspread > 0, prev_nodes, 0).astype(np.float64)) <= nodes)
+    kr = prev_total.astype(np.float64)
+    for j in range(G):
+        _arc_flow(model, f"group_{j}", gpus[group == j], z, k,
+                  zsize=np.where((zg == j) & (c.s == 0), c.rep, 0), ksize=np.where((kg == j) & (c.kspread == 0),
+                                                                                  prev_total, 0),
+                  zspread=np.where((zg == j) & (c.s == 1), c.rep, 0).astype(np.float64),
+                  zspan=np.where((zg == j) & (c.s == 1), span, 0).astype(np.float64),
+                  kspread=np.where((kg == j) & (c.kspread > 0), kr, 0.0),
+                  kspan=np.where((kg == j) & (c.kspread > 0), prev_nodes, 0).astype(np.float64))
+    model.minimize(z.dot(c.coef) + k.dot(c.kcoef))
+    return model
+
+
+def _arc_flow(model: Model, name: str, sizes: np.ndarray, z: Any, k: Any, *, zsize: np.ndarray,
+              ksize: np.ndarray, zspread: np.ndarray, zspan: np.ndarray, kspread: np.ndarray,
+              kspan: np.ndarray) -> None:
+    """Valério de Carvalho's arc-flow packing of one group of nodes (``sizes``: GPUs of each), added
+    to ``model``: each node is a path from 0 to its size whose arcs are the replicas of one
+    single-node job (any start), a part of a job spanning several nodes (only first: at most one
+    per node) or an idle GPU. Single-node jobs (``zsize``/``ksize``: their replicas per shape and
+    keeper, 0 elsewhere) then pack exactly; jobs spanning several nodes need parts with at least
+    their replicas (``zspread``, ``kspread``) and their nodes (``zspan``, ``kspan``)."""
+    g = int(sizes.max(initial=0))
+    if g == 0:
+        return
+    a_item, s_item = np.nonzero(np.add.outer(np.arange(g), np.arange(1, g + 1)) <= g)
+    s_item = s_item + 1
+    item = model.add_variable(f"{name}_items", a_item.size, kind="integer")
+    part = model.add_variable(f"{name}_parts", g, kind="integer")
+    idle = model.add_variable(f"{name}_idle", g, kind="integer")
+    d = np.arange(1, g + 1)
+    ends = np.bincount(sizes, minlength=g + 1).astype(np.float64)
+    # into vertex v minus out of it: v = 0 sends every node, v >= 1 ends the nodes of size v
+    into = (sp.csr_matrix((np.ones(a_item.size), (a_item + s_item, np.arange(a_item.size))), shape=(g + 1, a_item.size))
+            @ item + sp.csr_matrix((np.ones(g), (d, np.arange(g))), shape=(g + 1, g)) @ part
+            + sp.csr_matrix((np.ones(g), (d, np.arange(g))), shape=(g + 1, g)) @ idle)
+    out = (sp.csr_matrix((np.ones(a_item.size), (a_item, np.arange(a_item.size))), shape=(g + 1, a_item.size))
+           @ item + sp.csr_matrix((np.ones(g), (np.zeros(g, dtype=np.int64), np.arange(g))), shape=(g + 1, g))
+           @ part + sp.csr_matrix((np.ones(g), (d - 1, np.arange(g))), shape=(g + 1, g)) @ idle)
+    ends[0] = -ends[1:].sum()
+    model.add_constraint(f"{name}_flow", into - out == ends)
+    E, K = zsize.size, ksize.size
+    by_size = sp.csr_matrix((np.ones(a_item.size), (s_item - 1, np.arange(a_item.size))), shape=(g, a_item.size))
+    zs, ks = np.flatnonzero(zsize), np.flatnonzero(ksize)
+    demand_z = sp.csr_matrix((np.ones(zs.size), (zsize[zs] - 1, zs)), shape=(g, E))
+    demand_k = sp.csr_matrix((np.ones(ks.size), (ksize[ks] - 1, ks)), shape=(g, K))
+    model.add_constraint(f"{name}_single_node", by_size @ item - demand_z @ z - demand_k @ k >= 0.0)
+    model.add_constraint(f"{name}_spread_gpus", part.dot(d.astype(np.float64)) - z.dot(zspread) - k.dot(kspread)
+                         >= 0.0)
+    model.add_constraint(f"{name}_spread_nodes", part.sum() - z.dot(zspan) - k.dot(kspan) >= 0.0)
+
+
+def place(problem: PolluxProblem, c: _Choices, zc: np.ndarray, kc: np.ndarray) -> np.ndarray | None:
+    """Replicas per job and node realizing the chosen shapes (``zc`` 0/1 per shape, ``kc`` per
+    keeper), greedily: keepers where they were; then, largest first, jobs spanning several nodes
+    on whole free nodes with their remainder on the fullest node that holds it, and single-node
+    jobs on the fullest node that holds them (in both orders). None when both orders fail (which
+    does not prove that no placement exists)."""
+    for spread_first in (True, False):
+        replicas = _place_greedily(problem, c, zc, kc, spread_first)
+        if replicas is not None:
+            return replicas
+    return None
+
+
+def _place_greedily(problem: PolluxProblem, c: _Choices, zc: np.ndarray, kc: np.ndarray,
+                    spread_first: bool) -> np.ndarray | None:
+    n, m = problem.num_jobs, problem.num_nodes
+    group, _ = _groups(problem)
+    replicas = np.zeros((n, m), dtype=np.int64)
+    kept = c.keepers[kc > 0.5]
+    replicas[kept] = problem.previous[kept]
+    free = problem.node_gpus - replicas.sum(axis=0)
+    spread_kept = kept[np.count_nonzero(problem.previous[kept], axis=1) > 1]
+    spread_taken = (replicas[spread_kept] > 0).any(axis=0)
+    chosen = np.flatnonzero(zc > 0.5)
+    zg = c.t if problem.speedup.shape[1] > 1 else np.zeros(c.job.size, dtype=np.int64)
+    multi = chosen[c.s[chosen] == 1]
+    single = chosen[c.s[chosen] == 0]
+
+    def place_multi() -> bool:
+        for e in multi[np.argsort(-c.rep[multi], kind="stable")]:
+            i, need = c.job[e], int(c.rep[e])
+            take: list[tuple[int, int]] = []
+            ok = (group == zg[e]) & ~spread_taken & (free > 0)
+            whole = np.flatnonzero(ok & (free == problem.node_gpus))
+            for node in whole:  # whole free nodes while more than one node's worth remains
+                if need <= free[node] or len(take) + 1 >= problem.max_nodes[i]:
+                    break
+                take.append((int(node), int(free[node])))
+                need -= int(free[node])
+            used = np.zeros(m, dtype=bool)
+            used[[node for node, _ in take]] = True
+            while need:
+                rest = np.flatnonzero(ok & ~used)
+                if not rest.size or len(take) >= problem.max_nodes[i]:
+                    return False
+                # a 2nd node is needed: leave at least 1 replica for it
+                cap = need - 1 if not take else need
+                fits = rest[free[rest] >= cap]
+                node = int(fits[np.argmin(free[fits])]) if fits.size else int(rest[np.argmax(free[rest])])
+                share = min(int(free[node]), cap)
+                take.append((node, share))
+                used[node] = True
+                need -= share
+            if len(take) < 2:
+                return False
+            for node, share in take:
+                replicas[i, node] = share
+                free[node] -= share
+                spread_taken[node] = True
+        return True
+
+    def place_single() -> bool:
+        for e in single[np.argsort(-c.rep[single], kind="stable")]:
+            ok = np.flatnonzero((group == zg[e]) & (free >= c.rep[e]))
+            if not ok.size:
+                return False
+            node = ok[np.argmin(free[ok])]
+            replicas[c.job[e], node] = c.rep[e]
+            free[node] -= c.rep[e]
+        return True
+
+    steps = (place_multi, place_single) if spread_first else (place_single, place_multi)
+    return replicas if all(step() for step in steps) else None
+
+
+#: Candidates (optima of the aggregate relaxation, each excluding the earlier unplaceable ones) tried
+#: before the whole MILP over shapes and nodes is solved instead.
+MAX_CANDIDATES = 50
+#: Seconds the placement MILP of one candidate may take before the whole MILP is solved instead.
+PLACEMENT_TIME_LIMIT_S = 5.0
+
+
+def solve_by_shapes(problem: PolluxProblem, solver: ModelSolver, p: float, scale: float, epsilon: float
+                    ) -> tuple[np.ndarray, dict[str, Any], Status, str]:
+    """Pollux's MILP through its relaxation over shapes (:func:`aggregate_model`): its optimum is
+    placed on nodes (greedily, else by the placement MILP); when it cannot be placed, a cut excludes
+    that choice (and every choice that allocates a superset of it) and the next optimum is tried.
+    The first placeable optimum is the whole MILP's optimum. After :data:`MAX_CANDIDATES`, or a
+    placement MILP that does not finish, the whole MILP is solved."""
+    n, m = problem.num_jobs, problem.num_nodes
+    c = choices(problem, p, scale, epsilon)
+    if c.job.size + c.keepers.size == 0:
+        return np.zeros((n, m), dtype=np.int64), {"mip_gap": 0.0, "candidates": 0}, Status.OPTIMAL, \
+            "No job gains from an allocation: every job idles."
+    model = aggregate_model(problem, c)
+    z, k = model.variables["z"], model.variables["keep"]
+    options = replace(solver.options, mip_gap=solver.options.mip_gap or 0.0)
+    placement_options = replace(solver.options, mip_gap=None, time_limit_s=PLACEMENT_TIME_LIMIT_S)
+    placement_milps = 0
+    for candidate in range(1, MAX_CANDIDATES + 1):
+        solution = solver.check(solver.record(solve_model(model.compile(), solver.backend, options, None)),
+                                "pollux (the relaxation over shapes)")
+        zc, kc = np.rint(solution.values["z"]), np.rint(solution.values["keep"])
+        replicas = place(problem, c, zc, kc)
+        if replicas is None:
+            placement_milps += 1
+            placing, pj, pn = node_model(problem, c, fixed=(zc, kc))
+            placed = solver.record(solve_model(placing.compile(), solver.backend, placement_options, None))
+            if placed.status is Status.OPTIMAL:
+                replicas = _replicas(problem, pj, pn, placed.values["y"])
+            elif placed.status not in (Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED):
+                break  # undecided in time: solve the whole MILP
+        if replicas is not None:
+            gap = 0.0 if solution.mip_gap is None else float(solution.mip_gap)
+            return replicas, {"mip_gap": gap, "candidates": candidate, "placement_milps": placement_milps,
+                              "milp_binaries": int(c.job.size + c.keepers.size)}, solution.status, \
+                solution.message
+        chosen_z, chosen_k = np.flatnonzero(zc > 0.5), np.flatnonzero(kc > 0.5)
+        cut = z[chosen_z].sum() + k[chosen_k].sum() if chosen_k.size else z[chosen_z].sum()
+        model.add_constraint(f"unplaceable_{candidate}", cut <= float(chosen_z.size + chosen_k.size - 1))
+    logger.info("pollux: %d optima of the relaxation over shapes could not be placed; solving the whole MILP",
+                candidate)
+    replicas, extras, status, message = solve_exact(problem, solver, p, scale, epsilon)
+    return replicas, {**extras, "candidates": candidate, "placement_milps": placement_milps}, status, message
