@@ -213,3 +213,79 @@ def test_relaxation_first_equals_the_whole_milp(backend):
         assert fast.extras["candidates"] >= 1 and fast.extras["mip_gap"] == 0.0
         assert fast.objective == pytest.approx(whole.objective, rel=1e-7), trial
         check_feasible(fast)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pollux's genetic search (pymoo)
+# ----------------------------------------------------------------------------------------------
+def test_genetic_search_is_seeded_feasible_and_never_beats_the_exact_optimum():
+    pytest.importorskip("pymoo", reason="technique='genetic' needs pymoo (allocopt[pollux])")
+    for index in (0, 2):
+        problem, best = case(index)
+        p = CASES[index][2]
+        runs = [allocopt.solve(problem, "pollux", technique="genetic", p=p, seed=seed, generations=8,
+                               population=40) for seed in (1, 1, 2)]
+        assert np.array_equal(runs[0].replicas, runs[1].replicas)  # seeded
+        for ga in runs:
+            assert ga.status is Status.APPROXIMATE and ga.extras["technique"] == "genetic"
+            check_feasible(ga)
+            assert ga.objective == pytest.approx(fitness(problem, ga.replicas, p))
+            assert ga.objective <= best * (1 + 1e-9)
+            # elitist: the previous allocation is in the first population
+            assert ga.objective >= fitness(problem, problem.previous, p) * (1 - 1e-9)
+        assert runs[0].extras["population"].shape[1:] == (problem.num_jobs, problem.num_nodes)
+
+
+def test_genetic_search_takes_p_of_any_sign_and_a_carried_population():
+    pytest.importorskip("pymoo", reason="technique='genetic' needs pymoo (allocopt[pollux])")
+    problem, _ = case(0)
+    first = allocopt.solve(problem, "pollux", technique="genetic", p=0.0, generations=5)
+    again = allocopt.solve(problem, "pollux", technique="genetic", p=1.0, generations=5,
+                           seed_population=first.extras["population"])
+    check_feasible(again)
+    with pytest.raises(InvalidOptionError, match="seed_population"):
+        allocopt.solve(problem, "pollux", technique="genetic", seed_population=np.zeros((2, 1, 1)))
+    with pytest.raises(InvalidOptionError, match="generations"):
+        allocopt.solve(problem, "pollux", technique="genetic", generations=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# The stand-in for Sia's PolluxPolicyUnaware
+# ----------------------------------------------------------------------------------------------
+def sia_round(n_jobs: int, previous: dict):
+    """Sia's unaware simulator's inputs: JobInfo-like jobs whose speedup_fn is Sia's fallback for jobs
+    without a goodput model yet (``lambda n, r: r``), 4 virtual nodes of 4 GPUs."""
+    from types import SimpleNamespace
+    jobs = {f"job-{i}": SimpleNamespace(speedup_fn=lambda n, r: r, max_replicas=8, min_replicas=0, preemptible=True,
+                                        attained_service=10.0 * i, creation_timestamp=float(i), age=60.0 * (i + 1),
+                                        num_restarts=0, resources={"nvidia.com/gpu": 1})
+            for i in range(n_jobs)}
+    nodes = {k: SimpleNamespace(resources={"nvidia.com/gpu": 4}, preemptible=False) for k in range(4)}
+    return jobs, nodes, previous
+
+
+def test_stand_in_answers_in_sias_format():
+    from allocopt.adapters.sia_simulator import PolluxSimulatorPolicy
+    jobs, nodes, previous = sia_round(3, {"job-0": [0, 0, 1, 1]})
+    policy = PolluxSimulatorPolicy(-1)
+    answer, desired = policy.optimize(jobs, nodes, previous, nodes[0])
+    assert desired == 4 and set(answer) == set(jobs)
+    used = [node for replicas in answer.values() for node in replicas]
+    assert all(used.count(k) <= 4 for k in nodes)
+    assert policy.last.status is Status.OPTIMAL and policy.last.extras["mip_gap"] == 0.0
+    # speedup r / ceil(16 / 3): every job gets GPUs, the 16 GPUs are all used
+    assert all(answer.values()) and len(used) == 16
+    assert policy.last.problem.job_ids == ("job-0", "job-1", "job-2")  # by attained service
+
+
+def test_stand_in_genetic_carries_its_population():
+    pytest.importorskip("pymoo", reason="technique='genetic' needs pymoo (allocopt[pollux])")
+    from allocopt.adapters.sia_simulator import PolluxSimulatorPolicy
+    policy = PolluxSimulatorPolicy(-1, technique="genetic", generations=5)
+    jobs, nodes, previous = sia_round(3, {})
+    answer, _ = policy.optimize(jobs, nodes, previous, None)
+    jobs, nodes, _ = sia_round(4, {})
+    carried = policy._carried(["job-3", "job-0", "job-1", "job-2"], list(nodes))
+    assert carried.shape[1:] == (4, 4) and not carried[:, 0].any()
+    again, _ = policy.optimize(jobs, nodes, answer, None)
+    assert policy.rounds == 2 and set(again) == set(jobs)

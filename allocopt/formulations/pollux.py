@@ -298,6 +298,19 @@ def node_model(problem: PolluxProblem, c: _Choices, fixed: tuple[np.ndarray, np.
         Tk = sp.csr_matrix((np.ones(K), (keepers * T + c.ktype, np.arange(K))), shape=(n * T, K))
         R = sp.csr_matrix((np.ones(Pn), (np.arange(Pn), pj * T + types[pn])), shape=(Pn, n * T))
         model.add_constraint("one_type", y - ((R @ Tz) @ z) * gpus[pn] - ((R @ Tk) @ k) * gpus[pn] <= 0.0)
+    # symmetry: nodes of one type and size that no (kept) previous allocation tells apart are
+    # interchangeable, so some optimum has them in order of decreasing load
+    relevant = keepers if fixed is None else keepers[fixed[1] > 0.5]
+    blank = ~(prev[relevant] > 0).any(axis=0)
+    order = np.lexsort((np.arange(m), problem.node_gpus, types, ~blank))
+    a, b = order[:-1], order[1:]
+    same = blank[a] & blank[b] & (types[a] == types[b]) & (problem.node_gpus[a] == problem.node_gpus[b])
+    if same.any():
+        a, b = a[same], b[same]
+        rows = np.arange(a.size)
+        pair = sp.csr_matrix((np.ones(a.size), (rows, a)), shape=(a.size, m)) \
+            - sp.csr_matrix((np.ones(b.size), (rows, b)), shape=(a.size, m))
+        model.add_constraint("symmetry", pair @ (Np @ y) >= 0.0)
     if fixed is None:
         model.minimize(z.dot(c.coef) + k.dot(c.kcoef))
     return model, pj, pn
