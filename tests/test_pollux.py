@@ -289,3 +289,21 @@ def test_stand_in_genetic_carries_its_population():
     assert carried.shape[1:] == (4, 4) and not carried[:, 0].any()
     again, _ = policy.optimize(jobs, nodes, answer, None)
     assert policy.rounds == 2 and set(again) == set(jobs)
+
+
+def test_identical_jobs_are_merged_without_changing_the_optimum():
+    """Copies of a few jobs (as in Sia's scale workloads) are solved as classes with counts: the same
+    optimum as the whole MILP, and fewer variables than jobs x shapes."""
+    rng = np.random.default_rng(5)
+    r = np.arange(9)
+    kinds = (r[None, None, None, :] / 2.0) ** rng.uniform(0.5, 0.9, (3, 1, 1, 1)) \
+        * np.array([1.0, 0.8])[None, None, :, None]
+    S = kinds[np.arange(9) % 3]
+    previous = np.zeros((9, 4), dtype=int)
+    previous[0, 0] = 2  # one job may keep its allocation: it stays a class of its own
+    problem = PolluxProblem(S, Cluster({"g": 16}, gpus_per_node=4), previous=previous)
+    fast = allocopt.solve(problem, "pollux")
+    whole = allocopt.solve(problem, "pollux", relaxation_first=False)
+    assert fast.extras["job_classes"] == 4
+    assert fast.objective == pytest.approx(whole.objective, rel=1e-7)
+    check_feasible(fast)

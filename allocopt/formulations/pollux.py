@@ -351,25 +351,33 @@ def _groups(problem: PolluxProblem) -> tuple[np.ndarray, int]:
     return np.zeros(problem.num_nodes, dtype=np.int64), 1
 
 
-def aggregate_model(problem: PolluxProblem, c: _Choices) -> Model:
+def aggregate_model(problem: PolluxProblem, c: _Choices, size: np.ndarray | None = None,
+                    keeper_rows: np.ndarray | None = None) -> Model:
     """The relaxation over shapes only: per group of nodes, GPUs within capacity, nodes of jobs
     spanning several within the node count, and an arc-flow packing of the group's nodes
-    (:func:`_arc_flow`; exact for single-node jobs). Every placement satisfies it."""
-    n = problem.num_jobs
+    (:func:`_arc_flow`; exact for single-node jobs). Every placement satisfies it.
+
+    With ``size``, ``c.job`` and ``c.keepers`` index *classes* of identical jobs (``size`` jobs
+    each; :func:`job_classes`) and ``z`` counts the class's jobs in each shape; ``keeper_rows`` are
+    the problem rows of the keepers (classes of one job)."""
+    n = int(np.max(np.r_[c.job, c.keepers], initial=-1)) + 1 if size is None else size.size
+    size = np.ones(n) if size is None else np.asarray(size, dtype=np.float64)
+    keeper_rows = c.keepers if keeper_rows is None else keeper_rows
     group, G = _groups(problem)
     gpus = problem.node_gpus
     prev = problem.previous
     E, K = c.job.size, c.keepers.size
     model = Model("pollux_shapes")
-    z = model.add_variable("z", E, kind="binary")
+    whole = bool(np.all(size == 1))
+    z = model.add_variable("z", E, lb=0.0, ub=size[c.job], kind="binary" if whole else "integer")
     k = model.add_variable("keep", K, kind="binary")
-    model.add_constraint("one_choice", _by_job(n, c.job, 1.0, E) @ z + _by_job(n, c.keepers, 1.0, K) @ k <= 1.0)
+    model.add_constraint("one_choice", _by_job(n, c.job, 1.0, E) @ z + _by_job(n, c.keepers, 1.0, K) @ k <= size)
     zg = c.t if problem.speedup.shape[1] > 1 else np.zeros(E, dtype=np.int64)
     kg = c.ktype
     cap = np.bincount(group, gpus, minlength=G).astype(np.float64)
     nodes = np.bincount(group, minlength=G).astype(np.float64)
     largest = np.array([gpus[group == j].max(initial=1) for j in range(G)])
-    prev_total, prev_nodes = prev.sum(axis=1)[c.keepers], np.count_nonzero(prev, axis=1)[c.keepers]
+    prev_total, prev_nodes = prev.sum(axis=1)[keeper_rows], np.count_nonzero(prev, axis=1)[keeper_rows]
 
     def rows(zw: np.ndarray, kw: np.ndarray):
         return (sp.csr_matrix((zw, (zg, np.arange(E))), shape=(G, E)) @ z
@@ -506,6 +514,68 @@ def _place_greedily(problem: PolluxProblem, c: _Choices, zc: np.ndarray, kc: np.
     return replicas if all(step() for step in steps) else None
 
 
+@dataclass
+class _Classes:
+    """Jobs with identical choices merged (:func:`job_classes`)."""
+
+    choices: _Choices  # job: class index; keepers: class index of each keeper
+    size: np.ndarray  # jobs per class
+    members: list  # problem rows of each class
+    offset: np.ndarray  # per class: its first entry in ``choices``
+    job_start: np.ndarray  # per problem row: its first entry in the per-job choices
+
+    def per_job(self, counts: np.ndarray, entries: int) -> np.ndarray:
+        """0/1 per per-job entry from the class counts: a class's jobs take its shapes in turn."""
+        x = np.zeros(entries)
+        for u, rows in enumerate(self.members):
+            lo = self.offset[u]
+            hi = self.offset[u + 1] if u + 1 < self.offset.size else counts.size
+            taken = 0
+            for e in range(lo, hi):
+                for _ in range(int(counts[e])):
+                    x[self.job_start[rows[taken]] + e - lo] = 1.0
+                    taken += 1
+        return x
+
+
+def job_classes(problem: PolluxProblem, c: _Choices) -> _Classes:
+    """Merge jobs that have the same shapes with the same coefficients and cannot keep a previous
+    allocation: a round of many copies of few jobs (Sia's scale workloads) then has one integer
+    count per class and shape instead of symmetric binaries, which branch and bound cannot tell
+    apart. Jobs that may keep their allocation stay classes of their own."""
+    n = problem.num_jobs
+    bounds = np.searchsorted(c.job, np.arange(n + 1))
+    keeper = np.zeros(n, dtype=bool)
+    keeper[c.keepers] = True
+    unit_of: dict[bytes, int] = {}
+    members: list[list[int]] = []
+    for i in range(n):
+        lo, hi = bounds[i], bounds[i + 1]
+        if hi == lo and not keeper[i]:
+            continue  # nothing to choose
+        key = (b"" if keeper[i] else
+               np.stack([c.t[lo:hi], c.s[lo:hi], c.rep[lo:hi]]).tobytes() + c.coef[lo:hi].tobytes())
+        if keeper[i] or key not in unit_of:
+            if not keeper[i]:
+                unit_of[key] = len(members)
+            members.append([i])
+        else:
+            members[unit_of[key]].append(i)
+    first = np.array([rows[0] for rows in members], dtype=np.int64)
+    take = np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in first]) if first.size else \
+        np.zeros(0, dtype=np.int64)
+    lengths = bounds[first + 1] - bounds[first]
+    unit_job = np.repeat(np.arange(first.size), lengths)
+    unit_index = {int(row): u for u, row in enumerate(first)}
+    keepers = np.array([unit_index[int(i)] for i in c.keepers], dtype=np.int64)
+    choices = _Choices(unit_job, c.t[take], c.s[take], c.rep[take], c.coef[take], keepers, c.kcoef, c.ktype,
+                       c.kspread)
+    offset = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if first.size else \
+        np.zeros(0, dtype=np.int64)
+    return _Classes(choices, np.array([len(rows) for rows in members], dtype=np.float64), members, offset,
+                    bounds[:-1])
+
+
 #: Candidates (optima of the aggregate relaxation, each excluding the earlier unplaceable ones) tried
 #: before the whole MILP over shapes and nodes is solved instead.
 MAX_CANDIDATES = 50
@@ -525,7 +595,8 @@ def solve_by_shapes(problem: PolluxProblem, solver: ModelSolver, p: float, scale
     if c.job.size + c.keepers.size == 0:
         return np.zeros((n, m), dtype=np.int64), {"mip_gap": 0.0, "candidates": 0}, Status.OPTIMAL, \
             "No job gains from an allocation: every job idles."
-    model = aggregate_model(problem, c)
+    classes = job_classes(problem, c)
+    model = aggregate_model(problem, classes.choices, classes.size, c.keepers)
     z, k = model.variables["z"], model.variables["keep"]
     options = replace(solver.options, mip_gap=solver.options.mip_gap or 0.0)
     placement_options = replace(solver.options, mip_gap=None, time_limit_s=PLACEMENT_TIME_LIMIT_S)
@@ -533,7 +604,8 @@ def solve_by_shapes(problem: PolluxProblem, solver: ModelSolver, p: float, scale
     for candidate in range(1, MAX_CANDIDATES + 1):
         solution = solver.check(solver.record(solve_model(model.compile(), solver.backend, options, None)),
                                 "pollux (the relaxation over shapes)")
-        zc, kc = np.rint(solution.values["z"]), np.rint(solution.values["keep"])
+        zu, kc = np.rint(solution.values["z"]), np.rint(solution.values["keep"])
+        zc = classes.per_job(zu, c.job.size)
         replicas = place(problem, c, zc, kc)
         if replicas is None:
             placement_milps += 1
@@ -546,10 +618,16 @@ def solve_by_shapes(problem: PolluxProblem, solver: ModelSolver, p: float, scale
         if replicas is not None:
             gap = 0.0 if solution.mip_gap is None else float(solution.mip_gap)
             return replicas, {"mip_gap": gap, "candidates": candidate, "placement_milps": placement_milps,
-                              "milp_binaries": int(c.job.size + c.keepers.size)}, solution.status, \
-                solution.message
-        chosen_z, chosen_k = np.flatnonzero(zc > 0.5), np.flatnonzero(kc > 0.5)
-        cut = z[chosen_z].sum() + k[chosen_k].sum() if chosen_k.size else z[chosen_z].sum()
+                              "milp_binaries": int(c.job.size + c.keepers.size), "job_classes": int(classes.size.size)
+                              }, solution.status, solution.message
+        # no choice that gives at least these counts of jobs these shapes can be placed
+        chosen_z, chosen_k = np.flatnonzero(zu > 0.5), np.flatnonzero(kc > 0.5)
+        counts = zu[chosen_z]
+        reached = model.add_variable(f"reached_{candidate}", chosen_z.size, kind="binary")
+        bound = classes.size[classes.choices.job[chosen_z]]
+        # reached = 1 where z >= its count in this choice (z <= count - 1 + bound * reached)
+        model.add_constraint(f"reached_{candidate}", z[chosen_z] - reached * bound <= counts - 1.0)
+        cut = reached.sum() + k[chosen_k].sum() if chosen_k.size else reached.sum()
         model.add_constraint(f"unplaceable_{candidate}", cut <= float(chosen_z.size + chosen_k.size - 1))
     logger.info("pollux: %d optima of the relaxation over shapes could not be placed; solving the whole MILP",
                 candidate)
