@@ -5,7 +5,8 @@ this repository: point ``--sia-dir`` at a checkout and run this script with a
 Python that has Sia's dependencies for its Pollux (numpy < 1.24, pandas < 2,
 pymoo 0.4.2.1, cvxpy, scipy) and allocopt's (highspy)::
 
-    python benchmarks/conformance_pollux.py --sia-dir /tmp/sia --workloads workload-1 --max-jobs 10 --seeds 3
+    python benchmarks/conformance_pollux.py --sia-dir /tmp/sia --workloads workload-1 --max-jobs 10 --seeds 3 \
+        --stand-in-python /path/to/venv-with-pymoo-0.6/bin/python
 
 Each workload runs Sia's heterogeneity-unaware simulator
 (``multi_simulator_unaware.multi_simulate``: 16 virtual nodes of 4 GPUs on its
@@ -93,6 +94,12 @@ class PolluxPolicyUnaware(PolluxSimulatorPolicy):
                          seed=int(os.environ.get("ALLOCOPT_POLLUX_SEED", "0")))
 '''
 
+# Under pymoo >= 0.5 (allocopt's genetic search) Sia's other pymoo 0.4 policies cannot be imported; the
+# unaware simulator only names them in isinstance checks, so the stand-in's shim puts classes of the same
+# names first on sys.path (Sia's files stay untouched).
+PLACEHOLDERS = {"sia_unaware.py": "class SiaUnaware:\n    pass\n",
+                "pollux_unaware_fix.py": "class PolluxPolicyUnawareFix:\n    pass\n"}
+
 RUN = """
 import contextlib, io, json, os, random, sys, time, types
 import numpy as np
@@ -120,12 +127,13 @@ print('CONFORMANCE ' + json.dumps({{'average_jct_s': sum(jcts.values()) / len(jc
 SATURN = {"aws": 6, "dgx-ext": 2, "rtx": 3}
 
 
-def run(simulator: Path, workload: Path, shim: Path, seed: int, timeout_s: float, env_extra: dict) -> dict:
+def run(simulator: Path, workload: Path, shim: Path, seed: int, timeout_s: float, env_extra: dict,
+        python: str | None = None) -> dict:
     code = RUN.format(shim=str(shim), simulator=str(simulator), workload=str(workload), seed=seed, nnodes=SATURN)
     env = dict(os.environ, ALLOCOPT_SIA_POLLUX=str(simulator / "pollux_unaware.py"), **env_extra)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
-        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+        proc = subprocess.run([python or sys.executable, "-c", code], env=env, capture_output=True, text=True,
                               timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"error": f"over {timeout_s:.0f} s"}
@@ -174,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-exact", action="store_true", help="leave out the exact stand-in")
     parser.add_argument("--dump-rounds", metavar="DIR", type=Path,
                         help="Sia's own run pickles each round into DIR/<workload>-seed<s>/ (bench_pollux.py --dumped)")
+    parser.add_argument("--stand-in-python", default=None,
+                        help="the Python of the stand-in's runs (its genetic search needs pymoo >= 0.6, Sia's "
+                             "Pollux pymoo 0.4.2.1: two environments); default this one")
     parser.add_argument("--json", type=Path, help="write every run's numbers (per-job timelines too) here")
     args = parser.parse_args(argv)
     simulator = args.sia_dir.resolve()
@@ -188,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
             shims[name] = Path(tmp) / name
             shims[name].mkdir()
             (shims[name] / "pollux_unaware.py").write_text(text)
+            if name == "stand_in":
+                for file, placeholder in PLACEHOLDERS.items():
+                    (shims[name] / file).write_text(placeholder)
         print(f"Sia's unaware simulator, saturn (first {args.max_jobs or 'all'} jobs), 16 x 4-GPU nodes, Pollux "
               f"p=-1, 60 s rounds, {args.seeds} seed(s); ratio = stand-in / Sia average JCT")
         header = (f"{'workload':<12} {'jobs':>4} {'Sia JCT s':>10} {'makespan s':>11} {'genetic':>10} {'ratio':>7} "
@@ -208,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
                     sia.append(run(simulator, workload, shims["sia"], seed, args.timeout, extra))
                 if not args.skip_genetic:
                     genetic.append(run(simulator, workload, shims["stand_in"], seed, args.timeout,
-                                       {"ALLOCOPT_POLLUX_TECHNIQUE": "genetic", "ALLOCOPT_POLLUX_SEED": str(seed)}))
+                                       {"ALLOCOPT_POLLUX_TECHNIQUE": "genetic", "ALLOCOPT_POLLUX_SEED": str(seed)},
+                                       args.stand_in_python))
             exact = {} if args.skip_exact else run(simulator, workload, shims["stand_in"], 0, args.timeout,
-                                                   {"ALLOCOPT_POLLUX_TECHNIQUE": "auto"})
+                                                   {"ALLOCOPT_POLLUX_TECHNIQUE": "auto"}, args.stand_in_python)
             base, ga = mean(sia), mean(genetic)
             print(f"{name:<12} {base.get('jobs', exact.get('jobs', 0)):>4} {cell(base, 'average_jct_s', 10)} "
                   f"{cell(base, 'makespan_s', 11)} {cell(ga, 'average_jct_s', 10)} {ratio(ga, base)} "
