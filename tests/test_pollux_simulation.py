@@ -42,10 +42,11 @@ def profiles():
 
 
 @pytest.mark.parametrize("options", [{}, {"heterogeneity_aware": True}, {"explore_replicas": True, "p": -2.0},
+                                     {"virtual_node_gpus": 4},
                                      {"technique": "genetic", "generations": 3, "population": 20}])
 def test_pollux_simulation_end_to_end(profiles, options):
     """Every job finishes; GPUs are never shared; at most one job spanning nodes per node; a job pays
-    its restore time exactly when its GPUs change; unaware jobs end up on one GPU type."""
+    its restore time exactly when its GPUs change; every job on one GPU type."""
     if options.get("technique") == "genetic":
         pytest.importorskip("pymoo", reason="technique='genetic' needs pymoo (allocopt[pollux])")
     jobs = small_workload(6)
@@ -56,6 +57,8 @@ def test_pollux_simulation_end_to_end(profiles, options):
     assert result.metrics["average_jct_s"] > 0 and executor.plans
     per_node = np.repeat(CLUSTER.gpus_per_node, CLUSTER.capacity // CLUSTER.gpus_per_node)
     node_of = np.repeat(np.arange(per_node.size), per_node)
+    if "virtual_node_gpus" in options:  # the policy's nodes: every node split into nodes of 4 GPUs
+        node_of = np.arange(int(CLUSTER.capacity.sum())) // options["virtual_node_gpus"]
     for plan in executor.plans:
         ids = [g for lease in plan.leases for g in lease.gpu_ids]
         assert len(ids) == len(set(ids))

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from allocopt.api import solve
+from allocopt.cluster import Cluster
 from allocopt.errors import InvalidOptionError
 from allocopt.mechanism.sia_rounds import SIA_MAX_REPLICAS, SiaJobState, SiaPlanner, SiaRoundPlan, _node_shape
 from allocopt.mechanism.state import SimulationState
@@ -62,6 +63,9 @@ class PolluxPlanner(SiaPlanner):
     backend : str, default "highs"
     p, speedup_scale, epsilon, population, generations, relaxation_first
         Options of the ``pollux`` policy.
+    virtual_node_gpus : int, optional
+        Split every node into nodes of this many GPUs for the policy, as Sia's unaware simulator
+        does (4; the default with ``faithful_to_sia``); jobs still run on the real nodes.
     **job_side
         SiaPlanner's options of the job side (``learn_throughputs``, ``sia_stepping``,
         ``explore_replicas``, ``slowdowns``, ``restore_s``, ``round_grid``, ``batch_sizes``,
@@ -71,7 +75,7 @@ class PolluxPlanner(SiaPlanner):
     def __init__(self, state: SimulationState, profiles: Mapping[tuple[str, str], ApplicationProfile], *,
                  round_seconds: float = 60.0, heterogeneity_aware: bool = False, restart_delay_s: float = 30.0,
                  max_nodes: int = 16, technique: str = "auto", seed: int = 0, backend: str = "highs",
-                 p: float = -1.0, **options: Any):
+                 p: float = -1.0, virtual_node_gpus: int | None = None, **options: Any):
         policy = {k: options.pop(k) for k in POLICY_OPTIONS if k in options}
         unknown = sorted(set(options) - JOB_SIDE)
         if unknown:
@@ -79,13 +83,35 @@ class PolluxPlanner(SiaPlanner):
                                      f"{', '.join(sorted(JOB_SIDE | set(POLICY_OPTIONS) | PLANNER))}")
         super().__init__(state, profiles, round_seconds=round_seconds, backend=backend, **options)
         self.heterogeneity_aware = bool(heterogeneity_aware)
+        cluster = self.cluster
+        if virtual_node_gpus is None and options.get("faithful_to_sia") and not heterogeneity_aware:
+            virtual_node_gpus = int(cluster.gpus_per_node.min())
+        if virtual_node_gpus is not None:
+            v = int(virtual_node_gpus)
+            if heterogeneity_aware or v < 1 or np.any(cluster.capacity % v) or np.any(cluster.gpus_per_node % v):
+                raise InvalidOptionError(f"virtual_node_gpus={virtual_node_gpus!r}: give a divisor of every type's GPUs "
+                                         "per node and GPU count, with heterogeneity_aware=False")
+        self.virtual_node_gpus = None if virtual_node_gpus is None else int(virtual_node_gpus)
+        start = np.concatenate([[0], np.cumsum(cluster.capacity)])
+        if self.virtual_node_gpus:  # Sia's unaware simulator: every node split into nodes of v GPUs
+            v = self.virtual_node_gpus
+            self._node_first = np.arange(0, int(cluster.capacity.sum()), v, dtype=np.int64)
+            self._node_size = np.full(self._node_first.size, v, dtype=np.int64)
+            self._problem_cluster = Cluster({"gpu": int(cluster.capacity.sum())}, gpus_per_node=v)
+        else:
+            self._node_first = np.concatenate([start[t] + np.arange(cluster.num_nodes[t]) * cluster.gpus_per_node[t]
+                                               for t in range(cluster.num_gpu_types)]).astype(np.int64)
+            self._node_size = np.concatenate([np.minimum(cluster.gpus_per_node[t], cluster.capacity[t]
+                                                         - cluster.gpus_per_node[t] * np.arange(cluster.num_nodes[t]))
+                                              for t in range(cluster.num_gpu_types)]).astype(np.int64)
+            self._problem_cluster = cluster
+        self._node_gpu_type = np.searchsorted(start, self._node_first, side="right") - 1
         self.restart_delay_s = float(restart_delay_s)
         self.max_nodes = int(max_nodes)
         self.technique = technique
         self.seed = int(seed)
         self.policy_options = {"p": float(p), **policy}
         self.backend = backend
-        self._node_start = np.concatenate([[0], np.cumsum(self.cluster.num_nodes)])
         self._population: tuple[list, np.ndarray] | None = None
         self.fitness: list[float] = []
 
@@ -117,7 +143,8 @@ class PolluxPlanner(SiaPlanner):
         R = max(caps)
         columns = k if self.heterogeneity_aware else 1
         S = np.zeros((n, columns, 2, R + 1))
-        largest = cluster.gpus_per_node
+        largest = cluster.gpus_per_node if self.virtual_node_gpus is None else \
+            np.full(cluster.num_gpu_types, self.virtual_node_gpus)
         for i, job in enumerate(jobs):
             r = np.arange(1, caps[i] + 1)
             reference = self._reference_type(job)
@@ -142,21 +169,27 @@ class PolluxPlanner(SiaPlanner):
                 if several.size:
                     S[i, c, 1, several.astype(int)] = model.optimize(np.full_like(several, 2.0), several)[0] / base
         S = np.where(np.isfinite(S) & (S > 0), S, 0.0)
-        previous = np.zeros((n, int(cluster.num_nodes.sum())), dtype=np.int64)
+        previous = np.zeros((n, self._node_first.size), dtype=np.int64)
         for i, job in enumerate(jobs):
             for g in self._gpu_ids.get(job.job_id, ()):
                 previous[i, self._node_of(g)] += 1
         age = np.array([job.age_s for job in jobs])
         restarts = np.array([job.num_restarts for job in jobs])
-        return PolluxProblem(S, cluster, job_ids=[job.job_id for job in jobs], previous=previous,
+        return PolluxProblem(S, self._problem_cluster, job_ids=[job.job_id for job in jobs], previous=previous,
                              restart_factor=pollux_restart_factor(age, restarts, self.restart_delay_s),
                              max_nodes=self.max_nodes)
 
     def _cap(self, job: SiaJobState) -> int:
+        """Most replicas of ``job``: SiaPlanner's cap; with virtual nodes also the smallest type's GPUs
+        (Sia's unaware simulator, whose jobs must fit on one type)."""
         if self.explore_replicas:
-            return self._replica_cap(job)
-        profile = self._any_profile(job.application)
-        return max(1, min(SIA_MAX_REPLICAS, profile.max_batch_size // profile.min_local_bsz))
+            cap = self._replica_cap(job)
+        else:
+            profile = self._any_profile(job.application)
+            cap = max(1, min(SIA_MAX_REPLICAS, profile.max_batch_size // profile.min_local_bsz))
+        if self.virtual_node_gpus:
+            cap = min(cap, int(self.cluster.capacity.min()))
+        return cap
 
     def _reference_type(self, job: SiaJobState) -> int:
         known = [t for t in range(self.cluster.num_gpu_types) if (job.job_id, t) in self._learned]
@@ -173,9 +206,7 @@ class PolluxPlanner(SiaPlanner):
         return self._learned_model(job.job_id, t, epochs[job.job_id], policy=True)
 
     def _node_of(self, gpu_id: int) -> int:
-        start = np.concatenate([[0], np.cumsum(self.cluster.capacity)])
-        t = int(np.searchsorted(start, gpu_id, side="right")) - 1
-        return int(self._node_start[t] + (gpu_id - start[t]) // int(self.cluster.gpus_per_node[t]))
+        return int(np.searchsorted(self._node_first, gpu_id, side="right")) - 1
 
     def _carried(self, job_ids: list) -> np.ndarray | None:
         if self._population is None:
@@ -192,18 +223,13 @@ class PolluxPlanner(SiaPlanner):
     def _leases(self, jobs: Sequence[SiaJobState], replicas: np.ndarray, round_index: int,
                 now_s: float) -> SiaRoundPlan:
         cluster = self.cluster
-        node_type = np.repeat(np.arange(cluster.num_gpu_types), cluster.num_nodes)
+        node_type = self._node_gpu_type
         # a job on several types keeps its replicas on the type where it has most (Sia: the others dropped)
         for i in range(len(jobs)):
             per_type = np.bincount(node_type, replicas[i], minlength=cluster.num_gpu_types)
             if np.count_nonzero(per_type) > 1:
                 replicas[i, node_type != int(np.argmax(per_type))] = 0
-        start = np.concatenate([[0], np.cumsum(cluster.capacity)])
-        node_first = np.concatenate([start[t] + np.arange(cluster.num_nodes[t]) * cluster.gpus_per_node[t]
-                                     for t in range(cluster.num_gpu_types)]).astype(np.int64)
-        node_size = np.concatenate([np.minimum(cluster.gpus_per_node[t], cluster.capacity[t]
-                                               - cluster.gpus_per_node[t] * np.arange(cluster.num_nodes[t]))
-                                    for t in range(cluster.num_gpu_types)]).astype(np.int64)
+        node_first, node_size = self._node_first, self._node_size
         taken = np.zeros(int(cluster.capacity.sum()), dtype=bool)
         gpus: dict[Hashable, tuple[int, ...]] = {}
         keep = []
@@ -253,4 +279,4 @@ class PolluxPlanner(SiaPlanner):
 #: SiaPlanner's options of the job side that PolluxPlanner passes on.
 JOB_SIDE = {"explore_replicas", "slowdowns", "restore_s", "learn_throughputs", "round_grid", "sia_stepping",
             "batch_sizes", "cap_policy_batch", "faithful_to_sia"}
-PLANNER = {"heterogeneity_aware", "restart_delay_s", "max_nodes", "technique", "seed"}
+PLANNER = {"heterogeneity_aware", "restart_delay_s", "max_nodes", "technique", "seed", "virtual_node_gpus"}
