@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="*", default=["workload-1"], help="saturn workload names (no .csv)")
     parser.add_argument("--max-jobs", type=int, default=10, help="first jobs of each workload (0: all)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds of the runs that draw random numbers")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per simulation")
     parser.add_argument("--skip-sia", action="store_true", help="leave out Sia's own Pollux")
     parser.add_argument("--skip-genetic", action="store_true", help="leave out the stand-in's genetic search")
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             workload = truncated(simulator / "workloads" / "saturn" / f"{name}.csv", args.max_jobs, Path(tmp))
             t0 = time.perf_counter()
             sia, genetic = [], []
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 extra = {}
                 if args.dump_rounds:
                     dump = args.dump_rounds.resolve() / f"{name}-seed{seed}"
