@@ -66,6 +66,10 @@ from allocopt.solution import Status
 
 logger = logging.getLogger(__name__)
 
+#: Zero gap also in absolute terms (HiGHS stops at an absolute gap of 1e-6 by default; the objective
+#: is a sum of values near ``eps ** p`` = 1000 per job, so that gap hid differences of 1e-8 in the fitness).
+ZERO_GAP = {"highs": {"mip_abs_gap": 0.0}, "scipy": {}, "gurobi": {"MIPGapAbs": 0.0}}
+
 #: Pollux's offset inside the power mean (an idle job counts as speedup 0, value eps ** p).
 EPSILON = 1e-3
 
@@ -326,7 +330,7 @@ def solve_exact(problem: PolluxProblem, solver: ModelSolver, p: float, scale: fl
             "No job gains from an allocation: every job idles."
     model, pj, pn = node_model(problem, c)
     options = replace(solver.options, mip_gap=solver.options.mip_gap or 0.0)
-    solution = solver.check(solver.record(solve_model(model.compile(), solver.backend, options, None)),
+    solution = solver.check(solver.record(solve_model(model.compile(), solver.backend, options, ZERO_GAP)),
                             "pollux (the MILP over shapes and nodes)")
     replicas = _replicas(problem, pj, pn, solution.values["y"])
     gap = 0.0 if solution.mip_gap is None else float(solution.mip_gap)
@@ -602,7 +606,7 @@ def solve_by_shapes(problem: PolluxProblem, solver: ModelSolver, p: float, scale
     placement_options = replace(solver.options, mip_gap=None, time_limit_s=PLACEMENT_TIME_LIMIT_S)
     placement_milps = 0
     for candidate in range(1, MAX_CANDIDATES + 1):
-        solution = solver.check(solver.record(solve_model(model.compile(), solver.backend, options, None)),
+        solution = solver.check(solver.record(solve_model(model.compile(), solver.backend, options, ZERO_GAP)),
                                 "pollux (the relaxation over shapes)")
         zu, kc = np.rint(solution.values["z"]), np.rint(solution.values["keep"])
         zc = classes.per_job(zu, c.job.size)
