@@ -83,7 +83,7 @@ def dumped(directory: Path, genetic: bool, tolerance: float) -> int:
     return 0 if worse == 0 else 2
 
 
-def scaled(directory: Path, jobs: int, gpus: int, genetic: bool) -> int:
+def scaled(directory: Path, jobs: int, gpus: int, genetic: bool, generations: int = 100) -> int:
     rounds = sorted(directory.rglob("round-*.pkl"))
     tables = []
     for path in rounds:
@@ -115,9 +115,9 @@ def scaled(directory: Path, jobs: int, gpus: int, genetic: bool) -> int:
           f"placement MILPs {alloc.extras.get('placement_milps')}", flush=True)
     if genetic:
         t0 = time.perf_counter()
-        ga = allocopt.solve(problem, "pollux", technique="genetic", seed=0)
-        print(f"  genetic (pymoo 0.6, population 100, 100 generations): {time.perf_counter() - t0:.2f} s, "
-              f"fitness {ga.objective:.6g}")
+        ga = allocopt.solve(problem, "pollux", technique="genetic", seed=0, generations=generations)
+        print(f"  genetic (pymoo 0.6, population 100, {generations} generations): {time.perf_counter() - t0:.2f} s, "
+              f"fitness {ga.objective:.6g}", flush=True)
     return 0
 
 
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dumped", type=Path, required=True, help="rounds from conformance_pollux.py --dump-rounds")
     parser.add_argument("--genetic", action="store_true", help="also run allocopt's genetic search")
+    parser.add_argument("--generations", type=int, default=100, help="generations of the genetic search (--scale)")
     parser.add_argument("--tolerance", type=float, default=1e-8,
                         help="relative shortfall of the exact fitness counted as the solver's tolerance (HiGHS "
                              "settles ties of 1e-9 relative either way)")
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="one round of JOBS jobs on GPUS GPUs built from the dumped jobs")
     args = parser.parse_args(argv)
     if args.scale:
-        return scaled(args.dumped, *args.scale, args.genetic)
+        return scaled(args.dumped, *args.scale, args.genetic, args.generations)
     return dumped(args.dumped, args.genetic, args.tolerance)
 
 

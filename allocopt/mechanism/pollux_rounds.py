@@ -262,7 +262,9 @@ class PolluxPlanner(SiaPlanner):
                 continue
             t, shape = _node_shape(cluster, ids)
             configuration[job.job_id] = self._configuration_index(t, sum(shape))
-            extended = ids == before
+            # as Sia's Job.reallocate (SiaPlanner's packed_placement): same type and GPUs per node, no restart
+            extended = ids == before or (bool(self.options.get("packed_placement")) and bool(before)
+                                         and _node_shape(cluster, ids) == _node_shape(cluster, before))
             if not extended:
                 delays[job.job_id] = job.restart_delay_s if job.restore_s is None else job.restore_s
             leases.append(Lease(job.job_id, names[t], ids, float(self.round_seconds), extended=extended))
