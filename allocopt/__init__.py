@@ -29,7 +29,8 @@ _EXPORTS = {
     "sia_configurations": "allocopt.configurations", "Engine": "allocopt.engine", "POLICIES": "allocopt.formulations",
     "ConfigurationAllocation": "allocopt.goodput_problem", "GoodputProblem": "allocopt.goodput_problem",
     "restart_factor": "allocopt.goodput_problem", "simulate": "allocopt.mechanism.simulator",
-    "Model": "allocopt.model", "Partitioning": "allocopt.partitioning", "Problem": "allocopt.problem", "Solution": "allocopt.solution",
+    "Model": "allocopt.model", "PolluxAllocation": "allocopt.pollux_problem",
+    "PolluxProblem": "allocopt.pollux_problem", "pollux_restart_factor": "allocopt.pollux_problem", "Partitioning": "allocopt.partitioning", "Problem": "allocopt.problem", "Solution": "allocopt.solution",
     "Status": "allocopt.solution",
 }
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -149,7 +149,8 @@ def solve(problem: Problem | Any, policy: str | None = None, *, backend: str = "
     """
     t0 = time.perf_counter()
     if policy is None:
-        policy = "sia" if isinstance(problem, GoodputProblem) else "max_min_fairness"
+        policy = "sia" if isinstance(problem, GoodputProblem) else \
+            "pollux" if type(problem).__name__ == "PolluxProblem" else "max_min_fairness"
     pol = get_policy(policy)
     if not isinstance(problem, pol.problem_type):
         raise InvalidOptionError(f"policy {policy!r} expects an allocopt.{pol.problem_type.__name__}, got "

@@ -26,6 +26,9 @@ choice and its reason in ``Allocation.extras["technique"]`` and
 ``relaxation_first`` / ``whole_milp`` / ``dynamic_programming``
     Sia's MILP by GPU prices and fixing, whole, or by dynamic programming
     over the GPUs in use of each type (small clusters).
+``milp`` / ``genetic``
+    Pollux's objective (``p < 0``) as an exact MILP over shapes and nodes, or
+    Pollux's own NSGA-II search (:mod:`allocopt.formulations.pollux_genetic`, needs pymoo).
 
 ``auto`` rules, in order: technique options the caller set explicitly are
 kept; for ``water_filling``, ``aggregate_job_types`` (by job class) when there
@@ -68,11 +71,13 @@ TECHNIQUES: Mapping[str, tuple[str, ...]] = {
     "relaxation_first": ("sia",),
     "whole_milp": ("sia",),
     "dynamic_programming": ("sia",),
+    "milp": ("pollux",),
+    "genetic": ("pollux",),
 }
 #: Policy options that select a technique (an explicit value keeps ``auto`` from choosing; ``gavel_program``:
 #: Gavel's own cvxpy LP, :mod:`allocopt.formulations.gavel_programs`).
 TECHNIQUE_OPTIONS = ("aggregate_job_types", "price_decomposition", "column_generation", "relaxation_first",
-                     "dynamic_programming", "gavel_program")
+                     "dynamic_programming", "gavel_program", "genetic")
 #: ``auto`` takes price decomposition from this many distinct jobs up (below, the plain LP is as fast).
 PRICE_DECOMPOSITION_MIN_JOBS = 1024
 PRICE_DECOMPOSITION_MAX_TYPES = 32
@@ -139,6 +144,10 @@ def choose(problem: Any, policy: str, policy_options: Mapping[str, Any], explici
                           f"Sia's MILP on a small cluster: dynamic programming over its {state_space(problem):,} "
                           "counts of GPUs in use")
         return Choice("relaxation_first", {}, "Sia's MILP: GPU prices, then a MILP over the undecided entries")
+    if policy == "pollux":
+        return Choice("milp", _options_for("milp", policy_options),
+                      "Pollux's objective for p < 0: an exact MILP over shapes and nodes (the genetic search "
+                      "only on request)")
     if policy == "water_filling" and isinstance(problem, Problem):
         return _water_filling(problem, policy_options)
     if policy not in ("max_min_fairness", "max_throughput") or not isinstance(problem, Problem):

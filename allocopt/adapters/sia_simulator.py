@@ -344,4 +344,6 @@ def _place_fast(members: Sequence[tuple[Hashable, int]], free: np.ndarray) -> di
     return placements
 
 
-__all__ = ["SiaSimulatorPolicy", "restart_penalty_s"]
+from allocopt.adapters.pollux_simulator import PolluxSimulatorPolicy  # noqa: E402  (Sia's Pollux port)
+
+__all__ = ["PolluxSimulatorPolicy", "SiaSimulatorPolicy", "restart_penalty_s"]

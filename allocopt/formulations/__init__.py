@@ -18,6 +18,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "finish_time_fairness": ("allocopt.formulations.finish_time_fairness", "FinishTimeFairness"),
     "water_filling": ("allocopt.formulations.water_filling", "WaterFilling"),
     "sia": ("allocopt.formulations.sia", "Sia"),
+    "pollux": ("allocopt.formulations.pollux", "Pollux"),
     "fifo": ("allocopt.formulations.baselines", "Fifo"),
     "gandiva": ("allocopt.formulations.baselines", "Gandiva"),
     "allox": ("allocopt.formulations.baselines", "AlloX"),

@@ -82,6 +82,10 @@ class Fidelity:
     sia_milp_rounding : bool
         Sia's MILP's utility rounding, clip and tie-break (``utility_decimals=2, utility_clip=3000,
         prefer_later=True``).
+    sia_virtual_nodes : bool
+        Policy ``pollux`` as Sia's simulator runs it (``pollux_unaware.py``): the policy sees every node
+        split into nodes of the smallest node's GPU count (``virtual_node_gpus`` of
+        :class:`~allocopt.mechanism.pollux_rounds.PolluxPlanner`); jobs still run on the real nodes.
     """
 
     profile: str = "allocopt"
@@ -105,6 +109,7 @@ class Fidelity:
     sia_slowdowns: bool = False
     sia_restore_times: bool = False
     sia_milp_rounding: bool = False
+    sia_virtual_nodes: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -150,7 +155,7 @@ _GAVEL_FIELDS = ("pair_finishes_at_lease_end", "running_type_totals", "agnostic_
                  "min_total_duration_bisection", "fifo_type_choice", "highs_interior_point")
 _SIA_FIELDS = ("sia_profile_numbers", "sia_node_cap", "explore_replicas", "learn_throughputs", "round_grid",
                "sia_stepping", "cap_policy_batch", "packed_placement", "sia_slowdowns", "sia_restore_times",
-               "sia_milp_rounding")
+               "sia_milp_rounding", "sia_virtual_nodes")
 
 #: The presets by name: allocopt's own model, Gavel's simulator, Sia's simulator.
 FIDELITY_PROFILES: dict[str, Fidelity] = {

@@ -254,18 +254,7 @@ class SiaPlanner:
             epochs[job.job_id] = epoch = self._epochs[job.job_id] if job.job_id in self._epochs \
                 else self._epoch(job)
             models.append([self._model(job.application, t, epoch) for t in names])
-        if self.learn_throughputs:
-            goodput = self._learned_goodput(jobs, epochs)
-        else:
-            goodput = goodput_matrix(models, self.configurations) if jobs else np.zeros((0, len(self.configurations)))
-        if self.explore_replicas and jobs:
-            cap = np.array([self._replica_cap(job) for job in jobs])
-            goodput = np.where(self.configurations.num_gpus[None, :] <= cap[:, None], goodput, 0.0)
-        started = time.perf_counter()
-        plan = plan_round(jobs, self.cluster, self.configurations, goodput, self._gpu_ids, round_index=round_index,
-                          start_s=now_s, round_seconds=self.round_seconds, **self.options)
-        if jobs:
-            self.solve_seconds.append(time.perf_counter() - started)
+        plan = self._decide(jobs, models, epochs, now_s, round_index)
         commit_plan(jobs, plan)
         train_s = dict(zip((j.job_id for j in jobs), advance(jobs, self.round_seconds).tolist()))
         by_row = {j.job_id: (j, m) for j, m in zip(jobs, models)}
@@ -285,6 +274,23 @@ class SiaPlanner:
             self._most_gpus[lease.job_id] = max(self._most_gpus.get(lease.job_id, 0), len(lease.gpu_ids))
         return replace(plan, leases=tuple(leases), samples_per_s=rates,
                        train_s={job: train_s[job] for job in rates})
+
+    def _decide(self, jobs: list[SiaJobState], models: list, epochs: Mapping[Hashable, int], now_s: float,
+                round_index: int) -> SiaRoundPlan:
+        """The round's decision: the goodput matrix, :func:`plan_round` (subclasses decide otherwise)."""
+        if self.learn_throughputs:
+            goodput = self._learned_goodput(jobs, epochs)
+        else:
+            goodput = goodput_matrix(models, self.configurations) if jobs else np.zeros((0, len(self.configurations)))
+        if self.explore_replicas and jobs:
+            cap = np.array([self._replica_cap(job) for job in jobs])
+            goodput = np.where(self.configurations.num_gpus[None, :] <= cap[:, None], goodput, 0.0)
+        started = time.perf_counter()
+        plan = plan_round(jobs, self.cluster, self.configurations, goodput, self._gpu_ids, round_index=round_index,
+                          start_s=now_s, round_seconds=self.round_seconds, **self.options)
+        if jobs:
+            self.solve_seconds.append(time.perf_counter() - started)
+        return plan
 
     def _replica_cap(self, job: SiaJobState) -> int:
         """Sia's simulator's ``max_replicas``: ``min(max(2 * most GPUs, 1), 64, max batch / min local batch)``,

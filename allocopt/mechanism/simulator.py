@@ -707,28 +707,32 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     if mode not in ("mechanism", "ideal"):
         raise InvalidOptionError(f"mode must be 'mechanism' or 'ideal', got {mode!r}")
     fid = resolve_fidelity(fidelity)
-    if profiles is not None and policy == "sia" and dict(policy_options or {}).get("faithful_to_sia"):
+    if profiles is not None and policy in ("sia", "pollux") and dict(policy_options or {}).get("faithful_to_sia"):
         fid = FIDELITY_PROFILES["sia"] if fidelity is None else fid
     admitter = None if admission is None else admission_policy(admission)
     if admitter is not None and mode != "mechanism":
         raise InvalidOptionError(f"admission control runs in mode 'mechanism' only, got mode={mode!r}")
-    if placement is not None and (mode != "mechanism" or (profiles is not None and policy == "sia")):
+    if placement is not None and (mode != "mechanism" or (profiles is not None and policy in ("sia", "pollux"))):
         raise InvalidOptionError("placement plug-ins run with the round mechanism of allocation and order-based "
                                  f"policies (mode='mechanism'), not with mode={mode!r} or Sia's rounds")
     if profiles is not None:
-        faithful = fid.sia_profile_numbers and policy == "sia"
+        faithful = fid.sia_profile_numbers and policy in ("sia", "pollux")
         profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles, sia_numbers=faithful)
         sia_jobs = _sia_jobs(workload, profiles)
         workload = sia_workload(sia_jobs, profiles, "" if isinstance(workload, Sequence) else str(workload))
     order = None
-    if profiles is not None and policy == "sia":
+    if profiles is not None and policy in ("sia", "pollux"):
         if mode != "mechanism":
-            raise InvalidOptionError(f"policy 'sia' runs in mode 'mechanism' only, got {mode!r}")
+            raise InvalidOptionError(f"policy {policy!r} runs in mode 'mechanism' only, got {mode!r}")
         state = SimulationState(workload, cluster, np.ones((workload.num_jobs, cluster.num_gpu_types)))
-        planner = SiaPlanner(state, profiles, round_seconds=round_seconds, backend=backend, fidelity=fid,
-                             **{"batch_sizes": [j.batch_size for j in sia_jobs], **dict(policy_options or {})})
+        if policy == "pollux":  # Pollux's decision, Sia's job side (allocopt.mechanism.pollux_rounds)
+            from allocopt.mechanism.pollux_rounds import PolluxPlanner as planner_class
+        else:
+            planner_class = SiaPlanner
+        planner = planner_class(state, profiles, round_seconds=round_seconds, backend=backend, fidelity=fid,
+                                **{"batch_sizes": [j.batch_size for j in sia_jobs], **dict(policy_options or {})})
         executor = executor or SiaExecutor()
-        name, options, agnostic = "sia", dict(policy_options or {}), False
+        name, options, agnostic = policy, dict(policy_options or {}), False
         solver_path, faithful_agnostic = None, False
     else:
         order = order_policy(policy, policy_options)

@@ -1,0 +1,141 @@
+"""Pollux's policy: the exact MILP against Pollux's genetic search, per round, and at scale.
+
+``--dumped DIR`` reads the rounds ``conformance_pollux.py --dump-rounds DIR`` pickled
+from Sia's own Pollux run (each round's :class:`~allocopt.PolluxProblem`, the
+replicas Sia's NSGA-II search chose, the fitness Sia's own code gives them and
+the seconds its ``optimize()`` took) and solves each round exactly: the
+distributions of fitness (exact - Sia's search, and allocopt's fitness of Sia's
+answer against Sia's own, which checks the objective) and of time per round, and
+the ratio of Sia's ``optimize()`` time to the exact solve's::
+
+    python benchmarks/bench_pollux.py --dumped /tmp/pollux-rounds [--genetic]
+
+``--genetic`` also runs allocopt's genetic search (pymoo 0.6, seed 0) on each round.
+``--scale JOBS GPUS`` builds one round of ``JOBS`` jobs on ``GPUS`` GPUs (4-GPU
+nodes, as Sia's unaware simulator sees its cluster) from the dumped rounds' jobs
+(each job of the dumped rounds repeated, speedups as dumped; half of them holding
+their previous allocation) and times the exact solve and the genetic search on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import allocopt
+from allocopt import Cluster
+from allocopt.formulations.pollux import fitness
+from allocopt.pollux_problem import PolluxProblem
+
+
+def quantiles(values: list[float]) -> str:
+    a = np.asarray(values, dtype=np.float64)
+    if not a.size:
+        return "-"
+    return (f"min {a.min():.4g}  median {np.median(a):.4g}  p90 {np.quantile(a, 0.9):.4g}  max {a.max():.4g}  "
+            f"(n={a.size})")
+
+
+def dumped(directory: Path, genetic: bool, tolerance: float) -> int:
+    rounds = sorted(directory.rglob("round-*.pkl"))
+    if not rounds:
+        print(f"no round-*.pkl under {directory}")
+        return 1
+    gain, objective_error, exact_s, sia_s, speedup, ours_ga_s, ours_ga_gain = [], [], [], [], [], [], []
+    worse = within = 0
+    for path in rounds:
+        data = pickle.loads(path.read_bytes())
+        problem, replicas, p = data["problem"], data["replicas"], float(data["p"])
+        ga = fitness(problem, replicas, p)
+        objective_error.append(abs(ga - data["sia_fitness"]) / abs(data["sia_fitness"]))
+        t0 = time.perf_counter()
+        alloc = allocopt.solve(problem, "pollux", p=p)
+        elapsed = time.perf_counter() - t0
+        exact_s.append(elapsed)
+        sia_s.append(data["seconds"])
+        speedup.append(data["seconds"] / elapsed)
+        gain.append(alloc.objective - ga)
+        if alloc.objective < ga * (1 - tolerance):
+            worse += 1
+            print(f"  {path}: exact {alloc.objective:.9g} < Sia's search {ga:.9g}")
+        elif alloc.objective < ga:
+            within += 1
+        if genetic:
+            t0 = time.perf_counter()
+            ours = allocopt.solve(problem, "pollux", p=p, technique="genetic", seed=0)
+            ours_ga_s.append(time.perf_counter() - t0)
+            ours_ga_gain.append(alloc.objective - ours.objective)
+    print(f"{len(rounds)} rounds from {directory}")
+    print(f"  allocopt's fitness of Sia's answer vs Sia's own, relative error: {quantiles(objective_error)}")
+    print(f"  exact fitness - Sia's search fitness: {quantiles(gain)}; exact below it by more than {tolerance:g} "
+          f"(relative) in {worse} rounds, by less in {within}")
+    print(f"  exact solve s: {quantiles(exact_s)}")
+    print(f"  Sia's optimize() s: {quantiles(sia_s)}")
+    print(f"  Sia's optimize() s / exact s: {quantiles(speedup)}; median-time ratio "
+          f"{np.median(sia_s) / np.median(exact_s):.1f}x")
+    if genetic:
+        print(f"  allocopt genetic s: {quantiles(ours_ga_s)}; exact - its fitness: {quantiles(ours_ga_gain)}")
+    return 0 if worse == 0 else 2
+
+
+def scaled(directory: Path, jobs: int, gpus: int, genetic: bool, generations: int = 100) -> int:
+    rounds = sorted(directory.rglob("round-*.pkl"))
+    tables = []
+    for path in rounds:
+        problem = pickle.loads(path.read_bytes())["problem"]
+        tables.extend(problem.speedup[i, 0] for i in range(problem.num_jobs))
+    if not tables:
+        print(f"no round-*.pkl under {directory}")
+        return 1
+    width = max(t.shape[1] for t in tables)
+    pool = np.stack([np.pad(t, ((0, 0), (0, width - t.shape[1]))) for t in tables])
+    rng = np.random.default_rng(0)
+    S = pool[rng.integers(0, pool.shape[0], jobs)][:, None]
+    nodes = gpus // 4
+    previous = np.zeros((jobs, nodes), dtype=np.int64)
+    free = np.full(nodes, 4)
+    for i in range(0, jobs, 2):  # half the jobs hold a one-node allocation from the last round
+        want = int(rng.integers(1, 5))
+        fits = np.flatnonzero(free >= want)
+        if fits.size and S[i, 0, 0, want] > 0:
+            previous[i, fits[0]] = want
+            free[fits[0]] -= want
+    problem = PolluxProblem(S, Cluster({"gpu": gpus}, gpus_per_node=4), previous=previous,
+                            restart_factor=rng.uniform(0.5, 0.99, jobs))
+    t0 = time.perf_counter()
+    alloc = allocopt.solve(problem, "pollux")
+    elapsed = time.perf_counter() - t0
+    print(f"{jobs} jobs on {gpus} GPUs ({nodes} nodes of 4): exact {elapsed:.3f} s, fitness {alloc.objective:.6g}, "
+          f"status {alloc.status.value}, gap {alloc.extras['mip_gap']}, candidates {alloc.extras.get('candidates')}, "
+          f"placement MILPs {alloc.extras.get('placement_milps')}", flush=True)
+    if genetic:
+        t0 = time.perf_counter()
+        ga = allocopt.solve(problem, "pollux", technique="genetic", seed=0, generations=generations)
+        print(f"  genetic (pymoo 0.6, population 100, {generations} generations): {time.perf_counter() - t0:.2f} s, "
+              f"fitness {ga.objective:.6g}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dumped", type=Path, required=True, help="rounds from conformance_pollux.py --dump-rounds")
+    parser.add_argument("--genetic", action="store_true", help="also run allocopt's genetic search")
+    parser.add_argument("--generations", type=int, default=100, help="generations of the genetic search (--scale)")
+    parser.add_argument("--tolerance", type=float, default=1e-8,
+                        help="relative shortfall of the exact fitness counted as the solver's tolerance (HiGHS "
+                             "settles ties of 1e-9 relative either way)")
+    parser.add_argument("--scale", nargs=2, type=int, metavar=("JOBS", "GPUS"),
+                        help="one round of JOBS jobs on GPUS GPUs built from the dumped jobs")
+    args = parser.parse_args(argv)
+    if args.scale:
+        return scaled(args.dumped, *args.scale, args.genetic, args.generations)
+    return dumped(args.dumped, args.genetic, args.tolerance)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
