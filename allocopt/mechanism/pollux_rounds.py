@@ -32,7 +32,8 @@ from allocopt.api import solve
 from allocopt.cluster import Cluster
 from allocopt.errors import InvalidOptionError
 from allocopt.mechanism.fidelity import Fidelity
-from allocopt.mechanism.sia_rounds import SIA_MAX_REPLICAS, SiaJobState, SiaPlanner, SiaRoundPlan, _node_shape
+from allocopt.mechanism.sia_round_plan import SiaJobState, SiaRoundPlan, node_shape
+from allocopt.mechanism.sia_rounds import SIA_MAX_REPLICAS, SiaPlanner
 from allocopt.mechanism.state import SimulationState
 from allocopt.pollux_problem import PolluxProblem, pollux_restart_factor
 from allocopt.runtime.executor import Lease
@@ -265,11 +266,11 @@ class PolluxPlanner(SiaPlanner):
                 if before:
                     stop.append(job.job_id)
                 continue
-            t, shape = _node_shape(cluster, ids)
+            t, shape = node_shape(cluster, ids)
             configuration[job.job_id] = self._configuration_index(t, sum(shape))
             # as Sia's Job.reallocate (SiaPlanner's packed_placement): same type and GPUs per node, no restart
             extended = ids == before or (bool(self.options.get("packed_placement")) and bool(before)
-                                         and _node_shape(cluster, ids) == _node_shape(cluster, before))
+                                         and node_shape(cluster, ids) == node_shape(cluster, before))
             if not extended:
                 delays[job.job_id] = job.restart_delay_s if job.restore_s is None else job.restore_s
             leases.append(Lease(job.job_id, names[t], ids, float(self.round_seconds), extended=extended))

@@ -537,7 +537,7 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
                 stop.append(job.job_id)
             continue
         extended = gpus == before or (packed_placement and bool(before)
-                                      and _node_shape(cluster, gpus) == _node_shape(cluster, before))
+                                      and node_shape(cluster, gpus) == node_shape(cluster, before))
         if not extended:
             delays[job.job_id] = job.restart_delay_s if job.restore_s is None else job.restore_s
         leases.append(Lease(job.job_id, names[c], gpus, float(round_seconds), extended=extended))
@@ -545,7 +545,7 @@ def plan_round(jobs: Sequence[SiaJobState], cluster: Cluster, configurations: Co
                         configuration=configuration, restore_delay_s=delays, evicted=placement.evicted)
 
 
-def _node_shape(cluster: Cluster, gpu_ids: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+def node_shape(cluster: Cluster, gpu_ids: Sequence[int]) -> tuple[int, tuple[int, ...]]:
     """GPU type and GPUs per node (in node order) of cluster-wide ``gpu_ids``."""
     ids = np.asarray(gpu_ids, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(cluster.capacity)])
@@ -590,4 +590,4 @@ def advance(jobs: Sequence[SiaJobState], seconds: float) -> np.ndarray:
 
 __all__ = ["DEFAULT_RESTART_DELAY_S", "MIN_RESTART_FACTOR", "RESTART_DELAY_S", "SiaJobState", "SiaPlacement",
            "SiaRoundPlan", "advance", "commit_plan", "place_configurations", "place_packed", "plan_round",
-           "restart_delay_s", "sia_round"]
+           "node_shape", "restart_delay_s", "sia_round"]
