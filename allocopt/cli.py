@@ -250,12 +250,18 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
                                         "trace or a generated Poisson workload, or Sia rounds (--policy sia) of a "
                                         "Sia workload; print and write the metrics.")
     source = m.add_mutually_exclusive_group(required=True)
-    source.add_argument("--trace", metavar="FILE", help="Gavel trace (10 tab-separated columns)")
+    source.add_argument("--trace", metavar="FILE",
+                        help="job trace: Gavel's (10 tab-separated columns) or another --trace-format")
     source.add_argument("--workload", metavar="FILE",
                         help="Sia workload CSV (name,time,application,num_replicas,batch_size): --policy sia runs "
                              "Sia rounds, any other policy Gavel-style rounds with requested GPUs and batch fixed")
     source.add_argument("--generate", type=_positive_int, metavar="N_JOBS",
                         help="generate N_JOBS jobs with Poisson arrivals (see --jobs-per-hour)")
+    m.add_argument("--trace-format", choices=TRACE_FORMATS, default="gavel",
+                   help="format of --trace: gavel (the default), philly (cluster_job_log), helios (cluster_log.csv), "
+                        "pai (JOB_TABLE,TASK_TABLE: pai_job_table and pai_task_table CSVs) or tiresias (its job "
+                        "CSV); a public trace's jobs run one step per second on every GPU type "
+                        "(docs/reference/traces.md)")
     m.add_argument("--jobs-per-hour", type=float, default=4.0, help="arrival rate of --generate (default: %(default)s)")
     m.add_argument("--profiles", metavar="DIR",
                    help="Sia application profiles of --workload (default: the subset shipped with allocopt)")
@@ -285,12 +291,17 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="a policy option (repeatable); VALUE is parsed as JSON when it can be "
                         "(e.g. --option p=-1 --option solver_options='{\"solver\": \"ipm\"}')")
     m.add_argument("--fidelity", metavar="PROFILE",
-                   help="whose simulator to follow: allocopt (allocopt's own model), gavel (Gavel's simulator) or "
-                        "sia (Sia's simulator, with --policy sia) (default: gavel for Gavel's policy names, "
-                        "else allocopt; docs/explanation/fidelity.md)")
+                   help="whose simulator to follow: allocopt (allocopt's own model, the default), gavel (Gavel's "
+                        "simulator, with Gavel's policy names) or sia (Sia's simulator, with --policy sia or "
+                        "pollux) (docs/explanation/fidelity.md)")
     m.add_argument("--fidelity-field", dest="fidelity_fields", action="append", type=_key_value, default=[],
                    metavar="FIELD=BOOL", help="override one field of the fidelity profile (repeatable), "
                                               "e.g. --fidelity sia --fidelity-field packed_placement=false")
+    m.add_argument("--placement", metavar="NAME",
+                   help="where each round's jobs get their GPUs: best_fit (the default), packing, scattered or "
+                        "consolidated (Tiresias's model-skew rule; order-based policies)")
+    m.add_argument("--admission", metavar="NAME",
+                   help="admission control: accept_all (the default) or load_based (Blox's, threshold 1.2)")
     m.add_argument("--run-unallocated", action="store_true",
                    help="let jobs that arrived after the last recompute run on GPUs the walk gives them "
                         "(Gavel holds those GPUs idle until the next recompute)")
@@ -588,6 +599,21 @@ def _index_pair(text: str) -> tuple[int, int]:
     return a, b
 
 
+TRACE_FORMATS = ("gavel", "philly", "helios", "pai", "tiresias")
+
+
+def _read_public_trace(path: str, trace_format: str, gpu_types: list[str]) -> Any:
+    """A :class:`~allocopt.mechanism.traces.TraceWorkload` from ``--trace`` of a public ``trace_format``."""
+    from allocopt.mechanism.traces import read_trace
+
+    task_table = None
+    if trace_format == "pai":
+        path, sep, task_table = path.partition(",")
+        if not sep or not path or not task_table:
+            raise _UsageError(f"--trace-format pai takes --trace JOB_TABLE,TASK_TABLE, got {path + sep + task_table!r}")
+    return read_trace(path, trace_format, gpu_types, task_table=task_table)
+
+
 def _run_simulate(args: argparse.Namespace) -> int:
     from allocopt.extras import require_extra
     from allocopt.mechanism import generate_workload, simulate
@@ -597,6 +623,9 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
     if args.profiles and not args.workload:
         raise _UsageError("--profiles goes with --workload (a Sia workload)")
+    if args.trace_format != "gavel" and (args.throughputs or not args.trace):
+        raise _UsageError(f"--trace-format {args.trace_format} goes with --trace, without --throughputs (a public "
+                          "trace's jobs run one step per second on every GPU type)")
     if args.plot:  # optional extras are checked before the simulation runs
         require_extra("matplotlib", "plot", "--plot")
     if args.progress:
@@ -605,9 +634,15 @@ def _run_simulate(args: argparse.Namespace) -> int:
     try:
         table = load_throughputs(args.throughputs) if args.throughputs else ThroughputTable.gavel()
         cluster = Cluster(args.cluster, args.gpus_per_node or 8)
-        workload = (args.workload if args.workload else read_gavel_trace(args.trace, table) if args.trace else
-                    generate_workload(table, args.generate, jobs_per_hour=args.jobs_per_hour, seed=args.seed,
-                                      cluster=cluster))
+        if args.trace and args.trace_format != "gavel":
+            converted = _read_public_trace(args.trace, args.trace_format, list(cluster.gpu_types))
+            workload, table = converted.workload, converted.throughputs
+            skipped = ", ".join(f"{n} ({rule})" for rule, n in converted.skipped.items() if n)
+            logger.info("%s: %d jobs%s", args.trace, workload.num_jobs, f"; left out: {skipped}" if skipped else "")
+        else:
+            workload = (args.workload if args.workload else read_gavel_trace(args.trace, table) if args.trace else
+                        generate_workload(table, args.generate, jobs_per_hour=args.jobs_per_hour, seed=args.seed,
+                                          cluster=cluster))
     except OSError as err:
         raise _UsageError(f"cannot read {err.filename}: {err.strerror or err}") from None
     options = dict(args.options)
@@ -625,7 +660,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
                           recompute_min_seconds=args.recompute_min_seconds, seed=args.seed, mode=args.mode,
                           restart_overhead_s=args.restart_overhead_s, window=args.window, backend=args.backend,
                           progress=args.progress, profiles=profiles, run_unallocated=args.run_unallocated,
-                          ftf=args.ftf, policy_options=options or None, fidelity=fidelity)
+                          ftf=args.ftf, policy_options=options or None, fidelity=fidelity,
+                          placement=args.placement, admission=args.admission)
     for key in ("average_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "restarts_per_job",
                 "gpu_hours_per_job", "num_rounds", "solve_s_per_round", "average_ftf", "max_ftf", "unfair_fraction"):
         if key in result.metrics:

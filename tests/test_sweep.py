@@ -355,3 +355,44 @@ def test_reading_a_table_of_another_version_changes_nothing_until_a_row_is_added
     table.append(result.rows[0])
     assert old.read_text().splitlines()[0].split(",") == list(COLUMNS)
     assert len(ResultsTable(old).rows) == 9
+
+
+def test_public_traces_with_placement_and_admission_equal_separate_simulate_runs(tmp_path):
+    """A sweep over a Tiresias job file and PAI's tables, with placement and admission plug-ins, gives
+    what simulate() gives on the reader's jobs."""
+    from allocopt.mechanism.traces import read_pai_trace, read_tiresias_trace
+
+    data = Path(allocopt.__file__).parent / "data"
+    tiresias, jobs, tasks = (data / "tiresias" / "60_job.csv", data / "traces" / "pai_job_table.csv",
+                             data / "traces" / "pai_task_table.csv")
+    spec = parse_spec({"policies": ["las", "srtf"], "clusters": [{"gpu": 64}], "gpus_per_node": 4, "ftf": False,
+                       "workloads": [{"trace": str(tiresias), "format": "tiresias"},
+                                     {"trace": str(jobs), "format": "pai", "task_table": str(tasks)}],
+                       "placement": "scattered", "admission": "load_based", "output": str(tmp_path)})
+    result = run_sweep(spec)
+    assert result.ran == 4 and not result.failed
+    for row in result.rows:
+        assert row["placement"] == "scattered" and row["admission"] == "load_based"
+        trace = (read_tiresias_trace(tiresias) if row["trace_format"] == "tiresias" else read_pai_trace(jobs, tasks))
+        want = allocopt.simulate(trace.workload, Cluster({"gpu": 64}, 4), row["policy"],
+                                 throughputs=trace.throughputs, placement="scattered", admission="load_based",
+                                 ftf=False)
+        assert row["average_jct_s"] == pytest.approx(want.metrics["average_jct_s"], rel=1e-12)
+    assert {r["task_table"] for r in result.rows} == {None, str(tasks.resolve())}
+
+
+@pytest.mark.parametrize("document, field", [
+    ({"fidelity": "gavle"}, "fidelity"),
+    ({"placement": "nowhere"}, "placement"),
+    ({"admission": "some"}, "admission"),
+    ({"workloads": [{"trace": "TRACE", "format": "philly", "task_table": "TRACE"}]}, "workloads[0]"),
+    ({"workloads": [{"trace": "TRACE", "format": "pai"}]}, "workloads[0]"),
+    ({"workloads": [{"trace": "TRACE", "format": "csv"}]}, "workloads[0].format"),
+])
+def test_bad_fidelity_plugins_and_trace_formats_are_named(document, field, tmp_path):
+    trace = str(Path(allocopt.__file__).parent / "data" / "tiresias" / "60_job.csv")
+    base = {"policies": ["las"], "workloads": [{"trace": trace, "format": "tiresias"}]}
+    doc = json.loads(json.dumps({**base, **document}).replace("TRACE", trace))
+    with pytest.raises(SweepSpecError) as err:
+        parse_spec(doc, base_dir=tmp_path)
+    assert err.value.field == field

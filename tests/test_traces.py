@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +102,36 @@ def test_a_trace_runs_in_simulate_with_its_throughputs():
     assert np.isfinite(result.jobs["finish_s"]).all()
     # every job runs at least its trace run time
     assert (result.jobs["jct_s"] >= trace.workload.total_steps - 1e-6).all()
+
+
+@pytest.mark.parametrize("fmt, path", [("tiresias", str(TIRESIAS)), ("philly", str(PHILLY)), ("helios", str(HELIOS)),
+                                       ("pai", f"{PAI_JOBS},{PAI_TASKS}")])
+def test_the_command_line_runs_a_public_trace_with_placement_and_admission(tmp_path, fmt, path):
+    """``allocopt simulate --trace-format`` gives what simulate() gives on the reader's jobs."""
+    cluster = {"gpu": 64}
+    args = ["simulate", "--trace", path, "--trace-format", fmt, "--cluster", "gpu=64", "--gpus-per-node", "gpu=4",
+            "--policy", "tiresias", "--placement", "scattered", "--admission", "load_based", "--no-ftf",
+            "--json", str(tmp_path / "r.json")]
+    done = subprocess.run([sys.executable, "-m", "allocopt", *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = json.loads((tmp_path / "r.json").read_text())
+    trace = read_pai_trace(PAI_JOBS, PAI_TASKS) if fmt == "pai" else \
+        {"tiresias": read_tiresias_trace, "philly": read_philly_trace, "helios": read_helios_trace}[fmt](path)
+    want = simulate(trace.workload, allocopt.Cluster(cluster, 4), "tiresias", throughputs=trace.throughputs,
+                    placement="scattered", admission="load_based", ftf=False)
+    assert len(got["jobs"]["jct_s"]) == trace.workload.num_jobs
+    assert got["metrics"]["average_jct_s"] == pytest.approx(want.metrics["average_jct_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trace-format", "pai", "--trace", str(PAI_JOBS)], "JOB_TABLE,TASK_TABLE"),
+    (["--trace-format", "helios", "--trace", str(HELIOS), "--placement", "nowhere"], "unknown placement policy"),
+    (["--trace-format", "tiresias", "--trace", str(TIRESIAS), "--throughputs", str(TIRESIAS)], "--throughputs"),
+])
+def test_the_command_line_names_a_bad_trace_option(args, message):
+    done = subprocess.run([sys.executable, "-m", "allocopt", "simulate", "--cluster", "gpu=64", "--no-ftf", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
 
 
 # ----- malformed input: a typed error naming the file, the line and the column ----------------------------

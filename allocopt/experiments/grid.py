@@ -67,8 +67,13 @@ def _workload_cases(entry: WorkloadSpec, index: int) -> list[dict[str, Any]]:
     for path in paths:
         kind = entry.kind if entry.kind != "directory" else ("sia" if path.lower().endswith(".csv") else "trace")
         label = entry.label if entry.kind != "directory" else f"{entry.label}/{Path(path).stem}"
-        cases.append({**base, "workload": label, "workload_kind": kind, "workload_path": path,
-                      "workload_sha256": _sha256(path)})
+        case = {**base, "workload": label, "workload_kind": kind, "workload_path": path,
+                "workload_sha256": _sha256(path)}
+        if entry.trace_format != "gavel":  # a public trace (keys of Gavel traces stay as they were)
+            case["trace_format"] = entry.trace_format
+            if entry.task_table is not None:
+                case.update(task_table=entry.task_table, task_table_sha256=_sha256(entry.task_table))
+        cases.append(case)
     if entry.kind == "directory" and not cases:
         raise SweepSpecError(f"{entry.path!r} holds no files", field=f"workloads[{index}].directory")
     return cases
@@ -87,6 +92,9 @@ def expand(spec: SweepSpec) -> list[Point]:
               "fidelity": spec.fidelity, "restart_overhead_s": spec.restart_overhead_s,
               "run_unallocated": spec.run_unallocated, "ftf": spec.ftf, "throughputs": spec.throughputs,
               "allocopt_version": __version__}
+    for plugin in ("placement", "admission"):  # in a point's parameters (and key) only when set
+        if getattr(spec, plugin) is not None:
+            common[plugin] = getattr(spec, plugin)
     for index, entry in enumerate(spec.workloads):
         if spec.window is not None and entry.kind == "generate" and entry.num_jobs < spec.window[1]:
             raise SweepSpecError(f"ends at job {spec.window[1]}, but workloads[{index}] generates {entry.num_jobs} "

@@ -65,7 +65,8 @@ class SweepResult:
 def simulate_point(params: Mapping[str, Any]) -> Any:
     """:func:`allocopt.simulate` on one point, built as ``allocopt simulate`` builds its arguments.
 
-    ``fidelity`` is passed only when the point sets it; ``policy_options`` only when non-empty.
+    ``fidelity``, ``placement`` and ``admission`` are passed only when the point sets them;
+    ``policy_options`` only when non-empty. A public trace's jobs run one step per second on every type.
     """
     from allocopt.cluster import Cluster
     from allocopt.mechanism import generate_workload, simulate
@@ -82,13 +83,20 @@ def simulate_point(params: Mapping[str, Any]) -> Any:
         workload: Any = generate_workload(
             table, params["num_jobs"], jobs_per_hour=params["jobs_per_hour"], seed=params["seed"], cluster=cluster,
             scale_factor_probs=DEFAULT_SCALE_FACTOR_PROBS if probs is None else {int(k): v for k, v in probs.items()})
+    elif kind == "trace" and params.get("trace_format", "gavel") != "gavel":
+        from allocopt.mechanism.traces import read_trace
+
+        converted = read_trace(params["workload_path"], params["trace_format"], list(cluster.gpu_types),
+                               task_table=params.get("task_table"))
+        workload, table = converted.workload, converted.throughputs
     elif kind == "trace":
         workload = read_gavel_trace(params["workload_path"], table)
     else:
         workload, profiles = params["workload_path"], params["profiles"] or shipped_profiles_dir()
     extra: dict[str, Any] = {}
-    if params.get("fidelity") is not None:
-        extra["fidelity"] = params["fidelity"]
+    for name in ("fidelity", "placement", "admission"):
+        if params.get(name) is not None:
+            extra[name] = params[name]
     window = params["window"]
     return simulate(workload, cluster, params["policy"], throughputs=table, round_seconds=params["round_seconds"],
                     recompute_min_seconds=params["recompute_min_seconds"], seed=params["seed"], mode=params["mode"],

@@ -10,6 +10,7 @@ overrides the file's value::
     workloads:                 # one or more of
       - generate: {num_jobs: 5000, jobs_per_hour: [0.25, 0.5], scale_factor_probs: {1: 1.0}}
       - trace: gavel.trace                 # a Gavel trace
+      - {trace: log.json, format: philly}  # a public trace: philly, helios, tiresias, or pai (with task_table)
       - sia: workload.csv                  # a Sia/Pollux workload CSV (profiles: DIR, default shipped)
       - directory: saturn/                 # every file of a directory (*.csv: Sia, else Gavel traces)
     clusters: [{v100: 36, p100: 36, k80: 36}]
@@ -21,6 +22,8 @@ overrides the file's value::
     window: [4000, 5000]
     backend: highs
     fidelity: gavel            # passed to simulate only when set
+    placement: consolidated    # passed to simulate only when set (best_fit, packing, scattered, consolidated)
+    admission: load_based      # passed to simulate only when set (accept_all, load_based)
     restart_overhead_s: 0
     run_unallocated: false
     ftf: true
@@ -80,6 +83,11 @@ class WorkloadSpec:
     kind : {"generate", "trace", "sia", "directory"}
     path : str, optional
         File or directory (absolute) of ``trace``, ``sia`` and ``directory``.
+    trace_format : str
+        Format of a ``trace``: ``"gavel"`` (the default) or a public trace of
+        :data:`allocopt.mechanism.traces.TRACE_FORMATS`, whose jobs run one step per second on every type.
+    task_table : str, optional
+        PAI's ``pai_task_table`` beside a ``pai`` trace's job table.
     profiles : str, optional
         Sia application profiles (a directory) of Sia workloads; default: the shipped subset.
     num_jobs : int, optional
@@ -98,6 +106,8 @@ class WorkloadSpec:
     jobs_per_hour: tuple[float, ...] = ()
     scale_factor_probs: Mapping[int, float] | None = None
     label: str = ""
+    trace_format: str = "gavel"
+    task_table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,8 @@ class SweepSpec:
     window: tuple[int, int] | None = None
     backend: str = "highs"
     fidelity: str | None = None
+    placement: str | None = None
+    admission: str | None = None
     restart_overhead_s: float = 0.0
     run_unallocated: bool = False
     ftf: bool = True
@@ -271,9 +283,10 @@ def _workload(value: Any, name: str, base: Path | None) -> WorkloadSpec:
         raise _fail(name, f"a workload entry needs exactly one of {', '.join(WORKLOAD_KINDS)}, got keys "
                           f"{sorted(entry)}")
     kind = kinds[0]
-    unknown = set(entry) - {kind, "profiles", "label"}
+    allowed = {kind, "profiles", "label"} | ({"format", "task_table"} if kind == "trace" else set())
+    unknown = set(entry) - allowed
     if unknown:
-        raise _fail(name, f"unknown keys {sorted(unknown)}; a {kind} entry has {kind}, profiles, label")
+        raise _fail(name, f"unknown keys {sorted(unknown)}; a {kind} entry has {', '.join(sorted(allowed))}")
     profiles = _path(entry["profiles"], f"{name}.profiles", base, directory=True) if "profiles" in entry else None
     if kind == "generate":
         gen = _mapping(entry[kind], f"{name}.generate")
@@ -295,7 +308,17 @@ def _workload(value: Any, name: str, base: Path | None) -> WorkloadSpec:
     path = _path(entry[kind], f"{name}.{kind}", base, directory=kind == "directory")
     if kind == "directory" and not any(p.is_file() for p in Path(path).iterdir()):
         raise _fail(f"{name}.directory", f"{path!r} holds no files")
-    return WorkloadSpec(kind, path, profiles, label=_str(entry.get("label", Path(path).stem), f"{name}.label"))
+    trace_format, task_table = "gavel", None
+    if kind == "trace":
+        from allocopt.mechanism.traces import TRACE_FORMATS
+
+        trace_format = _choice(("gavel", *TRACE_FORMATS))(entry.get("format", "gavel"), f"{name}.format")
+        if (trace_format == "pai") != ("task_table" in entry):
+            raise _fail(name, "a pai trace needs task_table (its pai_task_table), and only a pai trace takes one")
+        if "task_table" in entry:
+            task_table = _path(entry["task_table"], f"{name}.task_table", base)
+    return WorkloadSpec(kind, path, profiles, label=_str(entry.get("label", Path(path).stem), f"{name}.label"),
+                        trace_format=trace_format, task_table=task_table)
 
 
 def _workloads(value: Any, name: str, base: Path | None) -> tuple[WorkloadSpec, ...]:
@@ -327,6 +350,22 @@ def _optional_str(value: Any, name: str) -> str | None:
     return None if value is None else _str(value, name)
 
 
+def _fidelity(value: Any, name: str) -> str | None:
+    from allocopt.mechanism.fidelity import FIDELITY_PROFILES
+
+    return None if value is None else _choice(tuple(FIDELITY_PROFILES))(value, name)
+
+
+def _plugin(value: Any, name: str, kind: str) -> str | None:
+    if value is None:
+        return None
+    if kind == "placement":
+        from allocopt.mechanism.placement_policies import PLACEMENT_POLICIES as known
+    else:
+        from allocopt.mechanism.admission import ADMISSION_POLICIES as known
+    return _choice(tuple(sorted(known)))(value, name)
+
+
 def _choice(options: Sequence[str]) -> Callable[[Any, str], str]:
     def parse(value: Any, name: str) -> str:
         text = _str(value, name)
@@ -351,7 +390,10 @@ FIELDS: dict[str, tuple[Callable[[Any, str, Path | None], Any], str]] = {
     "mode": (lambda v, n, b: _choice(("mechanism", "ideal"))(v, n), "mechanism or ideal"),
     "window": (lambda v, n, b: _window(v, n), "A,B: measure jobs A..B-1"),
     "backend": (lambda v, n, b: _str(v, n), "solver backend (default highs)"),
-    "fidelity": (lambda v, n, b: _optional_str(v, n), "simulate's fidelity preset (allocopt, gavel, sia)"),
+    "fidelity": (lambda v, n, b: _fidelity(v, n), "simulate's fidelity preset (allocopt, gavel, sia)"),
+    "placement": (lambda v, n, b: _plugin(v, n, "placement"), "placement plug-in (best_fit, packing, scattered, "
+                                                               "consolidated)"),
+    "admission": (lambda v, n, b: _plugin(v, n, "admission"), "admission plug-in (accept_all, load_based)"),
     "restart_overhead_s": (lambda v, n, b: _float(v, n), "seconds lost per restart"),
     "run_unallocated": (lambda v, n, b: _bool(v, n), "true: jobs arrived since the last recompute may run"),
     "ftf": (lambda v, n, b: _bool(v, n), "finish-time fairness companion run (default true)"),

@@ -63,18 +63,20 @@ class PolluxPlanner(SiaPlanner):
     seed : int, default 0
         The genetic search's seed in round 0 (round ``k``: ``seed + k``).
     backend : str, default "highs"
-    p, speedup_scale, epsilon, population, generations, relaxation_first
-        Options of the ``pollux`` policy.
+    p : float, default -1
+        Exponent of the generalized mean of speedups (option of the ``pollux`` policy).
     virtual_node_gpus : int, optional
         Split every node into nodes of this many GPUs for the policy, as Sia's unaware simulator
         does (4; the default with ``faithful_to_sia`` or a fidelity with ``sia_virtual_nodes``); jobs
         still run on the real nodes.
     fidelity : Fidelity, optional
         SiaPlanner's fidelity profile (default allocopt's own model; ``faithful_to_sia``: Sia's).
-    **job_side
-        SiaPlanner's options of the job side (``learn_throughputs``, ``sia_stepping``,
-        ``explore_replicas``, ``slowdowns``, ``restore_s``, ``round_grid``, ``batch_sizes``,
-        ``cap_policy_batch``, ``faithful_to_sia`` for all of them as in Sia's simulator).
+    **options
+        The ``pollux`` policy's other options (``speedup_scale``, ``epsilon``, ``population``,
+        ``generations``, ``relaxation_first``) and SiaPlanner's options of the job side
+        (``learn_throughputs``, ``sia_stepping``, ``explore_replicas``, ``slowdowns``, ``restore_s``,
+        ``round_grid``, ``batch_sizes``, ``cap_policy_batch``, ``faithful_to_sia`` for all of them as
+        in Sia's simulator).
     """
 
     def __init__(self, state: SimulationState, profiles: Mapping[tuple[str, str], ApplicationProfile], *,

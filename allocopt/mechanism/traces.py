@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from allocopt.documents import read_text
+from allocopt.errors import InvalidOptionError
 from allocopt.mechanism.workload import (
     MAX_TRACE_SCALE,
     MAX_TRACE_STEPS,
@@ -456,5 +457,32 @@ def _skip_space(text: str, pos: int) -> int:
     return pos
 
 
-__all__ = ["HELIOS_COLUMNS", "PAI_JOB_COLUMNS", "PAI_TASK_COLUMNS", "TIRESIAS_COLUMNS", "TraceWorkload",
-           "read_helios_trace", "read_pai_trace", "read_philly_trace", "read_tiresias_trace", "unit_throughputs"]
+#: Public trace formats :func:`read_trace` reads.
+TRACE_FORMATS = ("philly", "helios", "pai", "tiresias")
+
+
+def read_trace(path: str | PathLike[str], trace_format: str, gpu_types: Sequence[str] = ("gpu",), *,
+               task_table: str | PathLike[str] | None = None) -> TraceWorkload:
+    """A public trace of ``trace_format`` (one of :data:`TRACE_FORMATS`) by its reader.
+
+    ``path`` is the job file (PAI: ``pai_job_table``, with ``task_table`` its ``pai_task_table``).
+
+    Raises
+    ------
+    InvalidOptionError
+        An unknown format, or ``task_table`` missing for PAI or given for another format.
+    """
+    if trace_format not in TRACE_FORMATS:
+        raise InvalidOptionError(f"unknown trace format {trace_format!r}; formats: {', '.join(TRACE_FORMATS)}")
+    if (task_table is None) == (trace_format == "pai"):
+        raise InvalidOptionError("a pai trace needs its task table (pai_task_table), and only a pai trace takes one"
+                                 f"; got format {trace_format!r} with task_table={task_table!r}")
+    if trace_format == "pai":
+        return read_pai_trace(path, task_table, gpu_types)
+    reader = {"philly": read_philly_trace, "helios": read_helios_trace, "tiresias": read_tiresias_trace}[trace_format]
+    return reader(path, gpu_types)
+
+
+__all__ = ["HELIOS_COLUMNS", "PAI_JOB_COLUMNS", "PAI_TASK_COLUMNS", "TIRESIAS_COLUMNS", "TRACE_FORMATS",
+           "TraceWorkload", "read_helios_trace", "read_pai_trace", "read_philly_trace", "read_tiresias_trace",
+           "read_trace", "unit_throughputs"]
