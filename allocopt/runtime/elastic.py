@@ -639,19 +639,7 @@ class GoodputEngine:
         unmeasured = allowed & ~has_rows if self.options.explore_types else allowed
         unmeasured = np.where(no_model[:, None], allowed, unmeasured)
         one_gpu = unmeasured[:, configs.gpu_type] & (gpus == 1)
-        # profiling a type is not a move the job chose: its configurations are offered without the
-        # restart penalty the policy applies to moves (else a job that must move might be left idle)
-        from allocopt.goodput_problem import restart_factor
-        from allocopt.mechanism.sia_round_plan import MIN_RESTART_FACTOR
-
-        moved = np.array([job.state.previous >= 0 for job in jobs], dtype=bool)
-        penalty = np.ones(n)
-        if n:
-            raw = restart_factor([j.state.age_s for j in jobs], [j.state.num_restarts for j in jobs],
-                                 [j.state.restart_delay_s for j in jobs])
-            penalty = np.where(moved, np.clip(raw, MIN_RESTART_FACTOR, 1.0), 1.0)
-        goodput = np.where(explore[:, None], np.where(one_gpu, (np.maximum(goodput, 0) + 1.0) / penalty[:, None],
-                                                      0.0), goodput)
+        goodput = np.where(explore[:, None], np.where(one_gpu, np.maximum(goodput, 0) + 1.0, 0.0), goodput)
         lo = np.array([job.spec.min_replicas for job in jobs]).reshape(n, 1)
         hi = np.array([job.spec.max_replicas or 2 ** 31 for job in jobs]).reshape(n, 1)
         if self.options.explore_replicas:  # at most twice the GPUs held so far, at least min_replicas
@@ -680,8 +668,16 @@ class GoodputEngine:
             goodput, models = self._goodput(jobs, ids)
         finally:
             self._defer_refits = False
+        # a job whose previous configuration is not offered (it profiles another type, or its limits
+        # changed) must move: the move is not its choice, so the policy sees no previous configuration
+        # and charges no restart penalty (else a job that must move might be left idle)
+        rows = np.arange(len(jobs))
+        previous = np.array([j.state.previous for j in jobs], dtype=np.int64)
+        forced = (previous >= 0) & (goodput[rows, np.maximum(previous, 0)] <= 0) if len(jobs) else \
+            np.zeros(0, dtype=bool)
+        states = [replace(j.state, previous=-1) if f else j.state for j, f in zip(jobs, forced.tolist())]
         started = time.perf_counter()
-        plan = _planner(self.policy)([j.state for j in jobs], self.cluster, self.configurations, goodput,
+        plan = _planner(self.policy)(states, self.cluster, self.configurations, goodput,
                                      self._gpu_ids, round_index=self._round_index, start_s=now,
                                      round_seconds=self.round_seconds, **dict(self.options.policy_options))
         self.solve_seconds.append(time.perf_counter() - started)

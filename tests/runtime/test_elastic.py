@@ -7,6 +7,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,22 @@ def test_an_application_profile_is_the_prior_of_a_new_job() -> None:
     _, local, accum = engine.model("c", lease.gpu_type).optimize(decision.num_nodes, len(lease.gpu_ids))
     assert lease.batch.local_bsz == int(local) and lease.batch.accum_steps == int(accum)
     assert len(lease.gpu_ids) > 1  # the profile's scaling makes several GPUs worth it
+
+
+def test_a_job_that_must_move_to_profile_a_type_is_not_left_idle() -> None:
+    """A young job measured on one type only must move to profile the other: the move is not its choice, so no
+    restart penalty makes idling look better (the policy would refuse a round leaving every job idle)."""
+    engine = GoodputEngine(Cluster({"fast": 1, "slow": 1}), "sia", round_seconds=1.0)
+    # a restart costs 0.05 s: at 0.2 s old, Pollux's factor for a move is 0.2 / 0.25 = 0.8, a utility
+    # 0.8 ** -0.5 = 1.118 above Sia's lambda_n = 1.1 for every configuration the job may take
+    engine.add_job("j", ElasticSpec(16, max_batch_size=64, max_replicas=1, restart_delay_s=0.05),
+                   gpu_types=["fast", "slow"])
+    first = engine.next_round()  # no model yet: a 1-GPU configuration of either type
+    (lease,) = first.leases
+    for local, t in ((16, 0.01), (16, 0.011)):
+        engine.observe_step_time("j", lease.gpu_type, 1, 1, local, t, t)
+    time.sleep(0.2)
+    second = engine.next_round()
+    (moved,) = second.leases
+    assert moved.gpu_type != lease.gpu_type and not moved.extended
+    assert set(engine.measurements("j")) == {lease.gpu_type}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,10 +19,11 @@ from allocopt.errors import InvalidProblemError  # noqa: E402
 from allocopt.runtime import Lease, RoundOutcome, RoundPlan  # noqa: E402
 from allocopt.runtime.local import JobSpec  # noqa: E402
 from allocopt.runtime.ray_executor import RayExecutor  # noqa: E402
-from tests.runtime.helpers import assert_no_device_overlap, count_steps_command, steps_written  # noqa: E402
+from tests.runtime.helpers import (JOBS_DIR, assert_no_device_overlap, count_steps_command,  # noqa: E402
+                                   repo_env, steps_written)
 
 DEVICES = 3  # held by the module's executor (its actors start once: each imports allocopt)
-ADVERTISED = DEVICES + 2  # units of accelerator_type:cpu of the test instance: two more for `allocopt run`
+ADVERTISED = DEVICES + 4  # units of accelerator_type:cpu of the test instance: four more for `allocopt run`
 
 
 @pytest.fixture(scope="module")
@@ -190,4 +192,47 @@ def test_allocopt_run_with_the_ray_executor_finishes_every_job_exactly(tmp_path:
         assert steps_written(tmp_path / f"{name}.txt") == list(range(total)), name
         assert report["jobs"][name]["status"] == "done" and report["jobs"][name]["steps_done"] == total
     assert report["rounds"] >= 2 and "utilization" in run.stderr
+    assert_no_device_overlap(tmp_path / "state.db.d")
+
+
+def test_elastic_jobs_resize_on_ray_with_every_step_once_and_the_models_batch(tmp_path: Path,
+                                                                              ray_address: str) -> None:
+    """`allocopt run --policy sia --executor ray`: one actor per rank, the job resized between rounds, every
+    step once across the launches, each launch's batch the one the goodput engine chose."""
+    out = tmp_path / "grow"
+    out.mkdir()
+    jobs = [{"name": "grow", "command": [sys.executable, str(JOBS_DIR / "elastic_steps.py"), str(out), "--grad-sqr",
+                                         "1", "--grad-var", "20"],
+             "total_steps": 10 ** 6, "batch_size": 16, "max_batch_size": 256, "max_local_bsz": 64}]
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    run = subprocess.run([sys.executable, "-m", "allocopt", "run", str(tmp_path / "jobs.json"), "--cluster", "cpu=4",
+                          "--policy", "sia", "--round-seconds", "1.5", "--max-rounds", "4", "--grace-s", "1",
+                          "--state", str(tmp_path / "state.db"), "--executor", "ray", "--ray-address", ray_address],
+                         env=repo_env(), capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    with sqlite3.connect(tmp_path / "state.db") as con:
+        leases = [json.loads(row[0])[0] for row in con.execute("SELECT leases FROM rounds ORDER BY idx")]
+    sizes = [len(lease[2]) for lease in leases]
+    assert sizes[0] == 1 and max(sizes) > 1, sizes  # resized
+    launches: dict[int, dict[int, dict]] = {}
+    for f in out.glob("launch-e*-r*.json"):
+        doc = json.loads(f.read_text())
+        steps = out / f"steps-e{doc['epoch']}-r{doc['rank']}.txt"
+        doc["steps"] = [int(x) for x in steps.read_text().split()] if steps.exists() else []
+        launches.setdefault(doc["epoch"], {})[doc["rank"]] = doc
+    started = [lease for lease in leases if not lease[3]]
+    assert len(launches) == len(started)
+    pids = set()
+    for lease, epoch in zip(started, sorted(launches)):
+        launch = launches[epoch]
+        assert sorted(launch) == list(range(len(lease[2])))  # one rank per device, each in its own process
+        for doc in launch.values():
+            assert doc["world_size"] == len(lease[2])
+            assert {k: doc[k] for k in ("batch_size", "local_bsz", "accum_steps", "lr_scale")} == lease[4]["batch"]
+            assert doc["steps"] == launch[0]["steps"]
+            pids.add(doc["pid"])
+    ran = [s for epoch in sorted(launches) for s in launches[epoch][0]["steps"]]
+    assert ran == list(range(report["jobs"]["grow"]["steps_done"])) and ran
+    assert len(pids) == sum(len(lease[2]) for lease in started)
     assert_no_device_overlap(tmp_path / "state.db.d")
