@@ -15,6 +15,7 @@ import pytest
 from allocopt.cluster import Cluster
 from allocopt.errors import InvalidProblemError
 from allocopt.runtime.devices import Device
+from allocopt.runtime.client import checkpoint_step
 from allocopt.runtime.elastic import GoodputEngine, ElasticSpec, model_from_json
 from allocopt.runtime.local import LocalExecutor
 from allocopt.runtime.loop import Scheduler, StateStore, load_jobs
@@ -320,3 +321,45 @@ def test_a_job_that_must_move_to_profile_a_type_is_not_left_idle() -> None:
     (moved,) = second.leases
     assert moved.gpu_type != lease.gpu_type and not moved.extended
     assert set(engine.measurements("j")) == {lease.gpu_type}
+
+
+def test_a_pytorch_ddp_job_resizes_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    """examples/pytorch_elastic.py (DistributedDataParallel, gloo on CPU) under `allocopt run --policy sia`: its
+    replicas change between rounds, each launch resumes at the step the last one checkpointed, every step runs
+    once, and each launch trains at the batch the engine chose for its allocation."""
+    pytest.importorskip("torch", reason="the PyTorch example needs torch")
+    example = Path(__file__).resolve().parents[2] / "examples" / "pytorch_elastic.py"
+    log = tmp_path / "steps.log"
+    jobs = [{"name": "ddp", "command": [sys.executable, str(example), "--log", str(log), "--noise", "3"],
+             "total_steps": 10 ** 6, "batch_size": 16, "max_batch_size": 256, "max_local_bsz": 64,
+             "env": {"OMP_NUM_THREADS": "1"}}]
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    run = subprocess.run([sys.executable, "-m", "allocopt", "run", str(tmp_path / "jobs.json"), "--cluster", "cpu=4",
+                          "--policy", "sia", "--round-seconds", "6", "--max-rounds", "5", "--grace-s", "5",
+                          "--state", str(tmp_path / "state.db")], env=repo_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    rounds = _journal(tmp_path / "state.db")
+    leases = [leases[0] for _, leases in rounds]
+    started = [lease for lease in leases if not lease[3]]
+    launches, steps = [], {}
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            launches.append(json.loads(line))
+        else:
+            launch, world, step, _ = line.split()
+            steps.setdefault(launch, []).append(int(step))
+    assert len({len(lease[2]) for lease in leases}) >= 2, [len(lease[2]) for lease in leases]  # resized
+    assert len(launches) == len(started)
+    done = 0
+    for lease, launch in zip(started, launches):
+        assert launch["world_size"] == len(lease[2])
+        assert {k: launch[k] for k in ("batch_size", "local_bsz", "accum_steps", "lr_scale")} == lease[4]["batch"]
+        assert launch["start"] == done  # resumed from the checkpoint the previous launch wrote when stopped
+        ran = steps.get(launch["launch"], [])
+        assert ran == list(range(done, done + len(ran)))
+        done += len(ran)
+    # the last launch checkpointed every step it ran when the scheduler stopped it at its exit
+    newest = max(checkpoint_step(str(p)) for p in (tmp_path / "state.db.d" / "jobs" / "ddp" / "checkpoints").iterdir())
+    assert newest == done >= report["jobs"]["ddp"]["steps_done"] > 0
