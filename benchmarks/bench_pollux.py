@@ -9,12 +9,17 @@ answer against Sia's own, which checks the objective) and of time per round, and
 the ratio of Sia's ``optimize()`` time to the exact solve's::
 
     python benchmarks/bench_pollux.py --dumped /tmp/pollux-rounds [--genetic]
+    python benchmarks/bench_pollux.py --dumped /tmp/pollux-rounds --scale 512 2048 --genetic
 
 ``--genetic`` also runs allocopt's genetic search (pymoo 0.6, seed 0) on each round.
 ``--scale JOBS GPUS`` builds one round of ``JOBS`` jobs on ``GPUS`` GPUs (4-GPU
 nodes, as Sia's unaware simulator sees its cluster) from the dumped rounds' jobs
 (each job of the dumped rounds repeated, speedups as dumped; half of them holding
 their previous allocation) and times the exact solve and the genetic search on it.
+
+Either mode writes its results file (``--results``, default ``benchmarks/results/bench_pollux.json``):
+the dumped rounds it read (directory and rounds per run), every round's numbers and their
+distributions, or the scaled round's.
 """
 
 from __future__ import annotations
@@ -23,14 +28,26 @@ import argparse
 import pickle
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 import allocopt
 from allocopt import Cluster
+from allocopt.bench.machine import machine_info
+from allocopt.bench.output import (
+    Column,
+    add_results_option,
+    results_table,
+    seconds,
+    write_results,
+)
 from allocopt.formulations.pollux import fitness
 from allocopt.pollux_problem import PolluxProblem
+
+RESULTS = Path(__file__).parent / "results"
+QUANTILE_COLUMNS = ("min", "median", "p90", "max")
 
 
 def quantiles(values: list[float]) -> str:
@@ -41,13 +58,23 @@ def quantiles(values: list[float]) -> str:
             f"(n={a.size})")
 
 
-def dumped(directory: Path, genetic: bool, tolerance: float) -> int:
+def distribution(values: list[float]) -> dict[str, float | int | None]:
+    """min, median, p90 and max of ``values`` (None when empty), and their number."""
+    a = np.asarray(values, dtype=np.float64)
+    if not a.size:
+        return {**dict.fromkeys(QUANTILE_COLUMNS), "n": 0}
+    return {"min": float(a.min()), "median": float(np.median(a)), "p90": float(np.quantile(a, 0.9)),
+            "max": float(a.max()), "n": int(a.size)}
+
+
+def dumped(directory: Path, genetic: bool, tolerance: float, machine: dict, out: str | None) -> int:
     rounds = sorted(directory.rglob("round-*.pkl"))
     if not rounds:
         print(f"no round-*.pkl under {directory}")
         return 1
     gain, objective_error, exact_s, sia_s, speedup, ours_ga_s, ours_ga_gain = [], [], [], [], [], [], []
     worse = within = 0
+    per_round = []
     for path in rounds:
         data = pickle.loads(path.read_bytes())
         problem, replicas, p = data["problem"], data["replicas"], float(data["p"])
@@ -70,6 +97,10 @@ def dumped(directory: Path, genetic: bool, tolerance: float) -> int:
             ours = allocopt.solve(problem, "pollux", p=p, technique="genetic", seed=0)
             ours_ga_s.append(time.perf_counter() - t0)
             ours_ga_gain.append(alloc.objective - ours.objective)
+        per_round.append({"round": path.relative_to(directory).as_posix(), "jobs": int(problem.num_jobs),
+                          "nodes": int(replicas.shape[1]), "sia_fitness": float(data["sia_fitness"]),
+                          "exact_fitness": float(alloc.objective), "exact_s": elapsed, "sia_optimize_s": sia_s[-1],
+                          **({"genetic_s": ours_ga_s[-1], "exact_minus_genetic": ours_ga_gain[-1]} if genetic else {})})
     print(f"{len(rounds)} rounds from {directory}")
     print(f"  allocopt's fitness of Sia's answer vs Sia's own, relative error: {quantiles(objective_error)}")
     print(f"  exact fitness - Sia's search fitness: {quantiles(gain)}; exact below it by more than {tolerance:g} "
@@ -80,10 +111,49 @@ def dumped(directory: Path, genetic: bool, tolerance: float) -> int:
           f"{np.median(sia_s) / np.median(exact_s):.1f}x")
     if genetic:
         print(f"  allocopt genetic s: {quantiles(ours_ga_s)}; exact - its fitness: {quantiles(ours_ga_gain)}")
+    if out:
+        runs = dict(Counter(path.parent.relative_to(directory).as_posix() for path in rounds))
+        times = [{"solve": "exact (allocopt MILP)", **distribution(exact_s)},
+                 {"solve": "Sia's optimize() (NSGA-II, pymoo 0.4)", **distribution(sia_s)}]
+        if genetic:
+            times.append({"solve": "allocopt genetic (pymoo 0.6, seed 0)", **distribution(ours_ga_s)})
+        fitnesses = [{"quantity": "allocopt's fitness of Sia's answer vs Sia's own, relative error",
+                      **distribution(objective_error)},
+                     {"quantity": "exact fitness - Sia's search fitness", **distribution(gain)},
+                     {"quantity": "Sia's optimize() s / exact s", **distribution(speedup)}]
+        if genetic:
+            fitnesses.append({"quantity": "exact fitness - allocopt genetic fitness", **distribution(ours_ga_gain)})
+        source = ", ".join(f"{name}: {n}" for name, n in runs.items())
+        jobs = [min(r["jobs"] for r in per_round), max(r["jobs"] for r in per_round)]
+        summary = {"rounds": len(rounds), "runs": runs, "jobs_per_round": jobs, "tolerance": tolerance,
+                   "rounds_exact_below_tolerance": worse, "rounds_exact_below_within_tolerance": within,
+                   "median_time_ratio": float(np.median(sia_s) / np.median(exact_s))}
+        seconds_table = results_table(f"Seconds per round, {len(rounds)} rounds of Sia's Pollux, {jobs[0]}-{jobs[1]} "
+                                      f"jobs per round ({source})", times,
+                                      [Column("solve", "solve", left=True),
+                                       *(Column(q, f"{q} s", seconds) for q in QUANTILE_COLUMNS)])
+        seconds_table["notes"] = ["Sia's optimize() seconds are those its own run measured (conformance_pollux.py "
+                                  "--dump-rounds), under that run's machine load; the exact solves are timed here."]
+        tables = [seconds_table,
+                  results_table(f"Exact MILP against Sia's search, {len(rounds)} rounds (exact below the search by "
+                                f"more than {tolerance:g} relative in {worse})", fitnesses,
+                                [Column("quantity", "quantity", left=True), *(Column(q, q, ".4g")
+                                                                              for q in QUANTILE_COLUMNS)])]
+        write_results(out, "bench_pollux", tables=tables, machine=machine,
+                      data={"mode": "dumped", "source": str(directory), "summary": summary,
+                            "distributions": {"exact_s": distribution(exact_s), "sia_optimize_s": distribution(sia_s),
+                                              "sia_over_exact_s": distribution(speedup),
+                                              "exact_minus_sia_fitness": distribution(gain),
+                                              "objective_relative_error": distribution(objective_error),
+                                              **({"genetic_s": distribution(ours_ga_s),
+                                                  "exact_minus_genetic_fitness": distribution(ours_ga_gain)}
+                                                 if genetic else {})},
+                            "per_round": per_round})
     return 0 if worse == 0 else 2
 
 
-def scaled(directory: Path, jobs: int, gpus: int, genetic: bool, generations: int = 100) -> int:
+def scaled(directory: Path, jobs: int, gpus: int, genetic: bool, machine: dict, out: str | None,
+           generations: int = 100) -> int:
     rounds = sorted(directory.rglob("round-*.pkl"))
     tables = []
     for path in rounds:
@@ -113,11 +183,27 @@ def scaled(directory: Path, jobs: int, gpus: int, genetic: bool, generations: in
     print(f"{jobs} jobs on {gpus} GPUs ({nodes} nodes of 4): exact {elapsed:.3f} s, fitness {alloc.objective:.6g}, "
           f"status {alloc.status.value}, gap {alloc.extras['mip_gap']}, candidates {alloc.extras.get('candidates')}, "
           f"placement MILPs {alloc.extras.get('placement_milps')}", flush=True)
+    row = {"jobs": jobs, "gpus": gpus, "nodes": nodes, "dumped_rounds": len(rounds), "exact_s": elapsed,
+           "exact_fitness": float(alloc.objective), "status": alloc.status.value,
+           "mip_gap": alloc.extras.get("mip_gap"), "candidates": alloc.extras.get("candidates"),
+           "placement_milps": alloc.extras.get("placement_milps")}
     if genetic:
         t0 = time.perf_counter()
         ga = allocopt.solve(problem, "pollux", technique="genetic", seed=0, generations=generations)
-        print(f"  genetic (pymoo 0.6, population 100, {generations} generations): {time.perf_counter() - t0:.2f} s, "
+        row.update(genetic_s=time.perf_counter() - t0, genetic_fitness=float(ga.objective), generations=generations)
+        print(f"  genetic (pymoo 0.6, population 100, {generations} generations): {row['genetic_s']:.2f} s, "
               f"fitness {ga.objective:.6g}", flush=True)
+    if out:
+        columns = [Column("jobs", "jobs", ","), Column("gpus", "GPUs", ","), Column("exact_s", "exact s", seconds),
+                   Column("exact_fitness", "exact fitness", ".6g"), Column("status", "status", left=True),
+                   Column("candidates", "candidates"), Column("placement_milps", "placement MILPs")]
+        if genetic:
+            columns += [Column("generations", "genetic generations"), Column("genetic_s", "genetic s", seconds),
+                        Column("genetic_fitness", "genetic fitness", ".6g")]
+        table = results_table(f"One round of {jobs:,} jobs on {gpus:,} GPUs ({nodes:,} nodes of 4), speedup tables "
+                              f"drawn from {len(rounds)} dumped rounds", [row], columns)
+        write_results(out, "bench_pollux", tables=[table], machine=machine,
+                      data={"mode": "scale", "source": str(directory), **row})
     return 0
 
 
@@ -131,10 +217,12 @@ def main(argv: list[str] | None = None) -> int:
                              "settles ties of 1e-9 relative either way)")
     parser.add_argument("--scale", nargs=2, type=int, metavar=("JOBS", "GPUS"),
                         help="one round of JOBS jobs on GPUS GPUs built from the dumped jobs")
+    add_results_option(parser, "bench_pollux", RESULTS)
     args = parser.parse_args(argv)
+    machine = machine_info()
     if args.scale:
-        return scaled(args.dumped, *args.scale, args.genetic, args.generations)
-    return dumped(args.dumped, args.genetic, args.tolerance)
+        return scaled(args.dumped, *args.scale, args.genetic, machine, args.results or None, args.generations)
+    return dumped(args.dumped, args.genetic, args.tolerance, machine, args.results or None)
 
 
 if __name__ == "__main__":

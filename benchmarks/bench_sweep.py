@@ -15,15 +15,15 @@ dependencies in ``--gavel-python``'s environment; ECOS), Gavel's
 its average JCT is compared with the mean and 95% interval over allocopt's seeds at that rate.
 
 Run: ``python benchmarks/bench_sweep.py --workers 2 --json sweep.json [--gavel-dir DIR --gavel-python
-PY --gavel-points max_min_fairness_perf:1.0:0]``.
+PY --gavel-points max_min_fairness_perf:1.0:0]``. The results file (``--results``, or ``--json``; default
+``benchmarks/results/bench_sweep.json``) has the sweep's timing, each run's time and average JCT, the
+average JCT per policy and rate, and Gavel's points.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -34,9 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from allocopt import __version__
 from allocopt.bench.machine import format_machine, machine_info
-from allocopt.bench.output import write_json
+from allocopt.bench.output import Column, add_results_option, results_table, seconds, write_results
 from allocopt.experiments import load_run, load_spec, run_sweep, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,8 +51,11 @@ def run_gavel(gavel_dir: Path, python: str, policy: str, rate: float, seed: int,
                "--seed", str(seed), "-l", repr(3600.0 / rate), "-s", str(window[0]), "-e", str(window[1]),
                "--solver", "ECOS", "--throughputs_file", "simulation_throughputs.json", "-v"]
     started = time.perf_counter()
-    proc = subprocess.run(command, cwd=scheduler, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          timeout=timeout_s)
+    try:
+        proc = subprocess.run(command, cwd=scheduler, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {timeout_s:.0f} s", "command": " ".join(command)}
     wall = time.perf_counter() - started
     match = re.search(rb"Results: average JCT=([0-9.]+), utilization=([0-9.]+)", proc.stderr)
     if proc.returncode != 0 or match is None:
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--output", type=Path, help="the sweep's directory (default: a fresh temporary one)")
-    parser.add_argument("--json", type=Path, metavar="FILE")
+    add_results_option(parser, "bench_sweep", ROOT / "benchmarks" / "results", ("--results", "--json"))
     parser.add_argument("--gavel-dir", type=Path)
     parser.add_argument("--gavel-python", default=sys.executable)
     parser.add_argument("--gavel-points", default="max_min_fairness_perf:1.0:0")
@@ -91,13 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         arrays = load_run(output, row["key"])
         a, b = arrays["window"]
         covered += bool(arrays["job_finish_s"][a:b].max() <= arrays["job_arrival_s"][-1])
-    report = {"allocopt": __version__, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-              "command": " ".join([sys.executable, *sys.argv]), "machine": info, "spec": str(args.spec),
-              "workers": args.workers, "points": len(result.rows), "failed": len(result.failed),
-              "sweep_wall_s": wall, "sum_of_run_s": run_s, "speedup": run_s / wall,
+    report = {"spec": str(args.spec), "workers": args.workers, "points": len(result.rows),
+              "failed": len(result.failed), "sweep_wall_s": wall, "sum_of_run_s": run_s, "speedup": run_s / wall,
               "parallel_efficiency": run_s / (args.workers * wall), "target_wall_s": 900.0,
               "window_covered_by_arrivals": f"{covered} of {len(result.rows)}",
-              "load_average_after": [round(v, 2) for v in os.getloadavg()]}
+              "runs": [{name: row[name] for name in ("key", "policy_label", "jobs_per_hour", "seed", "wall_s",
+                                                     "average_jct_s", "makespan_s", "num_rounds")}
+                       for row in result.rows]}
     print(f"sweep: {len(result.rows)} points ({len(result.failed)} failed) in {wall:.1f} s with {args.workers} "
           f"workers; runs' own time {run_s:.1f} s; speedup {run_s / wall:.2f}, parallel efficiency "
           f"{run_s / (args.workers * wall):.2f}; target {'MET' if wall <= 900 else 'MISSED'} (<= 900 s); "
@@ -132,9 +134,43 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  Gavel    {policy:24s} {float(rate):5.2f} jobs/h seed {seed}: average JCT "
                   f"{gavel['average_jct_s'] / 3600:.2f} h in {gavel['wall_s']:.1f} s (allocopt: {values.mean():.2f} h "
                   f"over {values.size} seeds, this seed's run {entry['allocopt_run_s']:.1f} s)")
-    if args.json:
-        write_json(args.json, report)
+    if args.results:
+        write_results(args.results, "bench_sweep", machine=info, data=report, tables=tables(report))
     return 0
+
+
+def tables(report: dict) -> list[dict]:
+    """The results file's tables: the sweep's timing, average JCT per policy and rate, and Gavel's points."""
+    out = [results_table(f"The sweep ({report['points']} runs, {report['workers']} workers): wall time against the "
+                         "sum of its runs' own times", [report],
+                         [Column("points", "runs"), Column("failed", "failed"),
+                          Column("sweep_wall_s", "sweep wall s", seconds),
+                          Column("sum_of_run_s", "sum of runs s", seconds), Column("speedup", "speedup", ".2f"),
+                          Column("parallel_efficiency", "parallel efficiency", ".2f"),
+                          Column("window_covered_by_arrivals", "arrivals cover the window")]),
+           results_table("allocopt's average JCT of the measured jobs (mean and 95% interval over seeds)",
+                         [{**e, "low": e["ci95"][0] if e["ci95"] else None,
+                           "high": e["ci95"][1] if e["ci95"] else None} for e in report["average_jct_h"]],
+                         [Column("policy", "policy", left=True), Column("jobs_per_hour", "jobs/h", ".2f"),
+                          Column("n", "seeds"), Column("mean", "average JCT h", ".2f"),
+                          Column("low", "95% CI low h", ".2f"), Column("high", "95% CI high h", ".2f")])]
+    if report.get("gavel"):
+        rows = [{"policy": e["policy"], "jobs_per_hour": e["jobs_per_hour"], "seed": e["seed"],
+                 "gavel_h": e["gavel"].get("average_jct_s", float("nan")) / 3600,
+                 "gavel_wall_s": e["gavel"].get("wall_s"),
+                 "allocopt_h": float(np.mean(e["allocopt_average_jct_s"])) / 3600 if e["allocopt_average_jct_s"]
+                 else None, "allocopt_n": len(e["allocopt_average_jct_s"]), "allocopt_run_s": e["allocopt_run_s"],
+                 "note": e["gavel"].get("error", "")} for e in report["gavel"]]
+        out.append(results_table("Gavel's own simulator on points of the sweep (its own jobs) against allocopt's "
+                                 "mean over seeds", rows,
+                                 [Column("policy", "policy", left=True), Column("jobs_per_hour", "jobs/h", ".2f"),
+                                  Column("seed", "Gavel seed"), Column("gavel_h", "Gavel average JCT h", ".2f"),
+                                  Column("gavel_wall_s", "Gavel run s", seconds),
+                                  Column("allocopt_h", "allocopt average JCT h", ".2f"),
+                                  Column("allocopt_n", "allocopt seeds"),
+                                  Column("allocopt_run_s", "allocopt run s (same seed)", seconds),
+                                  Column("note", "", left=True)]))
+    return out
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ the stand-in's average JCT to Sia's.
 (:func:`~allocopt.adapters.pollux_simulator.pollux_problem_from_sia`), the replicas
 Sia's search chose, the fitness Sia's own ``Problem`` gives them and the
 seconds its ``optimize()`` took; ``bench_pollux.py --dumped DIR`` solves them exactly.
+
+The results file (``--results``, default ``benchmarks/results/conformance_pollux.json``; ``--json``
+names it too) has a row per workload and every run's numbers (per-job timelines too); it is
+rewritten after every workload, so an interrupted run keeps the workloads it finished.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ from pathlib import Path
 from conformance_table import cell, ratio  # benchmarks/, next to this script
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from allocopt.bench.machine import machine_info  # noqa: E402
+from allocopt.bench.output import (  # noqa: E402
+    Column,
+    add_results_option,
+    results_table,
+    write_results,
+)
 
 DUMP_SHIM = '''"""Sia's own PolluxPolicyUnaware, each round's inputs and answer pickled (conformance_pollux.py)."""
 import importlib.util
@@ -186,14 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stand-in-python", default=None,
                         help="the Python of the stand-in's runs (its genetic search needs pymoo >= 0.6, Sia's "
                              "Pollux pymoo 0.4.2.1: two environments); default this one")
-    parser.add_argument("--json", type=Path, help="write every run's numbers (per-job timelines too) here")
+    add_results_option(parser, "conformance_pollux", Path(__file__).parent / "results", ("--results", "--json"))
     args = parser.parse_args(argv)
+    machine = machine_info()
     simulator = args.sia_dir.resolve()
     if (simulator / "sia-simulator").is_dir():
         simulator = simulator / "sia-simulator"
     if not (simulator / "multi_simulator_unaware.py").is_file():
         parser.error(f"{args.sia_dir} holds no sia-simulator/multi_simulator_unaware.py")
-    everything = {}
+    everything, rows = {}, []
     with tempfile.TemporaryDirectory(prefix="allocopt-pollux-shim-") as tmp:
         shims = {}
         for name, text in (("sia", DUMP_SHIM), ("stand_in", STAND_IN_SHIM)):
@@ -238,9 +252,37 @@ def main(argv: list[str] | None = None) -> int:
                 elif "runs" in result and len(result["runs"]) > 1:
                     print(f"    {label} per seed: {result['runs']}")
             everything[name] = {"sia": sia, "genetic": genetic, "exact": exact}
-    if args.json:
-        args.json.write_text(json.dumps(everything, indent=1))
+            rows.append(_row(name, base, ga, exact))
+            if args.results:  # after every workload: an interrupted run keeps its rows
+                seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+                title = (f"Sia's unaware simulator (saturn, first {args.max_jobs or 'all'} jobs, 16 x 4-GPU nodes, "
+                         f"Pollux p=-1) with Sia's PolluxPolicyUnaware and allocopt's stand-in; Sia's and genetic "
+                         f"averaged over {args.seeds} seed(s); ratios to Sia's average JCT")
+                write_results(args.results, "conformance_pollux", machine=machine,
+                              data={"max_jobs": args.max_jobs, "seeds": seeds, "rows": rows, "runs": everything},
+                              tables=[results_table(title, rows, ROW_COLUMNS)])
     return 0
+
+
+ROW_COLUMNS = [Column("workload", "workload", left=True), Column("jobs", "jobs"),
+               Column("sia_jct_s", "Sia avg JCT s", ",.1f"), Column("sia_makespan_s", "Sia makespan s", ",.0f"),
+               Column("genetic_jct_s", "genetic avg JCT s", ",.1f"), Column("genetic_ratio", "ratio", ".4f"),
+               Column("exact_jct_s", "exact avg JCT s", ",.1f"), Column("exact_ratio", "ratio", ".4f"),
+               Column("exact_makespan_s", "exact makespan s", ",.0f")]
+
+
+def _row(name: str, base: dict, genetic: dict, exact: dict) -> dict:
+    """A workload's row of the results table: average JCT and makespan of each run, ratios to Sia's JCT."""
+    def over(a: dict, b: dict) -> float | None:
+        return a["average_jct_s"] / b["average_jct_s"] if "average_jct_s" in a and "average_jct_s" in b else None
+
+    return {"workload": name, "jobs": base.get("jobs", genetic.get("jobs", exact.get("jobs"))),
+            "sia_jct_s": base.get("average_jct_s"), "sia_makespan_s": base.get("makespan_s"),
+            "genetic_jct_s": genetic.get("average_jct_s"), "genetic_ratio": over(genetic, base),
+            "exact_jct_s": exact.get("average_jct_s"), "exact_ratio": over(exact, base),
+            "exact_makespan_s": exact.get("makespan_s"),
+            "errors": {label: r["error"] for label, r in (("sia", base), ("genetic", genetic), ("exact", exact))
+                       if "error" in r}}
 
 
 if __name__ == "__main__":
