@@ -86,6 +86,15 @@ class Fidelity:
         Policy ``pollux`` as Sia's simulator runs it (``pollux_unaware.py``): the policy sees every node
         split into nodes of the smallest node's GPU count (``virtual_node_gpus`` of
         :class:`~allocopt.mechanism.pollux_rounds.PolluxPlanner`); jobs still run on the real nodes.
+    sia_unaware_job_model : bool
+        Policy ``pollux`` with Sia's heterogeneity-unaware jobs (``Job(h_unaware=True)`` of Sia's
+        ``job.py``, as its ``multi_simulator_unaware.py`` builds them): each job has one throughput
+        model, fitted to every step time it measured whatever the GPU type (the first measurement of a
+        (nodes, GPUs, micro-batch) point kept), and the policy's speedups take the batch-size limits
+        of the ``aws`` application (:data:`~allocopt.mechanism.pollux_rounds.SIA_UNAWARE_REFERENCE_TYPE`),
+        not the requested batch size (``unaware_job_model`` of
+        :class:`~allocopt.mechanism.pollux_rounds.PolluxPlanner`). Off: a model per (job, GPU type), the
+        policy's speedups from the first type the job measured.
     """
 
     profile: str = "allocopt"
@@ -110,6 +119,7 @@ class Fidelity:
     sia_restore_times: bool = False
     sia_milp_rounding: bool = False
     sia_virtual_nodes: bool = False
+    sia_unaware_job_model: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -155,7 +165,7 @@ _GAVEL_FIELDS = ("pair_finishes_at_lease_end", "running_type_totals", "agnostic_
                  "min_total_duration_bisection", "fifo_type_choice", "highs_interior_point")
 _SIA_FIELDS = ("sia_profile_numbers", "sia_node_cap", "explore_replicas", "learn_throughputs", "round_grid",
                "sia_stepping", "cap_policy_batch", "packed_placement", "sia_slowdowns", "sia_restore_times",
-               "sia_milp_rounding", "sia_virtual_nodes")
+               "sia_milp_rounding", "sia_virtual_nodes", "sia_unaware_job_model")
 
 #: The presets by name: allocopt's own model, Gavel's simulator, Sia's simulator.
 FIDELITY_PROFILES: dict[str, Fidelity] = {

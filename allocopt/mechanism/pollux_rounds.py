@@ -17,6 +17,16 @@ first type), nodes of every type interchangeable; a job whose replicas land on
 several types keeps those on the type where it has most and drops the others,
 as Sia's simulator does (``fix_allocations_by_dropping``). Aware: a speedup per
 type and one type per job.
+
+``unaware_job_model`` (fidelity field ``sia_unaware_job_model``, on in the ``sia``
+preset) gives each job the model Sia's unaware simulator gives it (``Job(h_unaware=True)``):
+one throughput model per job, fitted to every step time it measured on any GPU type
+(a (nodes, GPUs, micro-batch) point measured on a second type is not recorded again);
+the job re-chooses its batch size from that model within the limits of the type it
+runs on, and the policy's speedups use it with the batch-size limits of
+:data:`SIA_UNAWARE_REFERENCE_TYPE` (Sia's ``aws`` application) up to the application's
+largest batch size. Without it each job has a model per type and the policy plans
+with the first type it measured, capped at the requested batch size with ``cap_policy_batch``.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from allocopt.api import solve
 from allocopt.cluster import Cluster
 from allocopt.errors import InvalidOptionError
 from allocopt.mechanism.fidelity import Fidelity
+from allocopt.mechanism.sia_job_steps import sia_optimize
 from allocopt.mechanism.sia_round_plan import SiaJobState, SiaRoundPlan, node_shape
 from allocopt.mechanism.sia_rounds import SIA_MAX_REPLICAS, SiaPlanner
 from allocopt.mechanism.state import SimulationState
@@ -39,6 +50,11 @@ from allocopt.pollux_problem import PolluxProblem, pollux_restart_factor
 from allocopt.runtime.executor import Lease
 from allocopt.solution import Status
 from allocopt.throughput.profiles import ApplicationProfile
+
+#: The GPU type whose application limits (initial, largest and micro-batch sizes) Sia's heterogeneity-unaware
+#: jobs plan with (``Job.get_speedup_fn`` reads ``applications["aws"]``); where the cluster has no such
+#: type, its first type with a profile of the job's application.
+SIA_UNAWARE_REFERENCE_TYPE = "aws"
 
 #: Policy options of ``pollux`` the planner passes on to :func:`allocopt.solve`.
 POLICY_OPTIONS = ("p", "speedup_scale", "epsilon", "population", "generations", "relaxation_first")
@@ -69,6 +85,9 @@ class PolluxPlanner(SiaPlanner):
         Split every node into nodes of this many GPUs for the policy, as Sia's unaware simulator
         does (4; the default with ``faithful_to_sia`` or a fidelity with ``sia_virtual_nodes``); jobs
         still run on the real nodes.
+    unaware_job_model : bool, optional
+        One throughput model per job across GPU types, as Sia's unaware simulator's jobs (module
+        docstring); default the fidelity's ``sia_unaware_job_model``.
     fidelity : Fidelity, optional
         SiaPlanner's fidelity profile (default allocopt's own model; ``faithful_to_sia``: Sia's).
     **options
@@ -82,8 +101,8 @@ class PolluxPlanner(SiaPlanner):
     def __init__(self, state: SimulationState, profiles: Mapping[tuple[str, str], ApplicationProfile], *,
                  round_seconds: float = 60.0, heterogeneity_aware: bool = False, restart_delay_s: float = 30.0,
                  max_nodes: int = 16, technique: str = "auto", seed: int = 0, backend: str = "highs",
-                 p: float = -1.0, virtual_node_gpus: int | None = None, fidelity: Fidelity | None = None,
-                 **options: Any):
+                 p: float = -1.0, virtual_node_gpus: int | None = None, unaware_job_model: bool | None = None,
+                 fidelity: Fidelity | None = None, **options: Any):
         policy = {k: options.pop(k) for k in POLICY_OPTIONS if k in options}
         unknown = sorted(set(options) - JOB_SIDE)
         if unknown:
@@ -91,6 +110,8 @@ class PolluxPlanner(SiaPlanner):
                                      f"{', '.join(sorted(JOB_SIDE | set(POLICY_OPTIONS) | PLANNER))}")
         super().__init__(state, profiles, round_seconds=round_seconds, backend=backend, fidelity=fidelity, **options)
         self.heterogeneity_aware = bool(heterogeneity_aware)
+        self.one_model_per_job = bool(self.fidelity.sia_unaware_job_model if unaware_job_model is None
+                                      else unaware_job_model)
         cluster = self.cluster
         if virtual_node_gpus is None and self.fidelity.sia_virtual_nodes and not heterogeneity_aware:
             virtual_node_gpus = int(cluster.gpus_per_node.min())
@@ -121,12 +142,16 @@ class PolluxPlanner(SiaPlanner):
         self.policy_options = {"p": float(p), **policy}
         self.backend = backend
         self._population: tuple[list, np.ndarray] | None = None
+        self._attained: dict[Hashable, float] = {}  # per job: GPU-seconds leased so far (Pollux's attained service)
         self.fitness: list[float] = []
 
     def _decide(self, jobs: list[SiaJobState], models: list, epochs: Mapping[Hashable, int], now_s: float,
                 round_index: int) -> SiaRoundPlan:
         if not jobs:
             return SiaRoundPlan(round_index, now_s, self.round_seconds, ())
+        # Pollux's order of jobs (its genetic search's repair favours earlier jobs; the MILP's ties follow it)
+        order = sorted(range(len(jobs)), key=lambda i: (self._attained.get(jobs[i].job_id, 0.0), jobs[i].arrival_s))
+        jobs, models = [jobs[i] for i in order], [models[i] for i in order]
         problem = self._problem(jobs, models, epochs)
         options = dict(self.policy_options)
         if self.technique == "genetic":
@@ -140,7 +165,12 @@ class PolluxPlanner(SiaPlanner):
         if "population" in alloc.extras:
             self._population = ([j.job_id for j in jobs], alloc.extras["population"])
         self.fitness.append(float(alloc.objective))
-        return self._leases(jobs, np.array(alloc.replicas), round_index, now_s)
+        plan = self._leases(jobs, np.array(alloc.replicas), round_index, now_s)
+        held = {job.job_id: self._attained.get(job.job_id, 0.0) for job in jobs}
+        for lease in plan.leases:
+            held[lease.job_id] += len(lease.gpu_ids) * self.round_seconds
+        self._attained = held
+        return plan
 
     # ----- the round's problem ------------------------------------------------------------
     def _problem(self, jobs: Sequence[SiaJobState], models: list, epochs: Mapping[Hashable, int]) -> PolluxProblem:
@@ -161,9 +191,9 @@ class PolluxPlanner(SiaPlanner):
                 S[i, :, 0, 1:caps[i] + 1] = np.where(r <= largest.max(), r / fair, 0.0)
                 S[i, :, 1, 2:caps[i] + 1] = r[1:] / fair
                 continue
-            base = float(np.asarray(base_model.optimize(np.array([1.0]), np.array([float(fair)]))[0])[0])
+            base = float(self._goodput(base_model, np.array([1.0]), np.array([float(fair)]))[0])
             if not (np.isfinite(base) and base > 0):  # the fair share is outside the model's range
-                base = float(np.asarray(base_model.optimize(np.array([1.0]), np.array([1.0]))[0])[0]) * fair
+                base = float(self._goodput(base_model, np.array([1.0]), np.array([1.0]))[0]) * fair
             for c in range(columns):
                 t = c if self.heterogeneity_aware else reference
                 model = base_model if t == reference else self._goodput_model(job, t, models[i], epochs)
@@ -172,10 +202,10 @@ class PolluxPlanner(SiaPlanner):
                 size = int(largest[t] if self.heterogeneity_aware else largest.max())
                 one = r[r <= size].astype(np.float64)
                 if one.size:
-                    S[i, c, 0, one.astype(int)] = model.optimize(np.ones_like(one), one)[0] / base
+                    S[i, c, 0, one.astype(int)] = self._goodput(model, np.ones_like(one), one) / base
                 several = r[r >= 2].astype(np.float64)
                 if several.size:
-                    S[i, c, 1, several.astype(int)] = model.optimize(np.full_like(several, 2.0), several)[0] / base
+                    S[i, c, 1, several.astype(int)] = self._goodput(model, np.full_like(several, 2.0), several) / base
         S = np.where(np.isfinite(S) & (S > 0), S, 0.0)
         previous = np.zeros((n, self._node_first.size), dtype=np.int64)
         for i, job in enumerate(jobs):
@@ -186,6 +216,14 @@ class PolluxPlanner(SiaPlanner):
         return PolluxProblem(S, self._problem_cluster, job_ids=[job.job_id for job in jobs], previous=previous,
                              restart_factor=pollux_restart_factor(age, restarts, self.restart_delay_s),
                              max_nodes=self.max_nodes)
+
+    def _goodput(self, model: Any, nodes: np.ndarray, replicas: np.ndarray) -> np.ndarray:
+        """Goodputs of ``model`` at (nodes, replicas), batch size chosen for each; with ``sia_stepping`` in the
+        arithmetic of Sia's simulator (:func:`~allocopt.mechanism.sia_job_steps.sia_optimize`, float64: Sia's
+        Pollux passes its counts as integers)."""
+        if self.sia_stepping:
+            return sia_optimize(model, nodes, replicas)[0]
+        return np.asarray(model.optimize(nodes, replicas)[0], dtype=np.float64)
 
     def _cap(self, job: SiaJobState) -> int:
         """Most replicas of ``job``: SiaPlanner's cap; with virtual nodes also the smallest type's GPUs
@@ -200,16 +238,19 @@ class PolluxPlanner(SiaPlanner):
         return cap
 
     def _reference_type(self, job: SiaJobState) -> int:
+        """The type whose speedups an unaware policy plans with: the first type the job measured (with
+        ``one_model_per_job``: :data:`SIA_UNAWARE_REFERENCE_TYPE`), else the first type with a profile."""
+        names = self.cluster.gpu_types
+        profiled = [t for t, name in enumerate(names) if (job.application, name) in self.profiles]
+        if self.one_model_per_job:
+            return next((t for t in profiled if names[t] == SIA_UNAWARE_REFERENCE_TYPE), profiled[0])
         known = [t for t in range(self.cluster.num_gpu_types) if (job.job_id, t) in self._learned]
-        if known:
-            return known[0]
-        return next(t for t, name in enumerate(self.cluster.gpu_types)
-                    if (job.application, name) in self.profiles)
+        return known[0] if known else profiled[0]
 
     def _goodput_model(self, job: SiaJobState, t: int, models: list, epochs: Mapping[Hashable, int]) -> Any:
         if not self.learn_throughputs:
             return models[t]
-        if (job.job_id, t) not in self._learned:
+        if self._model_key(job.job_id, t) not in self._learned:
             return None
         return self._learned_model(job.job_id, t, epochs[job.job_id], policy=True)
 
@@ -289,4 +330,5 @@ class PolluxPlanner(SiaPlanner):
 #: SiaPlanner's options of the job side that PolluxPlanner passes on.
 JOB_SIDE = {"explore_replicas", "slowdowns", "restore_s", "learn_throughputs", "round_grid", "sia_stepping",
             "batch_sizes", "cap_policy_batch", "faithful_to_sia"}
-PLANNER = {"heterogeneity_aware", "restart_delay_s", "max_nodes", "technique", "seed", "virtual_node_gpus"}
+PLANNER = {"heterogeneity_aware", "restart_delay_s", "max_nodes", "technique", "seed", "virtual_node_gpus",
+           "unaware_job_model"}

@@ -184,8 +184,10 @@ class SiaPlanner:
         self._grad: dict[Hashable, GradParams] = {}  # per job: gradient statistics of its last stretch
         self._progress: dict[Hashable, float] = {}  # per job: exact progress in Sia's units (sia_stepping)
         self._epochs: dict[Hashable, int] = {}  # per job: epochs completed (sia_stepping)
-        self._seen: dict[tuple[Hashable, int], dict[tuple[int, int, int], tuple[float, float]]] = {}
-        self._learned: dict[tuple[Hashable, int], PerfParams] = {}  # per (job, type) with measurements
+        # per (job, type) with measurements (:meth:`_model_key`: per (job, None) with one model per job)
+        self._seen: dict[tuple[Hashable, int | None], dict[tuple[int, int, int], tuple[float, float]]] = {}
+        self._learned: dict[tuple[Hashable, int | None], PerfParams] = {}
+        self.one_model_per_job = False  # PolluxPlanner's unaware_job_model
         self._batch: dict[Hashable, float] = {}  # per job: the global batch size it last ran with
         self._most_gpus: dict[Hashable, int] = {}  # per job: most GPUs held so far (explore_replicas)
         self.profiles = profiles
@@ -212,6 +214,12 @@ class SiaPlanner:
                 self._fits[application, gpu_type] = profile.fit()
             self._models[key] = profile.goodput_model(self._fits[application, gpu_type], epoch=epoch)
         return self._models[key]
+
+    def _model_key(self, job_id: Hashable, t: int) -> tuple[Hashable, int | None]:
+        """Key of ``job_id``'s measurements on type ``t`` and of the model fitted to them (``_seen``,
+        ``_learned``): ``(job_id, t)``; with ``one_model_per_job`` (Sia's heterogeneity-unaware jobs)
+        ``(job_id, None)`` for every type, one model fitted to what the job measured on any type."""
+        return (job_id, None) if self.one_model_per_job else (job_id, t)
 
     def _epoch(self, job: SiaJobState) -> int:
         """Sia's ``get_epoch``: epochs completed by ``job.progress``, within the validated range."""
@@ -241,7 +249,7 @@ class SiaPlanner:
             self._grad.pop(row, None)
             self._progress.pop(row, None)
             self._epochs.pop(row, None)
-            for t in range(self.cluster.num_gpu_types):
+            for t in (*range(self.cluster.num_gpu_types), None):
                 self._seen.pop((row, t), None)
                 self._learned.pop((row, t), None)
         jobs = list(self._jobs.values())
@@ -299,8 +307,8 @@ class SiaPlanner:
         profile = self._any_profile(job.application)
         most = self._most_gpus.get(job.job_id, 0)
         if self.sia_stepping:
-            most = max((key[1] for t in range(self.cluster.num_gpu_types)
-                        for key in self._seen.get((job.job_id, t), ())), default=0)
+            keys = {self._model_key(job.job_id, t) for t in range(self.cluster.num_gpu_types)}
+            most = max((point[1] for key in keys for point in self._seen.get(key, ())), default=0)
         return min(max(2 * most, 1), SIA_MAX_REPLICAS, profile.max_batch_size // profile.min_local_bsz)
 
     def _placement(self, t: int, gpu_ids: tuple[int, ...]) -> tuple[int, ...]:
@@ -320,7 +328,8 @@ class SiaPlanner:
         nodes, replicas = len(placement), sum(placement)
 
         def split() -> tuple[int, int]:
-            return batch_split(profile, placement, self._learned.get((job.job_id, t)), self._grad.get(job.job_id))
+            return batch_split(profile, placement, self._learned.get(self._model_key(job.job_id, t)),
+                               self._grad.get(job.job_id))
 
         def measure(key: tuple[int, int, int], step: float, sync: float, grad: GradParams) -> None:
             self._grad[job.job_id] = grad
@@ -349,7 +358,7 @@ class SiaPlanner:
         placement = self._placement(t, gpu_ids)
         nodes, replicas = len(placement), int(sum(placement))
         profile = self.profiles[application, self.cluster.gpu_types[t]]
-        learned = self._learned.get((job_id, t)) if self.learn_throughputs else None
+        learned = self._learned.get(self._model_key(job_id, t)) if self.learn_throughputs else None
         if self.learn_throughputs and learned is None:
             micro, accum = _initial_batch_split(profile, replicas)
         else:
@@ -371,28 +380,35 @@ class SiaPlanner:
 
     def _measure(self, job_id: Hashable, t: int, key: tuple[int, int, int], step: float, sync: float) -> None:
         """Record a job's measured step time on type ``t``; refit its model there when the point is new."""
-        seen = self._seen.setdefault((job_id, t), {})
+        model_key = self._model_key(job_id, t)
+        seen = self._seen.setdefault(model_key, {})
         if key in seen:
             return
         seen[key] = (step, sync)
         nodes, replicas, bsz = (np.array(v, dtype=np.float64) for v in zip(*seen))
         times = np.array(list(seen.values()))
-        self._learned[job_id, t] = fit_perf_params(nodes, replicas, bsz, times[:, 0] - times[:, 1], times[:, 0],
+        self._learned[model_key] = fit_perf_params(nodes, replicas, bsz, times[:, 0] - times[:, 1], times[:, 0],
                                                    loss="rmse", optimizer="pollux" if self.sia_stepping else "tnc")
 
     def _learned_model(self, job_id: Hashable, t: int, epoch: int, *, policy: bool = False) -> GoodputModel:
         """The job's model on type ``t`` from its own measurements, with the gradient statistics
         of its epoch at the batch size it last ran with (what Sia's job reports; with ``sia_stepping``
-        those of its last stretch). ``policy``: as the policy sees it (``cap_policy_batch``)."""
+        those of its last stretch), with type ``t``'s batch-size limits. ``policy``: as the policy sees it
+        (``cap_policy_batch``: the requested batch size; with ``one_model_per_job``, as Sia's unaware jobs,
+        the application's largest, :data:`SIA_SIMULATOR_TARGET_BATCH` where Sia substitutes one)."""
         application = self._jobs[job_id].application
         profile = self.profiles[application, self.cluster.gpu_types[t]]
+        perf = self._learned[self._model_key(job_id, t)]
         grad = self._grad.get(job_id) if self.sia_stepping else None
         grad = grad or profile.grad_params(self._batch.get(job_id), epoch)
         if not (policy and self.cap_policy_batch):
-            return profile.goodput_model(self._learned[job_id, t], grad_params=grad)
+            return profile.goodput_model(perf, grad_params=grad)
         local = SIA_POLICY_MAX_LOCAL_BSZ.get((application, self.cluster.gpu_types[t]), profile.max_local_bsz)
-        return GoodputModel(self._learned[job_id, t], grad, profile.init_batch_size,
-                            max(profile.init_batch_size, self.batch_sizes[job_id]),  # type: ignore[index]
+        if self.one_model_per_job:
+            largest = SIA_SIMULATOR_TARGET_BATCH.get(application, profile.max_batch_size)
+        else:
+            largest = self.batch_sizes[job_id]  # type: ignore[index]
+        return GoodputModel(perf, grad, profile.init_batch_size, max(profile.init_batch_size, largest),
                             max(local, profile.min_local_bsz), min_local_bsz=profile.min_local_bsz)
 
     def _learned_goodput(self, jobs: Sequence[SiaJobState], epochs: Mapping[Hashable, int]) -> np.ndarray:
@@ -401,7 +417,7 @@ class SiaPlanner:
         out = np.zeros((len(jobs), len(configs)))
         k = self.cluster.num_gpu_types
         for i, job in enumerate(jobs):
-            known = [t for t in range(k) if (job.job_id, t) in self._learned]
+            known = [t for t in range(k) if self._model_key(job.job_id, t) in self._learned]
             if not known:
                 out[i, configs.num_gpus == 1] = 1.0  # no model yet: one GPU of any type, all alike
                 continue
