@@ -287,9 +287,10 @@ def test_elastic_jobs_are_resized_by_requeue_and_update_with_the_engines_batch(s
     spool.mkdir()
     # grow: may take both a100 GPUs and reports a gradient noise scale that makes larger batches worth it;
     # fixed: one v100 at most, so its configuration never changes; rigid: no batch_size (rejected under sia)
-    grow_sh, grow_out = _script(tmp_path, spool, "grow", "--grad-sqr", "1", "--grad-var", "20")
-    fixed_sh, fixed_out = _script(tmp_path, spool, "fixed")
-    steps = {"grow": 1200, "fixed": 600}
+    # (steps of 20+ ms: a light load on the machine's cores)
+    grow_sh, grow_out = _script(tmp_path, spool, "grow", "--alpha", "0.02", "--grad-sqr", "1", "--grad-var", "20")
+    fixed_sh, fixed_out = _script(tmp_path, spool, "fixed", "--alpha", "0.02")
+    steps = {"grow": 700, "fixed": 300}
     grow = _sbatch_elastic(grow_sh, "--hold", "--gres=gpu:1", f"--output={tmp_path / 'grow.log'}",
                    f"--comment={MARKER}:batch_size=16,max_batch_size=256,max_local_bsz=64,max_replicas=2,types=a100,"
                    f"steps={steps['grow']}")

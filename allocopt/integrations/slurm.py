@@ -693,7 +693,8 @@ class SlurmController:
     def _release_elastic(self, job_ids: Sequence[str], wanted: Mapping[str, Mapping[str, Any]],
                          start: str = "now") -> dict[str, str]:
         """Write each held job's lease, set its configuration (``ExcNodeList``: every node but its lease's,
-        ``NumNodes``, ``Gres=gpu:N`` per node, ``NumTasks`` for jobs of one task per GPU) and release it."""
+        ``NumNodes``, ``Gres=gpu:N`` per node, ``NumTasks`` and ``NumCPUs`` for jobs of one task per GPU) and
+        release it."""
         if not job_ids:
             return {}
         all_nodes = sorted(self._node_types)
@@ -705,7 +706,8 @@ class SlurmController:
                 excluded.append(rec.user_excluded)
             updates[job_id] = (f"ExcNodeList={','.join(excluded)}", f"NumNodes={len(want['nodes'])}",
                                f"Gres=gpu:{want['gpus_per_node']}",
-                               *([f"NumTasks={want['replicas']}"] if rec.tasks_per_gpu else []))
+                               *([f"NumTasks={want['replicas']}", f"NumCPUs={want['replicas']}"]
+                                 if rec.tasks_per_gpu else []))
             self._write_elastic_lease(rec, want)
             rec.lease = dict(want)
             rec.releases += 1
