@@ -4,6 +4,11 @@ The tests submit real batch jobs to partition ``allocopt`` (node gpu-a: 2 x gpu:
 2 x gpu:v100, count-only GRES) whose script runs tests/jobs/slurm_train.py under ``allocopt slurm
 exec``: each step appends its number to a file exactly once (checkpoint = file length). They skip
 only where the daemons cannot answer.
+
+The elastic jobs (``--policy sia``) run in partition ``bench`` (node gpu-big-a: 256 x gpu:a100, node
+gpu-big-v: 256 x gpu:v100) under tests/jobs/slurm_elastic_train.py, which logs the batch and GPUs each
+launch got; they opt in with a marker of their own, so that controllers of other runs on the same
+daemons leave them alone (and theirs are left alone).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from allocopt.errors import InvalidProblemError
-from allocopt.integrations.slurm import Journal, parse_comment
+from allocopt.integrations.slurm import Journal, elastic_spec, parse_comment
 from allocopt.integrations.slurm_commands import _node_list, parse_gpu_gres
+from allocopt.runtime.elastic import ElasticSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITION = "allocopt"
@@ -235,3 +241,96 @@ def test_gpu_counts_of_every_request_form_and_excluded_nodes(slurm, tmp_path):
         assert foreign not in controller.records
     finally:
         subprocess.run(["scancel", *ids, excluding, foreign], capture_output=True)
+
+
+# ----- elastic jobs (--policy sia) ---------------------------------------------------------
+ELASTIC_PARTITION = "bench"
+MARKER = f"allocopt-elastic-{os.getpid()}"
+ELASTIC_ROUND_S = 3.0
+TRAIN = ROOT / "tests" / "jobs" / "slurm_elastic_train.py"
+
+
+def test_elastic_comment_parsing():
+    attrs = parse_comment("allocopt:batch_size=16,max_replicas=2,types=a100,steps=100,application=cifar10")
+    assert elastic_spec(attrs, "7") == ElasticSpec(batch_size=16, max_replicas=2, application="cifar10")
+    assert elastic_spec(parse_comment("allocopt:model=m,steps=5"), "7") is None
+    with pytest.raises(InvalidProblemError, match="max_replicas"):
+        elastic_spec(parse_comment("allocopt:batch_size=16,max_replicas=two"), "7")
+    with pytest.raises(InvalidProblemError, match="batch_size"):
+        elastic_spec(parse_comment("allocopt:min_replicas=2"), "7")
+
+
+def _elastic_controller(spool: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "allocopt", "slurm", "run", "--spool", str(spool), "--partition",
+                             ELASTIC_PARTITION, "--policy", "sia", "--round-seconds", str(ELASTIC_ROUND_S),
+                             "--marker", MARKER, "--exit-when-done"],
+                            env=_env(), stdout=open(log, "a"), stderr=subprocess.STDOUT)
+
+
+def _sbatch_elastic(script: Path, *options: str) -> str:
+    proc = subprocess.run(["sbatch", "--parsable", f"--partition={ELASTIC_PARTITION}", *options, str(script)],
+                          capture_output=True, text=True, env=_env(), check=True)
+    return proc.stdout.strip().split(";")[0]
+
+
+def _script(tmp_path: Path, spool: Path, name: str, *args: str) -> tuple[Path, Path]:
+    out = tmp_path / name
+    out.mkdir()
+    script = tmp_path / f"{name}.sh"
+    script.write_text(f"#!/bin/bash\nexec {sys.executable} -m allocopt.integrations.slurm_exec --spool {spool} -- "
+                      f"{sys.executable} {TRAIN} {out} {' '.join(args)}\n")
+    return script, out
+
+
+def test_elastic_jobs_are_resized_by_requeue_and_update_with_the_engines_batch(slurm, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    # grow: may take both a100 GPUs and reports a gradient noise scale that makes larger batches worth it;
+    # fixed: one v100 at most, so its configuration never changes; rigid: no batch_size (rejected under sia)
+    # (steps of 20+ ms: a light load on the machine's cores)
+    grow_sh, grow_out = _script(tmp_path, spool, "grow", "--alpha", "0.02", "--grad-sqr", "1", "--grad-var", "20")
+    fixed_sh, fixed_out = _script(tmp_path, spool, "fixed", "--alpha", "0.02")
+    steps = {"grow": 700, "fixed": 300}
+    grow = _sbatch_elastic(grow_sh, "--hold", "--gres=gpu:1", f"--output={tmp_path / 'grow.log'}",
+                   f"--comment={MARKER}:batch_size=16,max_batch_size=256,max_local_bsz=64,max_replicas=2,types=a100,"
+                   f"steps={steps['grow']}")
+    fixed = _sbatch_elastic(fixed_sh, "--hold", "--gres=gpu:1", f"--output={tmp_path / 'fixed.log'}",
+                    f"--comment={MARKER}:batch_size=16,max_replicas=1,types=v100,steps={steps['fixed']}")
+    rigid = _sbatch_elastic(fixed_sh, "--hold", "--gres=gpu:1", "--output=/dev/null", f"--comment={MARKER}:steps=10")
+    log = tmp_path / "controller.log"
+    try:
+        ctl = _elastic_controller(spool, log)
+        assert ctl.wait(timeout=240) == 0, log.read_text()[-3000:]
+        shown_fixed = _show(fixed)
+    finally:
+        subprocess.run(["scancel", grow, fixed, rigid], capture_output=True, check=False)
+    journal = Journal(spool / "controller.sqlite")
+    records, rounds = journal.jobs(), journal.rounds()
+    journal.close()
+    text = log.read_text()
+
+    for jid, name, out in ((grow, "grow", grow_out), (fixed, "fixed", fixed_out)):
+        assert records[jid].status == "done", (records[jid], text[-2000:])
+        # every step exactly once across the launches
+        ran = [int(line.split()[0]) for line in (out / "steps.txt").read_text().splitlines()]
+        assert ran == list(range(steps[name])), f"{name}: steps lost or repeated"
+        # each launch got the batch the engine chose for the allocation it was released on, and that allocation
+        for f in sorted(out.glob("launch-*.json")):
+            launch = json.loads(f.read_text())
+            decision = rounds[launch["lease_file"]["round"]]["allocation"][jid]
+            got = {k: launch[k] for k in ("batch_size", "local_bsz", "accum_steps", "lr_scale")}
+            assert got == decision["batch"], (name, launch, decision)
+            assert launch["replicas"] == decision["replicas"] == launch["gpus_on_node"] * launch["num_nodes"]
+            assert launch["gpu_type"] == decision["gpu_type"] == launch["lease_file"]["gpu_type"]
+            assert got["batch_size"] == launch["replicas"] * got["local_bsz"] * (got["accum_steps"] + 1)
+    # grow was resized through requeue-hold and scontrol update: its launches ran on 1 and on 2 GPUs
+    launches = [json.loads(f.read_text()) for f in sorted(grow_out.glob("launch-*.json"))]
+    assert {launch["gpus_on_node"] for launch in launches} == {1, 2}, launches
+    assert any(grow in r["actions"]["requeuehold"] for r in rounds) and records[grow].preemptions >= 1
+    assert max(launch["batch_size"] for launch in launches) > 16  # the noise scale made a larger batch worth it
+    # fixed kept its configuration: launched once, never requeued
+    assert len(list(fixed_out.glob("launch-*.json"))) == 1
+    assert shown_fixed["Restarts"] == "0" and records[fixed].preemptions == 0
+    assert not any(fixed in r["actions"]["requeuehold"] for r in rounds)
+    # a rigid job under a goodput policy is kept held with the reason
+    assert records[rigid].status == "rejected" and "rigid" in records[rigid].message

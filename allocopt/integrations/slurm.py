@@ -44,11 +44,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from allocopt.cluster import Cluster
 from allocopt.engine import Engine
-from allocopt.errors import InvalidOptionError, InvalidProblemError
+from allocopt.errors import AllocoptError, InvalidOptionError, InvalidProblemError
 from allocopt.integrations.slurm_commands import FINAL_STATES, Slurm, SlurmError, SlurmJob, SlurmNode
 from allocopt.integrations.slurm_exec import add_exec_arguments, exec_job, job_dir
+from allocopt.runtime.elastic import (ELASTIC_KEYS, ElasticSpec, GoodputEngine, is_goodput_policy, load_job_profiles,
+                                      parse_elastic)
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome
 from allocopt.throughput.table import ThroughputTable
 
@@ -62,8 +66,13 @@ DEFAULT_STEPS_PER_S = 1.0
 RECOMPUTE_ROUNDS = 5
 #: Keys a job may set after the marker: ``allocopt:model=NAME,steps=N,weight=W,types=a100+v100``.
 JOB_KEYS = ("model", "steps", "weight", "types")
+#: Keys that make a job elastic (run by a goodput policy, ``--policy sia``): the job file's elastic fields of
+#: ``allocopt run`` (:class:`allocopt.runtime.elastic.ElasticSpec`), e.g. ``allocopt:batch_size=64,max_replicas=4``.
+ELASTIC_JOB_KEYS = tuple(sorted(ELASTIC_KEYS))
 #: Seconds of steps a throughput measurement needs (shorter ones are mostly start-up noise).
 _MIN_MEASURED_S = 1.0
+#: Seconds before an elastic job requeued in a round starts again (Slurm: see Slurm.update_release).
+RESTART_DELAY_S = 2
 _RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
 
 
@@ -95,6 +104,9 @@ class JobRecord:
     first_seen: float = field(default_factory=time.time)
     finished: float | None = None
     message: str = ""
+    elastic: dict[str, Any] | None = None  # an elastic job's ElasticSpec (as a dict)
+    lease: dict[str, Any] | None = None  # an elastic job's configuration it was last released with
+    tasks_per_gpu: bool = False  # an elastic job submitted with several tasks: one task per GPU
 
 
 def parse_comment(comment: str, marker: str = DEFAULT_MARKER) -> dict[str, str] | None:
@@ -111,9 +123,9 @@ def parse_comment(comment: str, marker: str = DEFAULT_MARKER) -> dict[str, str] 
     attrs: dict[str, str] = {}
     for pair in filter(None, (p.strip() for p in text[len(marker) + 1:].split(","))):
         key, sep, value = pair.partition("=")
-        if not sep or key.strip() not in JOB_KEYS or not value.strip():
+        if not sep or key.strip() not in JOB_KEYS + ELASTIC_JOB_KEYS or not value.strip():
             raise InvalidProblemError(f"comment {comment!r}: {pair!r} is not KEY=VALUE with KEY one of "
-                                      f"{', '.join(JOB_KEYS)}", field=key.strip() or "comment")
+                                      f"{', '.join(JOB_KEYS + ELASTIC_JOB_KEYS)}", field=key.strip() or "comment")
         attrs[key.strip()] = value.strip()
     return attrs
 
@@ -141,8 +153,36 @@ def new_record(job: SlurmJob, attrs: Mapping[str, str], gpu_types: Sequence[str]
     if unknown:
         raise InvalidProblemError(f"job {job.job_id}: GPU type(s) {unknown} are not in the managed partitions "
                                   f"(types: {', '.join(gpu_types)})", field="types", job=job.job_id)
+    spec = elastic_spec(attrs, job.job_id)
+    if spec is not None and (requested_type is not None or job.tres_per_job or job.tres_per_task):
+        raise InvalidProblemError(f"job {job.job_id}: allocopt sets an elastic job's GPU count and type; submit it "
+                                  "with --gres=gpu:1 (no type, no --gpus or --gpus-per-task) and name the types it "
+                                  "may use in types=", field="gres", job=job.job_id)
     return JobRecord(job.job_id, job.name, attrs.get("model", job.name), max(count, 1), steps, weight, types,
-                     job.excluded)
+                     job.excluded, elastic=None if spec is None else asdict(spec), tasks_per_gpu=job.num_tasks > 1)
+
+
+def elastic_spec(attrs: Mapping[str, str], job_id: str) -> ElasticSpec | None:
+    """The :class:`ElasticSpec` of a comment's elastic keys (:data:`ELASTIC_JOB_KEYS`); None without any.
+
+    Raises
+    ------
+    InvalidProblemError
+        As :func:`allocopt.runtime.elastic.parse_elastic` (``seed_profile`` must be an absolute path).
+    """
+    entry: dict[str, Any] = {}
+    for key in ELASTIC_JOB_KEYS:
+        if key not in attrs:
+            continue
+        value = attrs[key]
+        if key not in ("application", "lr_scaling", "seed_profile"):
+            try:
+                number = float(value)
+                value = int(number) if number.is_integer() and key != "restart_delay_s" else number
+            except ValueError:
+                pass  # parse_elastic names the key
+        entry[key] = value
+    return parse_elastic(entry, "comment", job_id) if entry else None
 
 
 def load_throughputs(path: str | os.PathLike | None) -> dict[tuple[str, int], dict[str, float]]:
@@ -192,6 +232,27 @@ class _Progress:
                 seconds += t - last[0]
             last = (t, r["step"])
         return steps / seconds if seconds >= _MIN_MEASURED_S and steps > 0 else None
+
+    def steps_between(self, start_s: float, end_s: float) -> int:
+        """Steps the job's runs completed within ``[start_s, end_s]`` (from each run's records in the window)."""
+        steps, last = 0, None
+        for r in self.read():
+            t, event = r.get("t"), r.get("event")
+            if t is None or event not in ("start", "step", "exit") or not start_s <= t <= end_s:
+                continue
+            if last is not None and event != "start":
+                steps += max(int(r["step"]) - last, 0)
+            last = int(r["step"])
+        return steps
+
+    def metrics(self) -> dict[str, float]:
+        """The latest value of each numeric metric the job reported (``grad_sqr``, ``grad_var``, ``sync_time``)."""
+        out: dict[str, float] = {}
+        for r in self.read():
+            if r.get("event") == "metrics":
+                out.update({k: float(v) for k, v in r.items() if k not in ("event", "t")
+                            and isinstance(v, (int, float)) and not isinstance(v, bool)})
+        return out
 
     def steps_done(self) -> int:
         records = self.read()
@@ -281,23 +342,41 @@ class SlurmController:
         Comment prefix that opts a job in.
     out : text stream or None
         Where a line per round goes.
+    profiles : path, optional
+        With a goodput policy (``sia``): the application profiles elastic jobs name (default: Sia's
+        shipped profiles).
+
+    With a goodput policy the controller runs elastic jobs (comments with ``batch_size``...) with a
+    :class:`~allocopt.runtime.elastic.GoodputEngine`; any other policy runs rigid jobs. Jobs of the other
+    kind are rejected (kept held, with the reason).
     """
 
     def __init__(self, slurm: Slurm, journal: Journal, spool: str | os.PathLike, *,
                  policy: str = "max_min_fairness", round_seconds: float = 60.0,
                  throughputs: Mapping[tuple[str, int], Mapping[str, float]] | None = None,
-                 marker: str = DEFAULT_MARKER, out: TextIO | None = None):
+                 marker: str = DEFAULT_MARKER, out: TextIO | None = None,
+                 profiles: str | os.PathLike | None = None):
         if not (isinstance(round_seconds, (int, float)) and 0 < round_seconds < math.inf):
             raise InvalidOptionError(f"round_seconds must be a positive number of seconds, got {round_seconds!r}")
         self.slurm, self.journal, self.spool = slurm, journal, Path(spool)
         self.policy, self.round_seconds, self.marker, self.out = policy, float(round_seconds), marker, out
         self.throughputs = dict(throughputs or {})
         self.records = journal.jobs()
-        self.engine: Engine | None = None
+        self.elastic = is_goodput_policy(policy)
+        self.profiles_dir = profiles
+        self.profiles: dict[tuple[str, str], Any] = {}
+        self.engine: Engine | GoodputEngine | None = None
         document = journal.engine()
         if document is not None:
-            self.engine = Engine.from_json(document)
-            journaled_s = self.engine.mechanism_options.round_seconds
+            if document.get("format") == "allocopt-goodput-engine":
+                if self.elastic:
+                    for rec in self.records.values():
+                        self._load_profiles(rec)
+                self.engine = GoodputEngine.from_json(document, self.profiles)
+                journaled_s = self.engine.round_seconds
+            else:
+                self.engine = Engine.from_json(document)
+                journaled_s = self.engine.mechanism_options.round_seconds
             if self.engine.policy != policy or journaled_s != self.round_seconds:
                 raise InvalidOptionError(f"the journal {journal.path} was written with policy "
                                          f"{self.engine.policy!r} and {journaled_s:g}-s rounds; restart with "
@@ -305,7 +384,7 @@ class SlurmController:
         last = journal.last_round()
         self.round_index = 0 if last is None else last[0] + 1
         self.round_start = None if last is None else last[1]
-        self.leases: dict[str, str] = {} if last is None else last[2]
+        self.leases: dict[str, Any] = {} if last is None else last[2]  # rigid: job -> type; elastic: -> config
         self._progress: dict[str, _Progress] = {}
         self._warned_models: set[tuple[str, int]] = set()
         self._node_types: dict[str, str] = {}
@@ -370,6 +449,8 @@ class SlurmController:
             tmp.write_text(json.dumps(node_type), encoding="utf-8")
             os.replace(tmp, self.spool / "nodes.json")
             self._node_types = node_type
+        if self.elastic:
+            return self._elastic_round(t0, jobs, nodes, by_id, now, node_type)
         if self.engine is None:
             if not capacity:
                 raise InvalidProblemError(f"no typed GPU GRES (gpu:TYPE:N) on the up nodes of partition(s) "
@@ -422,6 +503,225 @@ class SlurmController:
         self.round_index += 1
         self.round_start = now
         return record
+
+    # ----- elastic jobs (a goodput policy) -----------------------------------------------
+    def _gpu_slots(self, nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> tuple[dict[str, list[str]],
+                                                                                          dict[str, int]]:
+        """Per GPU type, the node of each GPU free for allocopt (up single-type nodes in name order, less the
+        GPUs of running jobs that did not opt in): the goodput engine's GPU ids of the type, in order; and the
+        most GPUs of a node per type."""
+        foreign: dict[str, int] = {}
+        for j in jobs:
+            if j.state in _RUNNING and j.job_id not in self.records:
+                for k, node in enumerate(j.nodes):
+                    foreign[node] = foreign.get(node, 0) + j.gpus_on(k)
+        slots: dict[str, list[str]] = {}
+        per_node: dict[str, int] = {}
+        for n in sorted(nodes, key=lambda n: n.name):
+            if n.gpu_type is not None and n.up:
+                slots.setdefault(n.gpu_type, []).extend([n.name] * max(n.gpus - foreign.get(n.name, 0), 0))
+                per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.gpus)
+        return slots, per_node
+
+    def _elastic_engine(self, slots: Mapping[str, list[str]], per_node: Mapping[str, int]) -> GoodputEngine:
+        """The goodput engine on the cluster of ``slots``: created on the first round, rebuilt (keeping every
+        job's measurements and models) when the capacity changed (nodes down or back, foreign jobs)."""
+        types = sorted(set(slots) | (set(self.engine.cluster.gpu_types) if self.engine is not None else set()))
+        capacity = {t: len(slots.get(t, ())) for t in types}
+        gpus_per_node = {t: max(per_node.get(t, 1), 1) for t in types}
+        if not any(capacity.values()) and self.engine is None:
+            raise InvalidProblemError(f"no typed GPU GRES (gpu:TYPE:N) on the up nodes of partition(s) "
+                                      f"{', '.join(self.slurm.partitions) or '(all)'}; configure gres.conf "
+                                      "with Type= on each node", field="partition")
+        if self.engine is None:
+            self.engine = GoodputEngine(Cluster(capacity, gpus_per_node), self.policy,
+                                        round_seconds=self.round_seconds, profiles=self.profiles)
+        engine = self.engine
+        assert isinstance(engine, GoodputEngine)
+        current = dict(zip(engine.cluster.gpu_types, engine.cluster.capacity.tolist()))
+        if current != capacity or dict(zip(engine.cluster.gpu_types, engine.cluster.gpus_per_node.tolist())) \
+                != gpus_per_node:
+            log.info("capacity changed from %s to %s: goodput engine rebuilt", current, capacity)
+            document = engine.to_json()
+            document["cluster"] = {"gpus": capacity, "gpus_per_node": gpus_per_node}
+            self.engine = engine = GoodputEngine.from_json(document, self.profiles)
+        return engine
+
+    @staticmethod
+    def _config_of(sj: SlurmJob, node_type: Mapping[str, str]) -> tuple[str | None, tuple[str, ...], int]:
+        """(GPU type, nodes, GPUs) a job runs (or ran) on, as Slurm shows it."""
+        return (node_type.get(sj.nodes[0]) if sj.nodes else None), tuple(sorted(sj.nodes)), sj.gpus[1]
+
+    @staticmethod
+    def _runs(config: tuple[str | None, tuple[str, ...], int], lease: Mapping[str, Any] | None) -> bool:
+        """Whether Slurm's ``config`` of a job is ``lease``'s allocation."""
+        return lease is not None and config == (lease["gpu_type"], tuple(lease["nodes"]), lease["replicas"])
+
+    def _credit_elastic(self, by_id: Mapping[str, SlurmJob], node_type: Mapping[str, str],
+                        now: float) -> list[JobRoundResult]:
+        """Credit the last round's leases with the seconds and steps their jobs ran at the lease's configuration
+        (Slurm's start and end times), the steps/s measured from their progress records and the metrics they
+        reported: the goodput engine refits their models from them."""
+        results: list[JobRoundResult] = []
+        if self.round_start is None or not isinstance(self.engine, GoodputEngine):
+            return results
+        for job_id, lease in self.leases.items():
+            rec, sj = self.records.get(job_id), by_id.get(job_id)
+            ran, begin, restarted = 0.0, now, False
+            if sj is not None and sj.start_s is not None and self._runs(self._config_of(sj, node_type), lease):
+                begin = max(sj.start_s, self.round_start)
+                restarted = sj.start_s >= self.round_start
+                if sj.state in _RUNNING and not sj.requeueing:
+                    ran = max(0.0, now - begin)
+                elif sj.end_s is not None:
+                    ran = max(0.0, min(sj.end_s, now) - begin)
+            progress = self._progress_of(job_id)
+            rate = progress.rate(begin, now) if ran > 0 else None
+            steps = progress.steps_between(begin, now) if ran > 0 else 0
+            if rec is not None:
+                rec.received[lease["gpu_type"]] = rec.received.get(lease["gpu_type"], 0.0) + ran * lease["replicas"]
+            if job_id in self.engine:
+                results.append(JobRoundResult(job_id, RoundOutcome.PREEMPTED, steps, ran, rate, restarted, "",
+                                              progress.metrics()))
+        self.engine.record_round(results)
+        for r in results:
+            if r.measured_steps_per_s is not None:
+                t = self.leases[r.job_id]["gpu_type"]
+                self.records[r.job_id].measured[t] = self.engine.get_job(r.job_id)["throughputs"][t]
+        return results
+
+    def _elastic_round(self, t0: float, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode],
+                       by_id: Mapping[str, SlurmJob], now: float, node_type: Mapping[str, str]) -> dict[str, Any]:
+        """A round of elastic jobs: plan with the goodput engine, then requeue-hold the jobs whose configuration
+        (GPU type, nodes, GPU count, batch) changes, update them (``ExcNodeList``, ``NumNodes``, ``Gres``,
+        ``NumTasks``) and release them with their new lease; jobs whose configuration stays keep running."""
+        slots, per_node = self._gpu_slots(nodes, jobs)
+        engine = self._elastic_engine(slots, per_node)
+        types = list(engine.cluster.gpu_types)
+        results = self._credit_elastic(by_id, node_type, now)
+        self._track(jobs, by_id, types, now)
+        for job_id in self.active():
+            if job_id in engine:
+                rec = self.records[job_id]
+                done = max(rec.steps_done, self._progress_of(job_id).steps_done())
+                engine.sync_progress(job_id, done)
+                if rec.total_steps is not None:
+                    engine.update_job(job_id, num_steps_remaining=max(rec.total_steps - done, 1))
+
+        t1 = time.time()
+        wanted: dict[str, dict[str, Any]] = {}
+        if len(engine):
+            plan = engine.next_round()
+            starts = dict(zip(engine.cluster.gpu_types, [0, *np.cumsum(engine.cluster.capacity).tolist()]))
+            for lease in plan.leases:
+                on = [slots[lease.gpu_type][g - starts[lease.gpu_type]] for g in lease.gpu_ids]
+                counts = {n: on.count(n) for n in on}
+                batch = asdict(lease.batch) if lease.batch is not None else {}
+                total = engine.launch_total_steps(lease.job_id, batch["batch_size"]) if batch else None
+                wanted[str(lease.job_id)] = {"gpu_type": lease.gpu_type, "nodes": sorted(counts),
+                                             "gpus_per_node": max(counts.values()), "replicas": len(on),
+                                             "batch": batch, "round": self.round_index,
+                                             "total_steps": total or self.records[str(lease.job_id)].total_steps}
+        t2 = time.time()
+        hold, preempt, release, settling = self._decide_elastic(wanted, by_id, node_type)
+        decisions = {str(j): {"gpu_type": d.gpu_type, "replicas": d.replicas, **d.to_json()}
+                     for j, d in engine.decisions.items() if str(j) in wanted}
+        self.leases = wanted
+        actions = {"hold": hold, "requeuehold": preempt, "release": sorted(release) + sorted(settling)}
+        self.journal.commit(list(self.records.values()), engine.to_json(),
+                            (self.round_index, now, self.round_seconds, self.leases, decisions,
+                             [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
+                             {"observe_s": t1 - t0, "solve_s": t2 - t1}))
+        t3 = time.time()
+        failed = self.slurm.hold(hold) if hold else {}
+        failed |= self._release_elastic([j for j in release if j not in failed], wanted)
+        if preempt:
+            failed |= self.slurm.requeue_hold(preempt)
+        t4 = time.time()
+        if settling:  # requeued jobs are released once they stopped (the rest by a later round: held, leased)
+            stopped = self.slurm.wait_requeued(settling, timeout_s=min(self.round_seconds / 2, 60.0))
+            failed |= self._release_elastic(stopped, wanted, start=f"now+{RESTART_DELAY_S}")
+        t5 = time.time()
+        timings = {"observe_s": t1 - t0, "solve_s": t2 - t1, "journal_s": t3 - t2, "enact_s": t4 - t3,
+                   "round_s": t4 - t0, "requeued_release_s": t5 - t4}
+        self.journal.set_timings(self.round_index, timings)
+        record = {"idx": self.round_index, "start": now, "leases": self.leases, "actions": actions,
+                  "failed": failed, "timings": timings}
+        if self.out is not None:
+            self._print_round(record)
+        self.round_index += 1
+        self.round_start = now
+        return record
+
+    def _decide_elastic(self, wanted: Mapping[str, Mapping[str, Any]], by_id: Mapping[str, SlurmJob],
+                        node_type: Mapping[str, str]) -> tuple[list[str], list[str], list[str], list[str]]:
+        """The jobs to hold, to requeue held, to release now (held, or held first), and to release once their
+        requeue completed. A running job keeps running exactly when Slurm runs it on its lease's nodes and
+        GPU count and it was released with the lease's batch."""
+        hold: list[str] = []
+        preempt: list[str] = []
+        release: list[str] = []
+        settling: list[str] = []
+        for job_id, rec in self.records.items():
+            sj = by_id.get(job_id)
+            if sj is None or sj.state in FINAL_STATES:
+                continue
+            want = wanted.get(job_id) if rec.status == "active" else None
+            same = want is not None and rec.lease is not None and all(
+                rec.lease.get(k) == want[k] for k in ("gpu_type", "nodes", "replicas", "batch"))
+            if sj.state in _RUNNING and not sj.requeueing:
+                if not (same and self._runs(self._config_of(sj, node_type), want)):
+                    preempt.append(job_id)
+                    rec.preemptions += 1
+                    if want is not None:
+                        settling.append(job_id)
+            elif sj.requeueing:
+                if want is not None:
+                    settling.append(job_id)
+            elif sj.state == "PENDING":
+                if want is None:
+                    if not sj.held:
+                        hold.append(job_id)
+                elif sj.held:
+                    release.append(job_id)
+                elif not same:  # released for another configuration (or never by allocopt): held first
+                    hold.append(job_id)
+                    release.append(job_id)
+            rec.lease_type = None if want is None else want["gpu_type"]
+        return hold, preempt, release, settling
+
+    def _release_elastic(self, job_ids: Sequence[str], wanted: Mapping[str, Mapping[str, Any]],
+                         start: str = "now") -> dict[str, str]:
+        """Write each held job's lease, set its configuration (``ExcNodeList``: every node but its lease's,
+        ``NumNodes``, ``Gres=gpu:N`` per node, ``NumTasks`` and ``NumCPUs`` for jobs of one task per GPU) and
+        release it."""
+        if not job_ids:
+            return {}
+        all_nodes = sorted(self._node_types)
+        updates: dict[str, tuple[str, ...]] = {}
+        for job_id in job_ids:
+            rec, want = self.records[job_id], wanted[job_id]
+            excluded = [n for n in all_nodes if n not in want["nodes"]]
+            if rec.user_excluded:
+                excluded.append(rec.user_excluded)
+            updates[job_id] = (f"ExcNodeList={','.join(excluded)}", f"NumNodes={len(want['nodes'])}",
+                               f"Gres=gpu:{want['gpus_per_node']}",
+                               *([f"NumTasks={want['replicas']}", f"NumCPUs={want['replicas']}"]
+                                 if rec.tasks_per_gpu else []))
+            self._write_elastic_lease(rec, want)
+            rec.lease = dict(want)
+            rec.releases += 1
+        return self.slurm.update_release(updates, start)
+
+    def _write_elastic_lease(self, rec: JobRecord, want: Mapping[str, Any]) -> None:
+        jdir = job_dir(self.spool, rec.job_id)
+        jdir.mkdir(parents=True, exist_ok=True)
+        tmp = jdir / ".lease.json.tmp"
+        tmp.write_text(json.dumps({"gpu_type": want["gpu_type"], "round": want["round"],
+                                   "total_steps": want["total_steps"], "replicas": want["replicas"],
+                                   "nodes": want["nodes"], "gpus_per_node": want["gpus_per_node"], **want["batch"]}),
+                       encoding="utf-8")
+        os.replace(tmp, jdir / "lease.json")
 
     def _credit_last_round(self, by_id: Mapping[str, SlurmJob], node_type: Mapping[str, str],
                            now: float) -> list[JobRoundResult]:
@@ -476,13 +776,12 @@ class SlurmController:
                     rec = new_record(sj, attrs, types) if not problem else None
                 except InvalidProblemError as err:
                     problem = str(err)
-                if rec is None:
+                if rec is not None:
+                    problem = self._add_to_engine(rec, types)
+                if problem:
                     rec = JobRecord(sj.job_id, sj.name, sj.name, max(sj.gpus[1], 1), status="rejected",
                                     message=problem)
                     log.error("job %s rejected (kept held): %s", sj.job_id, problem)
-                else:
-                    self.engine.add_job(sj.job_id, self._engine_throughputs(rec, types),
-                                        scale_factor=rec.scale_factor, priority_weight=rec.weight)
                 self.records[sj.job_id] = rec
             elif rec.status in ("active", "rejected") and sj.state in FINAL_STATES:
                 rec.status = {"COMPLETED": "done", "CANCELLED": "cancelled"}.get(sj.state, "failed")
@@ -499,6 +798,33 @@ class SlurmController:
                     self.engine.remove_job(job_id)
             if rec.status == "active" and (job_id in self.leases or rec.lease_type is not None):
                 rec.steps_done = max(rec.steps_done, self._progress_of(job_id).steps_done())
+
+    def _add_to_engine(self, rec: JobRecord, types: Sequence[str]) -> str:
+        """Add a new job to the engine; the reason it cannot be ("" when added)."""
+        if self.elastic != (rec.elastic is not None):
+            return (f"job {rec.job_id} is elastic (batch_size...), which policy {self.policy} does not run; run "
+                    "allocopt slurm with a goodput policy (--policy sia)" if rec.elastic is not None else
+                    f"job {rec.job_id} is rigid (no batch_size in its comment), and policy {self.policy} runs elastic "
+                    "jobs only; give it batch_size (and min_replicas, max_replicas...), or use another policy")
+        if isinstance(self.engine, GoodputEngine):
+            try:
+                self._load_profiles(rec)
+                self.engine.add_job(rec.job_id, ElasticSpec(**rec.elastic), gpu_types=rec.gpu_types,  # type: ignore[arg-type]
+                                    submitted=rec.first_seen)
+            except AllocoptError as err:
+                return str(err)
+        else:
+            self.engine.add_job(rec.job_id, self._engine_throughputs(rec, types),  # type: ignore[union-attr]
+                                scale_factor=rec.scale_factor, priority_weight=rec.weight)
+        return ""
+
+    def _load_profiles(self, rec: JobRecord) -> None:
+        """Load the application profile an elastic job names (once per application)."""
+        app = (rec.elastic or {}).get("application")
+        if app and not any(a == app for a, _ in self.profiles):
+            self.profiles.update(load_job_profiles(self.profiles_dir, [app]))
+            if isinstance(self.engine, GoodputEngine):
+                self.engine.profiles.update(self.profiles)
 
     def _decide(self, leased: Mapping[str, str], by_id: Mapping[str, SlurmJob], node_type: Mapping[str, str],
                 nodes: Sequence[SlurmNode]) -> tuple[list[str], list[str], dict[str, str], list[str]]:
@@ -565,7 +891,9 @@ class SlurmController:
                          for j, r in self.records.items()}}
 
     def _print_round(self, record: Mapping[str, Any]) -> None:
-        cells = [f"{j}:{t}" for j, t in list(record["leases"].items())[:8]]
+        cells = [f"{j}:{t}" if isinstance(t, str) else f"{j}:{t['gpu_type']}x{t['replicas']}"
+                 + (f"/b{t['batch']['batch_size']}" if t.get("batch") else "")
+                 for j, t in list(record["leases"].items())[:8]]
         cells += ["..."] if len(record["leases"]) > 8 else []
         a, tm = record["actions"], record["timings"]
         self.out.write(f"round {record['idx']}: {len(self.active())} active, run {' '.join(cells) or '-'}; "
@@ -587,7 +915,11 @@ def add_parser(commands: Any) -> None:
     r.add_argument("--spool", required=True, metavar="DIR",
                    help="directory shared with the compute nodes (lease, progress and checkpoint files)")
     r.add_argument("--state", metavar="FILE", help="SQLite journal (default: SPOOL/controller.sqlite)")
-    r.add_argument("--policy", default="max_min_fairness", help="allocation policy (default: %(default)s)")
+    r.add_argument("--policy", default="max_min_fairness",
+                   help="allocation policy (default: %(default)s); sia runs elastic jobs (comment keys batch_size, "
+                        "min_replicas, max_replicas...) with goodput rounds")
+    r.add_argument("--profiles", metavar="DIR",
+                   help="application profiles the elastic jobs name (default: Sia's profiles shipped with allocopt)")
     r.add_argument("--round-seconds", type=float, default=60.0, help="round length in s (default: %(default)s)")
     r.add_argument("--throughputs", metavar="FILE",
                    help="throughput table (CSV or JSON of model, scale_factor, gpu_type, throughput), keyed by "
@@ -613,7 +945,7 @@ def _run_controller(args: argparse.Namespace) -> int:
     controller = SlurmController(Slurm(args.partition), Journal(args.state or spool / "controller.sqlite"), spool,
                                  policy=args.policy, round_seconds=args.round_seconds,
                                  throughputs=load_throughputs(args.throughputs), marker=args.marker,
-                                 out=sys.stdout)
+                                 out=sys.stdout, profiles=args.profiles)
     try:
         controller.run(max_rounds=args.max_rounds, exit_when_done=args.exit_when_done)
     except KeyboardInterrupt:

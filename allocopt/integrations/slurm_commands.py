@@ -300,15 +300,25 @@ class Slurm:
 
         ``placements`` maps job id to its exclusion list; one update per distinct list.
         """
-        groups: dict[str, list[str]] = {}
-        for jid, excluded in placements.items():
-            groups.setdefault(excluded, []).append(jid)
+        return self.update_release({jid: (f"ExcNodeList={excluded}",) for jid, excluded in placements.items()})
+
+    def update_release(self, updates: Mapping[str, Sequence[str]], start: str = "now") -> dict[str, str]:
+        """Update held jobs (``scontrol update jobid=... FIELD=VALUE ... StartTime=START``, one call per distinct
+        list of fields, e.g. ``("ExcNodeList=gpu-v", "NumNodes=1", "Gres=gpu:2")``), then release those
+        Slurm took the update of; the ids Slurm refused.
+
+        ``start``: ``now``, or ``now+2`` for jobs that may start again on the node they were requeued from
+        (slurmd refuses a job's credential issued in the second its previous one was revoked: the job
+        fails with "Job credential revoked")."""
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for jid, fields in updates.items():
+            groups.setdefault(tuple(fields), []).append(jid)
         failed: dict[str, str] = {}
-        updates = [self._pool.submit(self._each, ["update"], ids, f"ExcNodeList={excluded}", "StartTime=now")
-                   for excluded, ids in groups.items()]
-        for update in updates:
-            failed |= update.result()
-        failed |= self._each(["release"], [jid for jid in placements if jid not in failed])
+        futures = [self._pool.submit(self._each, ["update"], ids, *fields, f"StartTime={start}")
+                   for fields, ids in groups.items()]
+        for future in futures:
+            failed |= future.result()
+        failed |= self._each(["release"], [jid for jid in updates if jid not in failed])
         return failed
 
     def enact(self, hold: Sequence[str], requeue_hold: Sequence[str], release: Mapping[str, str]) -> dict[str, str]:

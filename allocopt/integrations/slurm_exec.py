@@ -52,8 +52,22 @@ def exec_job(spool: str | os.PathLike | None, command: Sequence[str]) -> None:
     except (OSError, ValueError):
         lease = {}
     env = dict(os.environ)
-    env.update({"ALLOCOPT_JOB_ID": job_id, "ALLOCOPT_PROGRESS_FILE": str(jdir / "progress.jsonl"),
+    rank = _rank_environment(env)
+    progress = "progress.jsonl" if rank.get("RANK", "0") == "0" else f"progress-r{rank['RANK']}.jsonl"
+    env.update(rank)
+    env.update({"ALLOCOPT_JOB_ID": job_id, "ALLOCOPT_PROGRESS_FILE": str(jdir / progress),
                 "PYTHONUNBUFFERED": "1"})
+    if lease.get("batch_size") is not None:  # an elastic job: the batch of this allocation
+        env.update({"ALLOCOPT_BATCH_SIZE": str(lease["batch_size"]), "ALLOCOPT_LOCAL_BSZ": str(lease["local_bsz"]),
+                    "ALLOCOPT_ACCUM_STEPS": str(lease["accum_steps"]), "ALLOCOPT_LR_SCALE": repr(float(lease["lr_scale"])),
+                    "ALLOCOPT_REPLICAS": str(lease.get("replicas", ""))})
+        # this launch's copy of its lease (the controller writes lease.json anew for the job's next launch)
+        snapshot = jdir / f"lease-launch-{os.environ.get('SLURM_RESTART_COUNT', '0')}-r{rank.get('RANK', '0')}.json"
+        tmp = snapshot.with_name("." + snapshot.name + ".tmp")
+        tmp.write_text(json.dumps({k: v for k, v in lease.items() if k not in ("seq", "lease_end", "max_steps")}),
+                       encoding="utf-8")
+        os.replace(tmp, snapshot)
+        env["ALLOCOPT_LEASE_FILE"] = str(snapshot)
     env.setdefault("ALLOCOPT_CHECKPOINT_DIR", str(jdir / "checkpoints"))
     gpu_type = node_gpu_type(spool, os.environ.get("SLURMD_NODENAME", "")) or lease.get("gpu_type")
     if gpu_type:
@@ -62,6 +76,19 @@ def exec_job(spool: str | os.PathLike | None, command: Sequence[str]) -> None:
         env["ALLOCOPT_TOTAL_STEPS"] = str(lease["total_steps"])
     jdir.mkdir(parents=True, exist_ok=True)
     os.execvpe(command[0], command, env)
+
+
+def _rank_environment(env: dict[str, str]) -> dict[str, str]:
+    """Inside an ``srun`` step (one task per GPU): ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` (the
+    job's first node) and ``MASTER_PORT`` (from the job id) a data-parallel program needs; {} in the batch
+    script itself (no ``SLURM_STEP_ID``) or where they are set already."""
+    if not env.get("SLURM_STEP_ID", "").isdigit() or "RANK" in env:
+        return {}
+    nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    first = re.sub(r"\[(\d+).*", r"\1", nodes.split(",")[0]) if nodes else "127.0.0.1"
+    return {"RANK": env.get("SLURM_PROCID", "0"), "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+            "WORLD_SIZE": env.get("SLURM_NTASKS", "1"), "MASTER_ADDR": first,
+            "MASTER_PORT": env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)}
 
 
 def node_gpu_type(spool: str | os.PathLike, node: str) -> str | None:
