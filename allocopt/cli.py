@@ -338,11 +338,17 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     v.add_argument("--cluster", type=_cluster_arg, metavar="JSON",
                    help='start the engine with this cluster, e.g. \'{"v100": 4, "k80": 8}\' '
                         '(else POST /engine configures it)')
-    v.add_argument("--policy", default="max_min_fairness", help="the engine's policy (default: %(default)s)")
+    v.add_argument("--policy", default="max_min_fairness",
+                   help="the engine's policy (default: %(default)s); a goodput policy (sia) starts a goodput engine "
+                        "of elastic jobs, served under /elastic")
     v.add_argument("--backend", default="highs", help="the engine's backend (default: %(default)s)")
+    v.add_argument("--round-seconds", type=float, default=60.0, metavar="SECONDS",
+                   help="with a goodput policy: the length of a round (default: %(default)g)")
+    v.add_argument("--profiles", metavar="DIR",
+                   help="application profiles elastic jobs may name (default: Sia's profiles shipped with allocopt)")
     v.add_argument("--state", metavar="FILE",
-                   help="restore the engine from FILE if it exists (over --cluster) and save it there after "
-                        "every change")
+                   help="restore the engine from FILE if it exists (over --cluster and --policy) and save it there "
+                        "after every change")
     v.add_argument("--quiet", action="store_true", help="do not log requests to stderr")
     add_serve_arguments(v)
     v.set_defaults(run=_run_serve)
@@ -733,16 +739,33 @@ def _run_serve(args: argparse.Namespace) -> int:
     from allocopt.server import serve
     from allocopt.server.options import from_arguments, read_token
 
+    from allocopt.documents import parse_json, read_text
+    from allocopt.runtime.elastic import GoodputEngine, GoodputOptions, is_goodput_policy, load_job_profiles
+
     token = None if args.token_file is None else read_token(args.token_file)
-    engine = None
+    if args.profiles is not None and not Path(args.profiles).is_dir():
+        raise _UsageError(f"--profiles {args.profiles}: not a directory")
+    if not 0 < args.round_seconds < float("inf"):
+        raise _UsageError(f"--round-seconds must be a positive number of seconds, got {args.round_seconds:g}")
+    engine: Engine | GoodputEngine | None = None
     if args.state is not None and Path(args.state).exists():
-        engine = Engine.load(args.state)
+        document = parse_json(read_text(args.state, what="the engine state"), args.state)
+        if isinstance(document, dict) and document.get("format") == "allocopt-goodput-engine":
+            apps = {job.get("spec", {}).get("application") for job in document.get("jobs", [])
+                    if isinstance(job, dict) and isinstance(job.get("spec"), dict)}
+            engine = GoodputEngine.from_json(document, load_job_profiles(args.profiles, sorted(a for a in apps if
+                                                                                              isinstance(a, str))))
+        else:
+            engine = Engine.load(args.state)
+    elif args.cluster is not None and is_goodput_policy(args.policy):
+        engine = GoodputEngine(args.cluster, args.policy, round_seconds=args.round_seconds,
+                               options=GoodputOptions({"backend": args.backend}))
     elif args.cluster is not None:
         engine = Engine(args.cluster, args.policy, args.backend)
     try:
         serve(args.host, args.port, engine, options=from_arguments(args), state_path=args.state, token=token,
               quiet=args.quiet or args.quietness > 0,
-              announce=lambda line: print(line, file=sys.stderr, flush=True))
+              announce=lambda line: print(line, file=sys.stderr, flush=True), profiles=args.profiles)
     except OSError as err:
         raise _UsageError(f"cannot serve on {args.host}:{args.port}: {err.strerror or err}") from None
     return 0

@@ -105,7 +105,7 @@ def rich_problem() -> allocopt.Problem:
 
 
 def test_schemas_are_valid_and_packaged():
-    assert set(SCHEMAS) == {"problem", "allocation", "round_plan", "engine_state"}
+    assert set(SCHEMAS) == {"problem", "allocation", "round_plan", "engine_state", "goodput_engine_state"}
     for name in SCHEMAS:
         validator(name)
 
@@ -174,7 +174,7 @@ def test_schemas_reject_invalid_documents(name, edit):
 
 
 MODELS = {"problem": models.Problem, "allocation": models.Allocation, "round_plan": models.RoundPlan,
-          "engine_state": models.EngineState}
+          "engine_state": models.EngineState, "goodput_engine_state": models.GoodputEngineState}
 
 
 def _resolve(schema: dict, root: dict) -> tuple[dict, dict]:

@@ -58,8 +58,8 @@ from allocopt.cluster import Cluster
 from allocopt.configurations import Configurations, sia_configurations
 from allocopt.errors import InvalidOptionError, InvalidProblemError
 from allocopt.runtime.executor import BatchSettings, JobRoundResult, RoundOutcome, RoundPlan
-from allocopt.throughput.goodput import (GoodputModel, GradParams, PerfParams, fit_perf_params, goodput_matrix,
-                                        optimize_models)
+from allocopt.throughput.goodput import (PARAM_FLOOR_S, GoodputModel, GradParams, PerfParams, fit_perf_params,
+                                        goodput_matrix, optimize_models)
 
 log = logging.getLogger(__name__)
 
@@ -383,6 +383,16 @@ class GoodputEngine:
     def __len__(self) -> int:
         return len(self._jobs)
 
+    @property
+    def job_ids(self) -> list[Hashable]:
+        """The jobs' ids, in the order they were added."""
+        return list(self._jobs)
+
+    @property
+    def round_index(self) -> int:
+        """Index of the next round :meth:`next_round` plans."""
+        return self._round_index
+
     def add_job(self, job_id: Hashable, spec: ElasticSpec, *, gpu_types: Sequence[str] | None = None,
                 submitted: float | None = None) -> None:
         """Add an elastic job (``gpu_types``: the types it may use, default all).
@@ -460,11 +470,14 @@ class GoodputEngine:
 
     def get_job(self, job_id: Hashable) -> dict[str, Any]:
         """A job's state: ``throughputs`` (latest measured steps/s per GPU type), ``batch`` (its current
-        batch settings), ``gpu_ids``, ``restarts``."""
+        batch settings), ``gpu_ids``, ``restarts``, ``samples_done``, and what it was added with and
+        reported: ``spec`` (its :class:`ElasticSpec` as a dict), ``gpu_types``, ``grad`` (``[grad_sqr,
+        grad_var]`` or None)."""
         job = self._job(job_id)
         return {"throughputs": dict(job.steps_per_s), "batch": None if job.batch is None else asdict(job.batch),
                 "gpu_ids": list(self._gpu_ids.get(job_id, ())), "restarts": job.state.num_restarts,
-                "samples_done": job.samples_done}
+                "samples_done": job.samples_done, "spec": asdict(job.spec), "gpu_types": list(job.gpu_types),
+                "grad": None if job.grad is None else [job.grad.sqr, job.grad.var]}
 
     def observe_throughput(self, job_id: Hashable, gpu_type: str, steps_per_s: float) -> None:
         """Steps/s without the batch they were measured at carry no step time: kept for reports only."""
@@ -537,8 +550,18 @@ class GoodputEngine:
         if gpu_type in job.stale or gpu_type not in job.fits:
             keys = np.array(list(rows), dtype=np.float64)
             vals = np.array([(r.compute_s, r.iter_s) for r in rows.values()])
+            initial = job.fits.get(gpu_type)
+            if initial is not None:  # a warm start with a time pinned at the floor for want of data that the
+                # rows now have (a first multi-GPU or multi-node step time) does not move it: start afresh
+                nodes, replicas = keys[:, 0], keys[:, 1]
+                one_node, multi_node, beyond_two = (nodes == 1) & (replicas > 1), nodes > 1, replicas > 2
+                freed = {2: multi_node.any(), 3: (multi_node.any() and beyond_two.any()), 4: one_node.any(),
+                         5: (one_node.any() and beyond_two.any())}
+                values = astuple(initial)
+                if any(free and values[k] <= 2 * PARAM_FLOOR_S for k, free in freed.items()):
+                    initial = None
             job.fits[gpu_type] = fit_perf_params(keys[:, 0], keys[:, 1], keys[:, 2], vals[:, 0], vals[:, 1],
-                                                 initial=job.fits.get(gpu_type), loss="rmse")
+                                                 initial=initial, loss="rmse")
             job.stale.discard(gpu_type)
             self._stale_since.pop((job.state.job_id, gpu_type), None)
             for r in rows.values():

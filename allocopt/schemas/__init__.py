@@ -4,7 +4,9 @@
 (:meth:`allocopt.Problem.to_json`); ``allocation``: their output
 (:meth:`allocopt.Allocation.to_json`); ``round_plan``: one round of the
 mechanism (:class:`allocopt.runtime.executor.RoundPlan`'s fields);
-``engine_state``: what :meth:`allocopt.Engine.save` writes. Schemas refer to
+``engine_state``: what :meth:`allocopt.Engine.save` writes;
+``goodput_engine_state``: what :meth:`allocopt.runtime.elastic.GoodputEngine.to_json`
+writes (elastic jobs under a goodput policy). Schemas refer to
 each other by relative ``$ref`` (``problem.schema.json#/$defs/job``), resolved
 against their ``$id``s under https://allocopt.dev/schemas/.
 """
@@ -17,7 +19,7 @@ from typing import Any
 
 from allocopt.errors import InvalidOptionError
 
-SCHEMAS = ("problem", "allocation", "round_plan", "engine_state")
+SCHEMAS = ("problem", "allocation", "round_plan", "engine_state", "goodput_engine_state")
 
 
 def load_schema(name: str) -> dict[str, Any]:

@@ -13,8 +13,13 @@ Endpoints
 ``GET|POST /engine/jobs``, ``GET|PATCH|DELETE /engine/jobs/{id}``,
 ``POST /engine/jobs/{id}/throughput``, ``PUT /engine/capacity/{gpu_type}``,
 ``GET /engine/allocation``, ``POST /engine/rounds/next`` (an empty body is
-``{}``), ``POST /engine/rounds/{index}/results``. A job id in a path is the id
-as a string; an id of digits also finds the integer id.
+``{}``), ``POST /engine/rounds/{index}/results``; the goodput engine of elastic
+jobs (``allocopt serve --policy sia``): ``POST|GET /elastic``, ``GET|POST
+/elastic/jobs``, ``GET|DELETE /elastic/jobs/{id}``, ``POST
+/elastic/jobs/{id}/step_time``, ``POST /elastic/jobs/{id}/gradient``, ``POST
+/elastic/rounds/next``, ``POST /elastic/rounds/{index}/results``. The service
+holds one engine, of either kind; the other kind's endpoints answer 409. A job
+id in a path is the id as a string; an id of digits also finds the integer id.
 
 Errors
 ------

@@ -17,6 +17,7 @@ import functools
 import hmac
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Hashable, Mapping, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from allocopt import __version__
 from allocopt.api import solve
+from allocopt.backends import BACKENDS
 from allocopt.cluster import Cluster
 from allocopt.engine import Engine
 from allocopt.errors import (AllocoptError, BackendNotInstalledError, DuplicateJobError, InvalidOptionError,
@@ -37,7 +39,9 @@ from allocopt.errors import (AllocoptError, BackendNotInstalledError, DuplicateJ
                              UnknownJobError, UnknownPolicyError)
 from allocopt.formulations import get_policy
 from allocopt.problem import Problem
-from allocopt.runtime.executor import JobRoundResult, RoundOutcome
+from allocopt.jsonio import write_json
+from allocopt.runtime.elastic import ElasticSpec, GoodputEngine, GoodputOptions, is_goodput_policy, load_job_profiles
+from allocopt.runtime.executor import JobRoundResult, RoundOutcome, RoundPlan
 from allocopt.schemas import SCHEMAS, load_schema
 from allocopt.technique import TECHNIQUES
 from allocopt.server import models
@@ -53,6 +57,11 @@ SOLVE_KEYWORDS = ("time_limit_s", "mip_gap", "threads", "best_effort", "partitio
 #: Keywords of :func:`allocopt.solve` closed to requests: they print on, or write files of, the server.
 _SERVER_ONLY = ("verbose", "solver_options", "warm_start")
 _ROUND_RESULTS = TypeAdapter(list[models.RoundResult])
+_ELASTIC_RESULTS = TypeAdapter(list[models.ElasticRoundResult])
+#: Options of a goodput policy's round planner (beside the policy's own and the solve keywords below).
+_PLANNER_OPTIONS = {"backend": "highs", "packed_placement": False}
+#: Solve keywords a goodput engine's ``policy_options`` may give.
+_GOODPUT_KEYWORDS = ("time_limit_s", "mip_gap", "threads")
 #: Bodies of refused uploads read and dropped (so the client reads the error, not a reset), as a multiple of the limit.
 _DRAIN_FACTOR = 16
 
@@ -84,8 +93,10 @@ class Service:
 
     Parameters
     ----------
-    engine : Engine, optional
-        The engine the ``/engine`` endpoints act on; none until ``POST /engine`` otherwise.
+    engine : Engine or GoodputEngine, optional
+        The engine: an :class:`Engine` for the ``/engine`` endpoints, or a
+        :class:`~allocopt.runtime.elastic.GoodputEngine` (elastic jobs) for the ``/elastic`` endpoints;
+        none until ``POST /engine`` or ``POST /elastic`` otherwise. The service holds one engine at a time.
     options : ServiceOptions, optional
         Limits and timeouts.
     state_path : str, optional
@@ -93,17 +104,23 @@ class Service:
     token : str, optional
         Require ``Authorization: Bearer <token>`` on every endpoint but the documentation
         (``/openapi.json``, ``/docs``, ``/schemas/...``).
+    profiles : str or path, optional
+        The application profiles elastic jobs may name (``application``), loaded when a job first names
+        one; default: Sia's profiles shipped with allocopt.
     """
 
-    def __init__(self, engine: Engine | None = None, *, options: ServiceOptions | None = None,
-                 state_path: str | None = None, token: str | None = None):
+    def __init__(self, engine: Engine | GoodputEngine | None = None, *, options: ServiceOptions | None = None,
+                 state_path: str | None = None, token: str | None = None, profiles: str | None = None):
         self.options = options or ServiceOptions()
         self.state_path = state_path
+        self.profiles = profiles
+        #: Job ids leased by the goodput engine's last planned round while it awaits results, else None.
+        self._elastic_leased: set[Any] | None = None
         self._token = None if token is None else token.encode("utf-8")
         self._pools = {"solve": ThreadPoolExecutor(self.options.solve_workers, "allocopt-solve"),
                        "engine": ThreadPoolExecutor(1, "allocopt-engine")}
         self._in_flight = {"solve": 0, "engine": 0}
-        self._engine: Engine | None = None
+        self._engine: Engine | GoodputEngine | None = None
         self._health: tuple[int, int] | None = None
         self.engine = engine
         #: The server's open connections (set by the server); past ``max_connections`` requests get 503.
@@ -111,32 +128,56 @@ class Service:
 
     # ----- the engine -----------------------------------------------------------------------------------------
     @property
-    def engine(self) -> Engine | None:
-        """The engine of the ``/engine`` endpoints; its solves are capped at ``solve_timeout_s`` when it is set."""
+    def engine(self) -> Engine | GoodputEngine | None:
+        """The engine of the ``/engine`` endpoints (an :class:`Engine`) or of the ``/elastic`` ones (a
+        :class:`GoodputEngine`); its solves are capped at ``solve_timeout_s`` when it is set."""
         return self._engine
 
     @engine.setter
-    def engine(self, engine: Engine | None) -> None:
-        if engine is not None:
+    def engine(self, engine: Engine | GoodputEngine | None) -> None:
+        cap = self.options.solve_timeout_s
+        if isinstance(engine, GoodputEngine):
+            given = engine.options.policy_options
+            limit = given.get("time_limit_s")
+            if "sia_program" not in given and (not isinstance(limit, (int, float)) or not 0 < limit <= cap):
+                engine.options = dataclasses.replace(engine.options, policy_options={**given, "time_limit_s": cap})
+        elif engine is not None:
             limit = engine.solve_options.get("time_limit_s")
-            if not isinstance(limit, (int, float)) or not 0 < limit <= self.options.solve_timeout_s:
-                engine.solve_options = {**engine.solve_options, "time_limit_s": self.options.solve_timeout_s}
+            if not isinstance(limit, (int, float)) or not 0 < limit <= cap:
+                engine.solve_options = {**engine.solve_options, "time_limit_s": cap}
         self._engine = engine
+        self._elastic_leased = None
         self._refresh_health()
 
     def _refresh_health(self) -> None:
         engine = self._engine
-        self._health = None if engine is None else (engine.version, len(engine))
+        self._health = None if engine is None else (
+            (None, len(engine)) if isinstance(engine, GoodputEngine) else (engine.version, len(engine)))
 
     def _require_engine(self) -> Engine:
         if self._engine is None:
             raise RequestError(409, "no engine is configured; POST /engine with {\"cluster\": {\"gpus\": {...}}} "
                                     "or start the server with --cluster")
+        if isinstance(self._engine, GoodputEngine):
+            raise RequestError(409, f"the service's engine plans elastic jobs with goodput policy "
+                                    f"{self._engine.policy!r}: its endpoints are under /elastic; POST /engine to "
+                                    "replace it with an engine of rigid jobs")
         return self._engine
 
-    def _saved(self, engine: Engine) -> None:
+    def _require_goodput(self) -> GoodputEngine:
+        if not isinstance(self._engine, GoodputEngine):
+            what = "no engine is configured" if self._engine is None else \
+                "the service's engine is an engine of rigid jobs (its endpoints are under /engine)"
+            raise RequestError(409, f"{what}; POST /elastic with {{\"cluster\": {{\"gpus\": {{...}}}}, \"policy\": "
+                                    "\"sia\"} or start the server with --policy sia --cluster ...")
+        return self._engine
+
+    def _saved(self, engine: Engine | GoodputEngine) -> None:
         if self.state_path is not None:
-            engine.save(self.state_path)
+            if isinstance(engine, GoodputEngine):
+                write_json(engine.to_json(), self.state_path)
+            else:
+                engine.save(self.state_path)
 
     def close(self) -> None:
         """Stop the worker threads (running work finishes; queued work is dropped)."""
@@ -274,7 +315,7 @@ class Service:
     def _call(self, op: Operation, raw: bytes, params: tuple[str, ...]) -> tuple[int, bytes]:
         """Decode, validate and handle one request in a worker thread; the status and the JSON body."""
         try:
-            root = "results" if op.handler is Service.round_results else ""
+            root = "results" if op.handler in (Service.round_results, Service.elastic_round_results) else ""
             status, payload = op.handler(self, decode(raw, self.options, root), *params)
         except RequestError as err:
             status, payload = err.status, _error(err, "RequestError", err.field)
@@ -505,6 +546,223 @@ class Service:
         self._saved(engine)
         return 200, {"round_index": last, "recorded": len(results), "engine_version": engine.version}
 
+    # ----- elastic jobs: the goodput engine (``/elastic``) ------------------------------------------------------
+    def _goodput_options(self, policy: str, options: Mapping[str, Any], field: str) -> dict[str, Any]:
+        """A goodput engine's ``policy_options``, typed and bounded; the time limit filled in."""
+        if not is_goodput_policy(policy):
+            from allocopt.runtime.elastic import goodput_policies
+
+            raise RequestError(400, f"{policy!r} is not a goodput policy; goodput policies: "
+                                    f"{', '.join(goodput_policies())} (POST /engine takes the others)", field="policy")
+        try:
+            known = dict(get_policy(policy).options)
+        except AllocoptError:  # a planner registered by name only: its own options are not known
+            known = {}
+        checked: dict[str, Any] = {}
+        for name, value in options.items():
+            where = f"{field}.{name}"
+            if name == "backend":
+                if value not in (*BACKENDS, "auto"):
+                    raise RequestError(400, f"'{where}' must be one of {', '.join((*BACKENDS, 'auto'))}, got "
+                                            f"{json.dumps(value)}", field=where)
+                checked[name] = value
+            elif name in _PLANNER_OPTIONS:
+                checked[name] = _policy_option(_PLANNER_OPTIONS[name], value, where)
+            elif name in _GOODPUT_KEYWORDS:
+                checked[name] = self._solve_keyword(name, value, where)
+            elif name in known:
+                checked[name] = _policy_option(known[name], value, where)
+            else:
+                names = sorted(known) + sorted(_PLANNER_OPTIONS) + list(_GOODPUT_KEYWORDS)
+                raise RequestError(400, f"unknown option {name!r} of goodput policy {policy!r}; known: "
+                                        f"{', '.join(names)}", field=where)
+        checked.setdefault("time_limit_s", self.options.solve_timeout_s)
+        return checked
+
+    def _load_profiles(self, profiles: dict[tuple[str, str], Any], applications: set[str]) -> None:
+        """Add to ``profiles`` those of ``applications`` it lacks (from the service's ``profiles`` directory,
+        default Sia's shipped ones); an application without any is left for the engine to refuse."""
+        missing = sorted(a for a in applications if not any(app == a for app, _ in profiles))
+        if missing:
+            profiles.update(load_job_profiles(self.profiles, missing))
+
+    def _elastic_job(self, engine: GoodputEngine, job_id: Hashable, predict: bool) -> dict[str, Any]:
+        """The job document of ``GET /elastic/jobs/{id}`` (``predict``: with the model's iteration times)."""
+        state = engine.get_job(job_id)
+        steps = []
+        for gpu_type, points in engine.measurements(job_id).items():
+            for (nodes, replicas, local), (compute, iteration, count) in points.items():
+                predicted = engine.predicted_iter_time(job_id, gpu_type, nodes, replicas, local) if predict else None
+                steps.append({"gpu_type": gpu_type, "num_nodes": nodes, "replicas": replicas, "local_bsz": local,
+                              "compute_s": compute, "iter_s": iteration, "count": count,
+                              "predicted_iter_s": predicted if predicted is not None and math.isfinite(predicted)
+                              and predicted > 0 else None})
+        grad = state["grad"]
+        return {"id": job_id, **state["spec"], "gpu_types": state["gpu_types"], "throughputs": state["throughputs"],
+                "batch": state["batch"], "gpu_ids": state["gpu_ids"], "restarts": state["restarts"],
+                "samples_done": state["samples_done"],
+                "gradient": None if grad is None else {"grad_sqr": grad[0], "grad_var": grad[1]},
+                "step_times": steps}
+
+    def _elastic_job_id(self, engine: GoodputEngine, text: str) -> Hashable:
+        job_id = _job_id(engine, text)
+        if job_id not in engine:
+            raise RequestError(404, f"unknown elastic job {text!r}", field="job")
+        return job_id
+
+    def configure_elastic(self, body: Any) -> tuple[int, Any]:
+        """(Re)configure the service with a goodput engine of elastic jobs, or restore its state document. 201."""
+        document = _required(body)
+        if isinstance(document, dict) and "format" in document:
+            state = validate(document, models.GoodputEngineState)
+            self._check_jobs(len(state.jobs), "jobs")
+            self._check_cluster(state.cluster.gpus, "cluster.gpus")
+            policy_options = self._goodput_options(state.policy, state.options.policy_options,
+                                                   "options.policy_options")
+            for k, job in enumerate(state.jobs):
+                if job.spec.seed_profile is not None:
+                    raise RequestError(400, "a seed profile (a file of the server) cannot be given over HTTP",
+                                       field=f"jobs[{k}].spec.seed_profile")
+                _check_spec(job.spec, f"jobs[{k}].spec.")
+            document = {**document, "options": {**document["options"], "policy_options": policy_options}}
+            profiles: dict[tuple[str, str], Any] = {}
+            self._load_profiles(profiles, {j.spec.application for j in state.jobs if j.spec.application})
+            engine = GoodputEngine.from_json(document, profiles)
+        else:
+            config = validate(document, models.ElasticConfig)
+            self._check_cluster(config.cluster.gpus, "cluster.gpus")
+            policy_options = self._goodput_options(config.policy, config.policy_options, "policy_options")
+            engine = GoodputEngine(Cluster.from_dict(document["cluster"]), config.policy,
+                                   round_seconds=config.round_seconds,
+                                   options=GoodputOptions(policy_options, config.explore_types, config.explore_replicas,
+                                                          config.batch_tolerance, config.max_nodes,
+                                                          config.refit_budget_s))
+        self.engine = engine
+        self._saved(engine)
+        return 201, engine.to_json()
+
+    def elastic_state(self, body: Any) -> tuple[int, Any]:
+        """The goodput engine's state document."""
+        return 200, self._require_goodput().to_json()
+
+    def list_elastic_jobs(self, body: Any) -> tuple[int, Any]:
+        """Every elastic job (``predicted_iter_s`` null: GET one job for its model's predictions)."""
+        engine = self._require_goodput()
+        return 200, {"jobs": [self._elastic_job(engine, j, predict=False) for j in engine.job_ids],
+                     "round_index": engine.round_index}
+
+    def get_elastic_job(self, body: Any, job: str) -> tuple[int, Any]:
+        """One elastic job: its spec, batch, GPUs, and its measured step times with what its model predicts."""
+        engine = self._require_goodput()
+        return 200, self._elastic_job(engine, self._elastic_job_id(engine, job), predict=True)
+
+    def add_elastic_job(self, body: Any) -> tuple[int, Any]:
+        """Add an elastic job. 201 with the job."""
+        engine = self._require_goodput()
+        job = validate(_required(body), models.ElasticJob)
+        self._check_jobs(len(engine) + 1, None)
+        if job.id in engine:
+            raise RequestError(409, f"elastic job {job.id!r} already exists", field="id")
+        if job.seed_profile is not None:
+            raise RequestError(400, "a seed profile (a file of the server) cannot be given over HTTP; POST the job's "
+                                    "step times to /elastic/jobs/{id}/step_time instead", field="seed_profile")
+        _check_spec(job, "")
+        types = engine.cluster.gpu_types
+        for k, gpu_type in enumerate(job.gpu_types or ()):
+            if gpu_type not in types:
+                raise RequestError(400, f"'gpu_types[{k}]' is {gpu_type!r}, not a GPU type of the cluster "
+                                        f"({', '.join(types)})", field=f"gpu_types[{k}]")
+        if job.application is not None:
+            self._load_profiles(engine.profiles, {job.application})
+        spec = ElasticSpec(**job.model_dump(exclude={"id", "gpu_types"}))
+        engine.add_job(job.id, spec, gpu_types=job.gpu_types)
+        self._saved(engine)
+        return 201, self._elastic_job(engine, job.id, predict=False)
+
+    def remove_elastic_job(self, body: Any, job: str) -> tuple[int, Any]:
+        """Remove an elastic job (finished or failed)."""
+        engine = self._require_goodput()
+        job_id = self._elastic_job_id(engine, job)
+        engine.remove_job(job_id)
+        self._saved(engine)
+        return 200, {"removed": job_id, "round_index": engine.round_index}
+
+    def elastic_step_time(self, body: Any, job: str) -> tuple[int, Any]:
+        """A measured step time of an elastic job; the mean at its point (the job's model is refitted on next use)."""
+        engine = self._require_goodput()
+        job_id = self._elastic_job_id(engine, job)
+        step = validate(_required(body), models.StepTime)
+        allowed = engine.get_job(job_id)["gpu_types"]
+        if step.gpu_type not in allowed:
+            raise RequestError(400, f"'gpu_type' is {step.gpu_type!r}, not a GPU type job {job_id!r} may use "
+                                    f"({', '.join(allowed)})", field="gpu_type")
+        if step.num_nodes > step.replicas:
+            raise RequestError(400, f"'num_nodes' is {step.num_nodes}, more than its {step.replicas} replicas",
+                               field="num_nodes")
+        if step.iter_s < step.compute_s:
+            raise RequestError(400, f"'iter_s' is {step.iter_s:g}, less than compute_s ({step.compute_s:g}): an "
+                                    "iteration is at least one micro-batch's compute", field="iter_s")
+        engine.observe_step_time(job_id, step.gpu_type, step.num_nodes, step.replicas, step.local_bsz,
+                                 float(step.compute_s), float(step.iter_s))
+        compute, iteration, count = engine.measurements(job_id)[step.gpu_type][
+            (step.num_nodes, step.replicas, step.local_bsz)]
+        self._saved(engine)
+        return 200, {"gpu_type": step.gpu_type, "num_nodes": step.num_nodes, "replicas": step.replicas,
+                     "local_bsz": step.local_bsz, "compute_s": compute, "iter_s": iteration, "count": count}
+
+    def elastic_gradient(self, body: Any, job: str) -> tuple[int, Any]:
+        """An elastic job's gradient statistics (they set its statistical efficiency and learning-rate scale)."""
+        engine = self._require_goodput()
+        job_id = self._elastic_job_id(engine, job)
+        grad = validate(_required(body), models.Gradient)
+        if grad.grad_sqr == 0 and grad.grad_var == 0:
+            raise RequestError(400, "'grad_sqr' and grad_var are both 0; report them once the job has measured them",
+                               field="grad_sqr")
+        engine.observe_gradient(job_id, float(grad.grad_sqr), float(grad.grad_var))
+        self._saved(engine)
+        return 200, {"grad_sqr": float(grad.grad_sqr), "grad_var": float(grad.grad_var)}
+
+    def elastic_next_round(self, body: Any) -> tuple[int, Any]:
+        """Plan the next round of elastic jobs: each lease carries the batch chosen for its allocation."""
+        engine = self._require_goodput()
+        validate({} if body is None else body, models.ElasticNextRound)
+        plan = engine.next_round()
+        self._elastic_leased = {lease.job_id for lease in plan.leases}
+        self._saved(engine)
+        return 200, dataclasses.asdict(RoundPlan(plan.round_index, plan.start_s, plan.round_seconds,
+                                                 tuple(plan.leases), tuple(plan.stop)))
+
+    def elastic_round_results(self, body: Any, index: str) -> tuple[int, Any]:
+        """What the elastic jobs of round ``index`` (the last planned round) did; 409 for another round or a
+        recorded one."""
+        engine = self._require_goodput()
+        if not re.fullmatch(r"\d{1,18}", index):
+            raise RequestError(400, f"round index must be a non-negative integer, got {index!r}", field="index")
+        if not isinstance(body, list):
+            raise RequestError(400, f"body must be a JSON list of job round results, got {json.dumps(body)[:80]}",
+                               field="body")
+        self._check_jobs(len(body), "results")
+        validate(body, _ELASTIC_RESULTS, root="results")
+        last, leased = engine.round_index - 1, self._elastic_leased
+        if int(index) != last or leased is None:
+            state = "already recorded" if int(index) == last else \
+                f"the last planned round is {last if last >= 0 else 'none'}"
+            raise RequestError(409, f"round {index} is not awaiting results ({state})", field="index")
+        seen: set[Any] = set()
+        for k, r in enumerate(body):
+            if r["job_id"] not in leased or r["job_id"] in seen:
+                why = "appears twice" if r["job_id"] in seen else f"has no lease in round {index}"
+                raise RequestError(400, f"job {r['job_id']!r} {why}", field=f"results[{k}].job_id")
+            seen.add(r["job_id"])
+        results = [JobRoundResult(r["job_id"], RoundOutcome(r["outcome"]), r["steps"], float(r["run_seconds"]),
+                                  r.get("measured_steps_per_s"), r.get("restarted", False), r.get("message", ""),
+                                  metrics={k: float(v) for k, v in (r.get("metrics") or {}).items() if v is not None})
+                   for r in body]
+        engine.record_round(results)
+        self._elastic_leased = None
+        self._saved(engine)
+        return 200, {"round_index": last, "recorded": len(results)}
+
 
 def _policy_option(default: Any, value: Any, where: str) -> Any:
     """``value`` of a policy option, of the type of its ``default`` (an int default: an integer >= 0, e.g. a seed)."""
@@ -521,6 +779,18 @@ def _policy_option(default: Any, value: Any, where: str) -> Any:
     if not ok:
         raise RequestError(400, f"'{where}' must be {expected}, got {json.dumps(value)}", field=where)
     return value
+
+
+def _check_spec(spec: Any, prefix: str) -> None:
+    """The limits of an elastic job's spec that involve two fields, and a non-empty application."""
+    if spec.application is not None and not spec.application.strip():
+        raise RequestError(400, f"'{prefix}application' must be a non-empty profile name or null, got "
+                                f"{json.dumps(spec.application)}", field=f"{prefix}application")
+    for lo, hi in (("batch_size", "max_batch_size"), ("min_local_bsz", "max_local_bsz"),
+                   ("min_replicas", "max_replicas")):
+        low, high = getattr(spec, lo), getattr(spec, hi)
+        if low is not None and high is not None and low > high:
+            raise RequestError(400, f"'{prefix}{hi}' must be at least {lo} ({low}), got {high}", field=prefix + hi)
 
 
 def _required(body: Any) -> Any:
@@ -605,6 +875,29 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("POST", "/engine/rounds/{index}/results", Service.round_results, "engine",
               "What the jobs of the last planned round did", list[models.RoundResult],
               {200: models.RoundRecorded, **_ERRORS}),
+    Operation("GET", "/elastic", Service.elastic_state, "engine", "The goodput engine's state document",
+              responses={200: models.GoodputEngineState, 409: models.Error}),
+    Operation("POST", "/elastic", Service.configure_elastic, "engine",
+              "Configure a goodput engine of elastic jobs, or restore its state document",
+              models.ElasticConfig | models.GoodputEngineState, {201: models.GoodputEngineState, **_ERRORS}),
+    Operation("GET", "/elastic/jobs", Service.list_elastic_jobs, "engine", "Every elastic job",
+              responses={200: models.ElasticJobList, 409: models.Error}),
+    Operation("POST", "/elastic/jobs", Service.add_elastic_job, "engine", "Add an elastic job", models.ElasticJob,
+              {201: models.ElasticJobState, **_ERRORS}),
+    Operation("GET", "/elastic/jobs/{job}", Service.get_elastic_job, "engine",
+              "One elastic job, with its measured and predicted step times",
+              responses={200: models.ElasticJobState, 404: models.Error, 409: models.Error}),
+    Operation("DELETE", "/elastic/jobs/{job}", Service.remove_elastic_job, "engine", "Remove an elastic job",
+              responses={200: models.ElasticRemoved, 404: models.Error, 409: models.Error}),
+    Operation("POST", "/elastic/jobs/{job}/step_time", Service.elastic_step_time, "engine", "A measured step time",
+              models.StepTime, {200: models.StepTimeMean, **_ERRORS}),
+    Operation("POST", "/elastic/jobs/{job}/gradient", Service.elastic_gradient, "engine",
+              "Gradient statistics of a job", models.Gradient, {200: models.Gradient, **_ERRORS}),
+    Operation("POST", "/elastic/rounds/next", Service.elastic_next_round, "engine",
+              "Plan the next round of elastic jobs", models.ElasticNextRound, {200: models.RoundPlan, **_ERRORS}),
+    Operation("POST", "/elastic/rounds/{index}/results", Service.elastic_round_results, "engine",
+              "What the elastic jobs of the last planned round did", list[models.ElasticRoundResult],
+              {200: models.ElasticRoundRecorded, **_ERRORS}),
 )
 
 

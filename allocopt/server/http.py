@@ -23,6 +23,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from allocopt.engine import Engine
+from allocopt.runtime.elastic import GoodputEngine
 from allocopt.errors import InvalidOptionError
 from allocopt.server.app import Service
 from allocopt.server.options import ServiceOptions, is_loopback
@@ -111,8 +112,10 @@ class AllocoptServer:
     ----------
     address : (str, int)
         Host and port; port 0 picks a free one (see :attr:`url`). The socket is bound here.
-    engine : Engine, optional
-        The engine of the ``/engine`` endpoints; none until ``POST /engine`` otherwise.
+    engine : Engine or GoodputEngine, optional
+        The engine of the ``/engine`` endpoints (an :class:`Engine`) or of the ``/elastic`` ones (a
+        :class:`~allocopt.runtime.elastic.GoodputEngine`); none until ``POST /engine`` or ``POST /elastic``
+        otherwise.
     options : ServiceOptions, optional
         Limits and timeouts.
     state_path : str, optional
@@ -120,6 +123,8 @@ class AllocoptServer:
     token : str, optional
         The bearer token every request but the documentation must carry. Required
         when ``address`` is not a loopback address.
+    profiles : str, optional
+        Directory of the application profiles elastic jobs may name (default: Sia's shipped profiles).
     quiet : bool, default True
         No access log (uvicorn's ``INFO`` lines) on stderr.
 
@@ -131,9 +136,9 @@ class AllocoptServer:
         When the address cannot be bound (e.g. the port is in use).
     """
 
-    def __init__(self, address: tuple[str, int] = ("127.0.0.1", 0), engine: Engine | None = None, *,
-                 options: ServiceOptions | None = None, state_path: str | None = None, token: str | None = None,
-                 quiet: bool = True):
+    def __init__(self, address: tuple[str, int] = ("127.0.0.1", 0), engine: Engine | GoodputEngine | None = None,
+                 *, options: ServiceOptions | None = None, state_path: str | None = None, token: str | None = None,
+                 quiet: bool = True, profiles: str | None = None):
         host, port = address
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise InvalidOptionError(f"port must be an integer in [0, 65535], got {port!r}")
@@ -141,7 +146,7 @@ class AllocoptServer:
             raise InvalidOptionError(f"serving on {host}, which is not a loopback address, needs a bearer token "
                                      "(--token-file FILE); without one, serve on 127.0.0.1 or ::1")
         self.options = options or ServiceOptions()
-        self.service = Service(engine, options=self.options, state_path=state_path, token=token)
+        self.service = Service(engine, options=self.options, state_path=state_path, token=token, profiles=profiles)
         self.socket = _bind(host, port, self.options.backlog)
         protocol = type("Protocol", (_Protocol,), {"header_timeout_s": self.options.header_timeout_s,
                                                    "write_timeout_s": self.options.body_timeout_s})
@@ -168,12 +173,12 @@ class AllocoptServer:
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     @property
-    def engine(self) -> Engine | None:
-        """The engine of the ``/engine`` endpoints."""
+    def engine(self) -> Engine | GoodputEngine | None:
+        """The engine of the ``/engine`` endpoints, or the goodput engine of the ``/elastic`` ones."""
         return self.service.engine
 
     @engine.setter
-    def engine(self, engine: Engine | None) -> None:
+    def engine(self, engine: Engine | GoodputEngine | None) -> None:
         self.service.engine = engine
 
     def serve_forever(self) -> None:
@@ -217,16 +222,17 @@ def _bind(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, engine: Engine | None = None, *,
+def serve(host: str = "127.0.0.1", port: int = 8000, engine: Engine | GoodputEngine | None = None, *,
           options: ServiceOptions | None = None, state_path: str | None = None, token: str | None = None,
-          quiet: bool = False, announce: Callable[[str], None] | None = None) -> None:
+          quiet: bool = False, announce: Callable[[str], None] | None = None, profiles: str | None = None) -> None:
     """Run the service in this thread until interrupted (see :class:`AllocoptServer`).
 
     ``announce`` receives "allocopt: serving on URL" once the socket is bound, and "allocopt: stopped"
     (default: the ``allocopt.server`` logger at INFO; ``allocopt serve`` prints them on stderr).
     """
     say = announce or logger.info
-    server = AllocoptServer((host, port), engine, options=options, state_path=state_path, token=token, quiet=quiet)
+    server = AllocoptServer((host, port), engine, options=options, state_path=state_path, token=token, quiet=quiet,
+                            profiles=profiles)
     if not quiet:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     say(f"allocopt: serving on {server.url}")

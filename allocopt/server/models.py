@@ -318,3 +318,176 @@ class Error(_Model):
     error: Str
     type: Str
     field: Str | None
+
+
+# ----- elastic jobs under a goodput policy (``/elastic``; schema "goodput_engine_state") ------------------------------
+Limit = Annotated[int, Strict(), Field(ge=1, le=2 ** 31)]
+
+
+class ElasticSpec(_Model):
+    """An elastic job's batch and replica limits (:class:`allocopt.runtime.elastic.ElasticSpec`, the job file's keys)."""
+
+    batch_size: Limit
+    application: Str | None = None
+    max_batch_size: Limit | None = None
+    min_local_bsz: Limit | None = None
+    max_local_bsz: Limit | None = None
+    min_replicas: Limit = 1
+    max_replicas: Limit | None = None
+    seed_profile: Str | None = None
+    restart_delay_s: Positive | None = None
+    lr_scaling: Literal["adascale", "linear", "sqrt", "none"] = "adascale"
+    total_samples: Annotated[int, Strict(), Field(ge=1, le=2 ** 53)] | None = None
+
+
+class ElasticJob(ElasticSpec):
+    """``POST /elastic/jobs``: an elastic job, its id and the GPU types it may use (default all);
+    ``seed_profile`` (a file) cannot be given over HTTP: report its step times instead."""
+
+    id: JobId
+    gpu_types: Annotated[list[Str], Field(min_length=1)] | None = None
+
+
+class StepTime(_Model):
+    """``POST /elastic/jobs/{id}/step_time``: a measured step time at (nodes, replicas, micro-batch) of a GPU type:
+    ``compute_s`` of one micro-batch's forward and backward pass, ``iter_s`` of an iteration without
+    gradient accumulation (compute plus gradient synchronization; at least ``compute_s``)."""
+
+    gpu_type: Str
+    num_nodes: PositiveInt = 1
+    replicas: PositiveInt = 1
+    local_bsz: PositiveInt
+    compute_s: Positive
+    iter_s: Positive
+
+
+class StepTimeMean(_Model):
+    """The mean of the step times measured at one point (the answer to a step time report)."""
+
+    gpu_type: Str
+    num_nodes: PositiveInt
+    replicas: PositiveInt
+    local_bsz: PositiveInt
+    compute_s: Positive
+    iter_s: Positive
+    count: PositiveInt
+
+
+class LearnedStepTime(StepTimeMean):
+    """A measured point and the iteration time the job's fitted model predicts there (null in job lists)."""
+
+    predicted_iter_s: Positive | None
+
+
+class Gradient(_Model):
+    """``POST /elastic/jobs/{id}/gradient``: gradient statistics at the job's initial batch size, as AdaptDL
+    measures them (noise scale ``batch_size * grad_var / grad_sqr``); not both 0."""
+
+    grad_sqr: NonNegative
+    grad_var: NonNegative
+
+
+class ElasticJobState(ElasticJob):
+    """An elastic job as added, and what the engine holds for it."""
+
+    gpu_types: list[Str]
+    throughputs: PerType
+    batch: BatchSettings | None
+    gpu_ids: list[Count]
+    restarts: Count
+    samples_done: Count
+    gradient: Gradient | None
+    step_times: list[LearnedStepTime]
+
+
+class ElasticJobList(_Model):
+    jobs: list[ElasticJobState]
+    round_index: Count
+
+
+class ElasticRemoved(_Model):
+    removed: JobId
+    round_index: Count
+
+
+class ElasticConfig(_Model):
+    """``POST /elastic``: a goodput engine (or a :class:`GoodputEngineState` to restore); the options are
+    :class:`allocopt.runtime.elastic.GoodputOptions`'."""
+
+    cluster: Cluster
+    policy: Str = "sia"
+    round_seconds: Positive = 60.0
+    policy_options: dict[str, Any] = Field(default_factory=dict, description=(
+        "Options of the policy (sia: p, lambda_n, lambda_a...), the planner's backend and packed_placement, and the "
+        "solve keywords time_limit_s, mip_gap, threads."))
+    explore_types: StrictBool = True
+    explore_replicas: StrictBool = True
+    batch_tolerance: NonNegative = 0.05
+    max_nodes: PositiveInt | None = None
+    refit_budget_s: NonNegative = 0.25
+
+
+class ElasticNextRound(_Model):
+    """``POST /elastic/rounds/next``: no fields (an empty body is ``{}``); the round is the engine's ``round_seconds``."""
+
+
+class ElasticMetrics(_Model):
+    """What an elastic job last reported (:func:`allocopt.runtime.client.report`)."""
+
+    grad_sqr: NonNegative | None = None
+    grad_var: NonNegative | None = None
+    sync_time: NonNegative | None = None
+
+
+class ElasticRoundResult(RoundResult):
+    """What one elastic job did in a round: its steady-state ``measured_steps_per_s`` at the lease's batch
+    becomes a step time, its ``metrics`` gradient statistics and synchronization time."""
+
+    metrics: ElasticMetrics = None
+
+
+class ElasticRoundRecorded(_Model):
+    round_index: Count
+    recorded: Count
+
+
+class GoodputOptionsState(_Model):
+    policy_options: dict[str, Any]
+    explore_types: StrictBool
+    explore_replicas: StrictBool
+    batch_tolerance: NonNegative
+    max_nodes: PositiveInt | None
+    refit_budget_s: NonNegative
+
+
+Point = Annotated[list[PositiveInt], Field(min_length=3, max_length=3)]
+
+
+class GoodputJobState(_Model):
+    id: JobId
+    spec: ElasticSpec
+    submitted: NonNegative
+    gpu_types: list[Str]
+    measured: list[tuple[Str, Point, Positive, Positive, PositiveInt]]
+    grad: Annotated[list[NonNegative], Field(min_length=2, max_length=2)] | None
+    most_gpus: Count
+    restarts: Count
+    started: StrictBool
+    restart_s: NonNegative | None
+    steps_per_s: PerType
+    samples_done: Count
+    steps_at: Count
+    last_batch: PositiveInt | None
+
+
+class GoodputEngineState(_Model):
+    """A goodput engine's state document (``GET /elastic``, :meth:`allocopt.runtime.elastic.GoodputEngine.to_json`)."""
+
+    format: Literal["allocopt-goodput-engine"]
+    format_version: Literal[1]
+    policy: Str
+    round_seconds: Positive
+    round_index: Count
+    cluster: Cluster
+    options: GoodputOptionsState
+    jobs: list[GoodputJobState]

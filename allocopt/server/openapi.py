@@ -33,8 +33,9 @@ def openapi_document(operations: Iterable[Any]) -> dict[str, Any]:
     def response(status: int, kind: Any) -> dict[str, Any]:
         return {"description": HTTPStatus(status).phrase, "content": {"application/json": {"schema": schema_of(kind)}}}
 
-    for document in (models.Problem, models.Allocation, models.RoundPlan, models.EngineState):
-        schema_of(document)  # the four documents of allocopt.schemas, whether or not an endpoint names them
+    for document in (models.Problem, models.Allocation, models.RoundPlan, models.EngineState,
+                     models.GoodputEngineState):
+        schema_of(document)  # the documents of allocopt.schemas, whether or not an endpoint names them
     paths: dict[str, dict[str, Any]] = {}
     for op in operations:
         operation: dict[str, Any] = {"summary": op.summary, "operationId": op.handler.__name__,
@@ -44,7 +45,7 @@ def openapi_document(operations: Iterable[Any]) -> dict[str, Any]:
             operation["parameters"] = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
                                        for n in names]
         if op.body is not None:
-            operation["requestBody"] = {"required": op.path != "/engine/rounds/next",
+            operation["requestBody"] = {"required": not op.path.endswith("/rounds/next"),
                                         "content": {"application/json": {"schema": schema_of(op.body)}}}
         responses = {str(status): response(status, kind) for status, kind in op.responses.items()}
         responses.setdefault("200", {"description": "OK"})
@@ -56,7 +57,8 @@ def openapi_document(operations: Iterable[Any]) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "allocopt service", "version": __version__,
                  "description": "Allocation of heterogeneous GPU clusters among jobs: a stateless solve and a "
-                                "shared allocation engine. Errors are {\"error\", \"type\", \"field\"}. With "
+                                "shared allocation engine, of rigid jobs (/engine) or of elastic jobs under a "
+                                "goodput policy (/elastic). Errors are {\"error\", \"type\", \"field\"}. With "
                                 "--token-file, every endpoint but the documentation needs a bearer token."},
         "paths": paths,
         "components": {"schemas": dict(sorted(components.items())),
