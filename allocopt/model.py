@@ -2,7 +2,7 @@
 
 A :class:`Model` holds variable blocks (an n-dimensional array of columns each,
 with bounds and integrality), constraint blocks (``row_lb <= A x <= row_ub``
-with ``A`` a scipy.sparse CSR matrix), and a linear objective. Formulations are
+with ``A`` a compressed-row matrix, :class:`allocopt.csr.CSR`), and a linear objective. Formulations are
 written with array-shaped linear expressions so they read like their math::
 
     m = Model()
@@ -19,22 +19,17 @@ flattens everything into the arrays every backend reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, Union
 
 import numpy as np
-import scipy.sparse as sp
 
+from allocopt.csr import CSR, vstack
 from allocopt.errors import InvalidOptionError
 
 VarKind = Literal["continuous", "integer", "binary"]
 ArrayLike = Union[float, int, np.ndarray]
 Operand = Union["LinExpr", ArrayLike]
-
-
-def _pad_cols(A: sp.csr_matrix, n_cols: int) -> sp.csr_matrix:
-    if A.shape[1] == n_cols:
-        return A
-    return sp.csr_matrix((A.data, A.indices, A.indptr), shape=(A.shape[0], n_cols))
 
 
 class LinExpr:
@@ -50,14 +45,14 @@ class LinExpr:
     __array_ufunc__ = None  # make `ndarray <= expr` defer to LinExpr
     __hash__ = None  # type: ignore[assignment]  # == builds a constraint
 
-    def __init__(self, A: sp.csr_matrix, const: np.ndarray, shape: tuple[int, ...]):
+    def __init__(self, A: CSR, const: np.ndarray, shape: tuple[int, ...]):
         self._A = A
         self.const = const
         self.shape = tuple(shape)
 
     @property
-    def A(self) -> sp.csr_matrix:
-        """Coefficient matrix of shape (size, n_columns_at_creation)."""
+    def A(self) -> CSR:
+        """Coefficient matrix of shape (size, n_columns_at_creation); ``.to_scipy()`` gives it as scipy.sparse."""
         return self._A
 
     @property
@@ -76,7 +71,7 @@ class LinExpr:
     # ----- shape manipulation -------------------------------------------------
     def _take(self, flat_index: np.ndarray, shape: tuple[int, ...]) -> LinExpr:
         flat_index = np.asarray(flat_index, dtype=np.int64).ravel()
-        return LinExpr(self.A[flat_index], self.const[flat_index], shape)
+        return LinExpr(self.A.take_rows(flat_index), self.const[flat_index], shape)
 
     def broadcast_to(self, shape: tuple[int, ...]) -> LinExpr:
         """The expression broadcast to ``shape`` (numpy rules)."""
@@ -121,15 +116,15 @@ class LinExpr:
         # summing matrix straight in CSR: row r sums the self.size / n_out entries listed for output r
         per_row = self.size // n_out if n_out else 0
         indptr = np.arange(n_out + 1, dtype=np.int64) * per_row
-        S = sp.csr_matrix((np.ones(self.size), order, indptr), shape=(n_out, self.size))
-        return LinExpr(S @ self.A, S @ self.const, out_shape)
+        S = CSR(np.ones(self.size), order, indptr, (n_out, self.size))
+        return LinExpr(self.A.combine_rows(S), S @ self.const, out_shape)
 
     def __rmatmul__(self, matrix: Any) -> LinExpr:
         """``M @ expr`` for a (sparse or dense) matrix ``M`` and a 1-D expression."""
         if self.ndim != 1:
             raise TypeError("M @ expr needs a 1-D expression; use .ravel() first")
-        M = sp.csr_matrix(matrix, dtype=np.float64)
-        return LinExpr((M @ self.A).tocsr(), M @ self.const, (M.shape[0],))
+        M = CSR.from_any(matrix)
+        return LinExpr(self.A.combine_rows(M), M @ self.const, (M.shape[0],))
 
     def dot(self, coefficients: ArrayLike) -> LinExpr:
         """``sum(self * coefficients)`` as a scalar expression."""
@@ -145,7 +140,7 @@ class LinExpr:
         shape = np.broadcast_shapes(self.shape, other.shape)
         a, b = self.broadcast_to(shape), other.broadcast_to(shape)
         n_cols = max(a.A.shape[1], b.A.shape[1])
-        return LinExpr((_pad_cols(a.A, n_cols) + _pad_cols(b.A, n_cols)).tocsr(), a.const + b.const, shape)
+        return LinExpr(a.A.with_columns(n_cols) + b.A.with_columns(n_cols), a.const + b.const, shape)
 
     __radd__ = __add__
 
@@ -165,13 +160,7 @@ class LinExpr:
         shape = np.broadcast_shapes(self.shape, coef.shape)
         e = self.broadcast_to(shape)
         coef = np.broadcast_to(coef, shape).ravel()
-        data = e.A.data * np.repeat(coef, np.diff(e.A.indptr))
-        if coef.all():  # same sparsity: share the index arrays
-            A = sp.csr_matrix((data, e.A.indices, e.A.indptr), shape=e.A.shape)
-        else:
-            A = sp.csr_matrix((data, e.A.indices.copy(), e.A.indptr.copy()), shape=e.A.shape)
-            A.eliminate_zeros()
-        return LinExpr(A, e.const * coef, shape)
+        return LinExpr(e.A.scale_rows(coef), e.const * coef, shape)
 
     __rmul__ = __mul__
 
@@ -206,9 +195,7 @@ class Variable(LinExpr):
 
     def __init__(self, name: str, shape: tuple[int, ...], start: int, kind: VarKind):
         size = int(np.prod(shape, dtype=np.int64))
-        A = sp.csr_matrix((np.ones(size), np.arange(start, start + size),
-                           np.arange(size + 1)), shape=(size, start + size))
-        super().__init__(A, np.zeros(size), shape)
+        super().__init__(CSR.identity_block(size, start), np.zeros(size), shape)
         self.name = name
         self.start = start
         self.kind = kind
@@ -235,11 +222,12 @@ class Constraint:
 class CompiledModel:
     """The flat arrays a backend reads: ``min/max c @ x + offset`` subject to
     ``row_lb <= A x <= row_ub`` and ``col_lb <= x <= col_ub``, with
-    ``integrality[k]`` true for integer columns."""
+    ``integrality[k]`` true for integer columns. ``matrix`` holds ``A`` as numpy arrays (what HiGHS
+    reads); :attr:`A` gives it as a scipy.sparse CSR matrix."""
 
     c: np.ndarray
     offset: float
-    A: sp.csr_matrix
+    matrix: CSR
     row_lb: np.ndarray
     row_ub: np.ndarray
     col_lb: np.ndarray
@@ -250,6 +238,11 @@ class CompiledModel:
     constraints: dict[str, tuple[slice, tuple[int, ...]]]
     name: str = "allocopt"
 
+    @cached_property
+    def A(self):
+        """The constraint matrix as a ``scipy.sparse.csr_matrix`` (scipy imported on first use)."""
+        return self.matrix.to_scipy()
+
     @property
     def num_cols(self) -> int:
         """Number of columns (variables)."""
@@ -258,7 +251,7 @@ class CompiledModel:
     @property
     def num_rows(self) -> int:
         """Number of rows (constraints)."""
-        return self.A.shape[0]
+        return self.matrix.shape[0]
 
     @property
     def is_mip(self) -> bool:
@@ -355,19 +348,18 @@ class Model:
                 integrality[var.columns] = True
         blocks, row_lb, row_ub, constraints, row = [], [], [], {}, 0
         for name, con in self.constraints.items():
-            blocks.append(_pad_cols(con.expr.A, n))
+            blocks.append(con.expr.A.with_columns(n))
             row_lb.append(con.lb - con.expr.const)
             row_ub.append(con.ub - con.expr.const)
             constraints[name] = (slice(row, row + con.expr.size), con.expr.shape)
             row += con.expr.size
-        A = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, n))
         if self.objective is None:
             c, offset = np.zeros(n), 0.0
         else:
-            c = np.asarray(_pad_cols(self.objective.A, n).todense()).ravel()
+            c = self.objective.A.with_columns(n).to_dense().ravel()
             offset = float(self.objective.const[0])
         return CompiledModel(
-            c=c, offset=offset, A=sp.csr_matrix(A, dtype=np.float64),
+            c=c, offset=offset, matrix=vstack(blocks, n),
             row_lb=np.concatenate(row_lb) if row_lb else np.zeros(0),
             row_ub=np.concatenate(row_ub) if row_ub else np.zeros(0),
             col_lb=col_lb, col_ub=col_ub, integrality=integrality, sense=self.sense,

@@ -140,7 +140,7 @@ def is_feasible(model: CompiledModel, x: np.ndarray, tol: float = 1e-6) -> bool:
     x = np.asarray(x, dtype=np.float64)
     if x.shape != (model.num_cols,) or not np.isfinite(x).all():
         return False
-    ax = model.A @ x
+    ax = model.matrix @ x
     return bool(np.all(x >= model.col_lb - tol) and np.all(x <= model.col_ub + tol)
                 and np.all(ax >= model.row_lb - tol * np.maximum(1.0, np.abs(model.row_lb)))
                 and np.all(ax <= model.row_ub + tol * np.maximum(1.0, np.abs(model.row_ub)))

@@ -208,10 +208,10 @@ class HighsBackend(Backend):
         # The array overload of passModel reads the numpy buffers directly; filling a
         # HighsLp's attributes converts them element by element (3x slower at 10^5 columns).
         status = h.passModel(
-            model.num_cols, model.num_rows, model.A.nnz, int(highspy.MatrixFormat.kRowwise),
+            model.num_cols, model.num_rows, model.matrix.nnz, int(highspy.MatrixFormat.kRowwise),
             int(highspy.ObjSense.kMinimize), model.offset, model.c, model.col_lb, model.col_ub,
-            model.row_lb, model.row_ub, model.A.indptr.astype(np.int32), model.A.indices.astype(np.int32),
-            model.A.data, model.integrality.astype(np.int32))  # 1 = HighsVarType.kInteger
+            model.row_lb, model.row_ub, model.matrix.indptr.astype(np.int32),
+            model.matrix.indices.astype(np.int32), model.matrix.data, model.integrality.astype(np.int32))  # 1 = HighsVarType.kInteger
         if status == highspy.HighsStatus.kError:
             raise SolverError("HiGHS rejected the model (passModel returned an error); "
                               "check for NaN coefficients or inconsistent bounds")

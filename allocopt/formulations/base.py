@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.sparse as sp
 
 from allocopt.allocation import Allocation, Timings
 from allocopt.backends import SolveOptions, solve_model
@@ -220,6 +219,8 @@ def base_model(problem: Problem, *, name: str, space_sharing: bool = False,
         usable = (PT.sum(axis=2) > 0) & (pair_scale[:, None] <= problem.capacity[None, :])
         P = model.add_variable("P", (m, k), lb=0.0, ub=np.where(usable, np.inf, 0.0))
         cols = np.arange(m)
+        import scipy.sparse as sp  # only with pairs: scipy costs a fresh process 0.1 s to import
+
         first = sp.csr_matrix((np.ones(m), (pairs[:, 0], cols)), shape=(n, m))
         second = sp.csr_matrix((np.ones(m), (pairs[:, 1], cols)), shape=(n, m))
         pair_time = P.sum(axis=1)

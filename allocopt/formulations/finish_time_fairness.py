@@ -420,7 +420,7 @@ class FinishTimeFairness(Policy):
         x = cp.Variable(model.num_cols, bounds=[model.col_lb, model.col_ub])
         rho = cp.Variable()
         has_ub, has_lb = np.isfinite(model.row_ub), np.isfinite(model.row_lb)
-        E = e.A[np.flatnonzero(active)]
+        E = e.A.take_rows(np.flatnonzero(active)).to_scipy()
         finish = (cp.multiply(steps[active] / isolated_finish[active],
                               cp.inv_pos(E @ x[:E.shape[1]] + e.const[active]))
                   + started[active] / isolated_finish[active])

@@ -29,7 +29,6 @@ import weakref
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, PolicyResult, clean_matrix
@@ -224,6 +223,8 @@ class TypeModel:
         self.Q = self.model.add_variable("Q", (m, problem.cluster.num_gpu_types), lb=0.0,
                                          ub=np.where(self.usable[self.chosen], np.inf, 0.0))
         cols = np.arange(m)
+        import scipy.sparse as sp  # only with pairs: scipy costs a fresh process 0.1 s to import
+
         first_member = sp.csr_matrix((1.0 / self.count[pairs[:, 0]], (pairs[:, 0], cols)), shape=(n_types, m))
         second_member = sp.csr_matrix((1.0 / self.count[pairs[:, 1]], (pairs[:, 1], cols)), shape=(n_types, m))
         self.time = self.time + (first_member + second_member) @ self.Q.sum(axis=1)

@@ -48,8 +48,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-import scipy.sparse as sp
 
+from allocopt.csr import CSR
 from allocopt.errors import InfeasibleError, InvalidOptionError, InvalidProblemError
 from allocopt.formulations.base import AllocationModel, ModelSolver, Policy, PolicyResult, base_model
 from allocopt.formulations.gavel_programs import gavel_program, require_cvxpy
@@ -165,10 +165,10 @@ class SpeedupLP:
         row = rate * unit
         values = np.minimum(self._values, 1e6 * row[self._entry_job]) if self.capped else self._values
         scaled = values * (1.0 / row[self._entry_job])  # as LinExpr divides: bit for bit the model built anew
-        A = self.compiled.A
+        A = self.compiled.matrix
         data = A.data.copy()
         data[self._span.start + self._entries] = scaled
-        return dataclasses.replace(self.compiled, A=sp.csr_matrix((data, A.indices, A.indptr), shape=A.shape)), unit
+        return dataclasses.replace(self.compiled, matrix=CSR(data, A.indices, A.indptr, A.shape)), unit
 
 
 def max_speedup(problem: Problem, solver: ModelSolver, rate: np.ndarray, *, name: str,

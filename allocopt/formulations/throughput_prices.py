@@ -41,8 +41,8 @@ import time
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
+from allocopt.csr import CSR
 from allocopt.formulations.base import ModelSolver, PolicyResult, clean_matrix
 from allocopt.formulations.cutting_planes import CuttingPlaneModel, box_step_minimize
 from allocopt.formulations.price_decomposition import (LP_OPTIONS, MAX_EXPLICIT_FRACTION, MIN_JOBS_TO_GIVE_UP,
@@ -138,13 +138,15 @@ def _restricted_lp(jobs: ThroughputPrices, explicit: np.ndarray, fixed: np.ndarr
     capacity = np.where(jobs.capacity > 0, jobs.capacity, 1.0)
     cells = np.arange(m * k)  # column i * k + j: X of the i-th explicit job on type j; then z
     share = np.repeat(jobs.scale[explicit], k) / np.tile(capacity, m)
+    import scipy.sparse as sp  # at scale only: scipy costs a fresh process 0.1 s to import
+
     time_rows = sp.csr_matrix((np.ones(m * k), cells, np.arange(0, m * k + 1, k)), shape=(m, m * k + k))
     capacity_rows = sp.csr_matrix((np.r_[share, use / capacity], (np.r_[np.tile(np.arange(k), m), np.arange(k)],
                                                                   np.r_[cells, m * k + np.arange(k)])),
                                   shape=(k, m * k + k))
     model = CompiledModel(
         c=np.r_[jobs.value[explicit].ravel(), worth], offset=0.0,
-        A=sp.vstack([time_rows, capacity_rows], format="csr"),
+        matrix=CSR.from_any(sp.vstack([time_rows, capacity_rows], format="csr")),
         row_lb=np.full(m + k, -np.inf), row_ub=np.r_[np.ones(m), jobs.capacity / capacity],
         col_lb=np.zeros(m * k + k), col_ub=np.r_[np.where(jobs.runnable[explicit], np.inf, 0.0).ravel(),
                                                  np.where(use > 0, 1.0, 0.0)],

@@ -136,6 +136,7 @@ import scipy.sparse as sp
 
 from allocopt.backends import RawResult, SolveOptions, solve_model
 from allocopt.backends.glpk import GlpkExactBackend
+from allocopt.csr import CSR
 from allocopt.errors import SolverError
 from allocopt.formulations.base import AllocationModel, ModelSolver, base_model
 from allocopt.model import CompiledModel, LinExpr
@@ -232,7 +233,7 @@ def _equilibrated(model: CompiledModel) -> tuple[CompiledModel, np.ndarray, np.n
     rows = power(A.max(axis=1).toarray().ravel())
     cols = power((sp.diags(1.0 / rows) @ A).max(axis=0).toarray().ravel())
     A = (sp.diags(1.0 / rows) @ model.A @ sp.diags(1.0 / cols)).tocsr()
-    return replace(model, A=A, row_lb=model.row_lb / rows, row_ub=model.row_ub / rows, col_lb=model.col_lb * cols,
+    return replace(model, matrix=CSR.from_any(A), row_lb=model.row_lb / rows, row_ub=model.row_ub / rows, col_lb=model.col_lb * cols,
                    col_ub=model.col_ub * cols, c=model.c / cols), rows, cols
 
 
@@ -361,7 +362,7 @@ class _Lps:
         ``tau`` fixed, for row scales ``rows``, tau's coefficients ``weight`` and right-hand sides ``rhs``;
         ``d_i = 1`` raises job ``i`` by ``IMPROVEMENT raise_unit_i`` (default: its row scale)."""
         tpl = self.template
-        data = tpl.A.data.copy()
+        data = tpl.matrix.data.copy()
         level = data[self.entries]
         level[self.on_n] /= rows[self.entry_job[self.on_n]]
         level[self.on_tau] = -weight[self.entry_job[self.on_tau]]
@@ -378,8 +379,8 @@ class _Lps:
             col_lb[self.tau_col] = col_ub[self.tau_col] = tau
             col_ub[self.d_cols] = candidates
             c[self.d_cols] = 1.0
-        A = sp.csr_matrix((data, tpl.A.indices, tpl.A.indptr), shape=tpl.A.shape)
-        return replace(tpl, A=A, row_lb=row_lb, col_lb=col_lb, col_ub=col_ub, c=c)
+        A = CSR(data, tpl.matrix.indices, tpl.matrix.indptr, tpl.matrix.shape)
+        return replace(tpl, matrix=A, row_lb=row_lb, col_lb=col_lb, col_ub=col_ub, c=c)
 
     def solve(self, model: CompiledModel, refine: bool = False, dual: bool = False) -> Solution:
         """Solve ``model``, whatever the status; with ``refine``, an optimal point not proved within ``EXACT``
@@ -445,7 +446,7 @@ class _Lps:
         else:
             A = model.A.copy()
             A.eliminate_zeros()
-            stripped = replace(model, A=A)
+            stripped = replace(model, matrix=CSR.from_any(A))
             # where the tight tolerances fail, the solver's own, then the model equilibrated here (HiGHS
             # behind scipy and cvxpy found optima on it that it missed on the model as it is), then the
             # backend's _last_retries
@@ -566,8 +567,8 @@ class _HighsSession:
 
     def _change(self, new: CompiledModel) -> None:
         h, old = self.handle, self.last
-        A = new.A
-        changed = np.flatnonzero(A.data != old.A.data)
+        A = new.matrix
+        changed = np.flatnonzero(A.data != old.matrix.data)
         rows = np.searchsorted(A.indptr, changed, side="right") - 1
         for row, col, value in zip(rows.tolist(), A.indices[changed].tolist(), A.data[changed].tolist()):
             h.changeCoeff(row, col, value)  # (HiGHS has no call for many coefficients at once)

@@ -16,9 +16,9 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from allocopt.backends import BACKENDS, Backend, SolveOptions, get_backend, solve_model
+from allocopt.csr import CSR
 from allocopt.errors import (BackendNotInstalledError, InvalidOptionError,
                              LicenseLimitError, UnknownBackendError)
 from allocopt.model import CompiledModel, Constraint, Model
@@ -234,7 +234,7 @@ def test_model_without_columns(backend: Backend) -> None:
 @pytest.mark.parametrize("row_lb, row_ub, status",
                          [(-1.0, 1.0, Status.OPTIMAL), (1.0, 2.0, Status.INFEASIBLE)])
 def test_rows_without_columns(backend: Backend, row_lb: float, row_ub: float, status: Status) -> None:
-    model = replace(Model().compile(), A=sp.csr_matrix((1, 0)), row_lb=np.array([row_lb]),
+    model = replace(Model().compile(), matrix=CSR.empty(1, 0), row_lb=np.array([row_lb]),
                     row_ub=np.array([row_ub]), constraints={"empty": (slice(0, 1), (1,))})
     assert _solve(backend, model).status is status
 
