@@ -194,7 +194,7 @@ def test_no_jobs_and_no_gain():
 
 @pytest.mark.parametrize("backend", ["highs", "gurobi"])
 def test_relaxation_first_equals_the_whole_milp(backend):
-    """The default path (the relaxation over shapes, then placement) reaches the whole MILP's optimum,
+    """The default path (the MILP over groups of nodes) reaches the whole MILP's optimum,
     on 8 jobs on 4 nodes of 4 GPUs where jobs spanning nodes compete for whole nodes."""
     if get_backend(backend).unavailable_reason():
         pytest.skip(get_backend(backend).unavailable_reason())
@@ -210,7 +210,7 @@ def test_relaxation_first_equals_the_whole_milp(backend):
                                 restart_factor=rng.uniform(0.5, 1.0, n))
         fast = allocopt.solve(problem, "pollux", backend=backend)
         whole = allocopt.solve(problem, "pollux", backend=backend, relaxation_first=False)
-        assert fast.extras["candidates"] >= 1 and fast.extras["mip_gap"] == 0.0
+        assert fast.status is Status.OPTIMAL and fast.extras["mip_gap"] == 0.0
         assert fast.objective == pytest.approx(whole.objective, rel=1e-7), trial
         check_feasible(fast)
 
@@ -307,3 +307,38 @@ def test_identical_jobs_are_merged_without_changing_the_optimum():
     assert fast.extras["job_classes"] == 4
     assert fast.objective == pytest.approx(whole.objective, rel=1e-7)
     check_feasible(fast)
+
+
+def grouped_case(seed: int, aware: bool) -> PolluxProblem:
+    """Jobs on 5 nodes (of 4 and 3 GPUs per type), some copies of each other, previous allocations
+    that share nodes and span nodes, node limits of 2-3."""
+    rng = np.random.default_rng(seed)
+    n, R = 7, 8
+    r = np.arange(R + 1)
+    kinds = (r[None, None, None, :] / 2.0) ** rng.uniform(0.4, 0.95, (3, 2 if aware else 1, 1, 1)) \
+        * np.array([1.0, 0.85])[None, None, :, None]
+    S = kinds[np.r_[rng.integers(0, 3, 4), 0, 0, 1]]  # jobs 4 and 5 are copies
+    cluster = Cluster({"a": 11, "b": 7}, gpus_per_node=4)  # a: 4, 4, 3; b: 4, 3
+    previous = np.zeros((n, 5), dtype=int)
+    previous[0, 0], previous[1, 0] = 2, 1  # two keepers on one node
+    previous[2, 1], previous[2, 2] = 2, 1  # a keeper spanning two nodes
+    previous[3, 3], previous[3, 4] = 1, 2  # one on the other type
+    factor = np.r_[rng.uniform(0.6, 1.0, 4), 0.9, 0.9, 0.9]
+    return PolluxProblem(S, cluster, previous=previous, restart_factor=factor, max_nodes=int(rng.integers(2, 4)))
+
+
+@pytest.mark.parametrize("aware", [False, True])
+def test_groups_of_nodes_give_the_per_node_optimum(aware):
+    """The MILP over groups of nodes (arc flows, no variable per job and node) reaches the per-node
+    MILP's optimum, with shared and spanning previous allocations, copies of jobs and mixed node sizes."""
+    for seed in range(4):
+        problem = grouped_case(seed, aware)
+        fast = allocopt.solve(problem, "pollux")
+        whole = allocopt.solve(problem, "pollux", relaxation_first=False)
+        assert fast.status is Status.OPTIMAL and fast.extras["mip_gap"] == 0.0
+        assert fast.extras["job_classes"] < problem.num_jobs  # copies merge into classes
+        assert fast.objective == pytest.approx(whole.objective, rel=1e-9), (seed, aware)
+        assert fitness(problem, fast.replicas) == pytest.approx(fast.objective, rel=1e-12)
+        check_feasible(fast)
+        if aware:
+            assert all(len(set(problem.node_type[row > 0])) <= 1 for row in fast.replicas)

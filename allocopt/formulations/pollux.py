@@ -41,7 +41,8 @@ with ``z, k, u`` binary, ``y`` integer and ``d`` in ``[0, 1]``. A shape is built
 where it beats every shape of the same job, type and spread with fewer
 replicas (else that one uses fewer GPUs on the same nodes and is no worse)
 and beats idling. The MILP is solved to zero gap unless ``mip_gap`` is given;
-``extras["mip_gap"]`` is the proven gap.
+``extras["mip_gap"]`` is the proven gap. By default the same optimum comes from an
+equivalent MILP without per-node variables (:mod:`allocopt.formulations.pollux_groups`).
 
 **Genetic** (``technique="genetic"``, :mod:`allocopt.formulations.pollux_genetic`):
 Pollux's own NSGA-II search over allocation matrices, seeded.
@@ -96,8 +97,9 @@ class Pollux(Policy):
         Allocations (k, n_jobs, n_nodes) the genetic search starts from besides the
         previous allocation (Pollux carries its last population over rounds).
     relaxation_first : bool, default True
-        Solve the relaxation over shapes first and place its optimum
-        (:func:`solve_by_shapes`); False solves the whole MILP over shapes and nodes.
+        Solve the MILP over groups of identical nodes with continuous flows first, then fix its
+        decisions and find integer flows (:func:`allocopt.formulations.pollux_groups.solve_by_groups`,
+        exact, no variable per job and node); False solves the MILP over shapes and nodes below.
     """
 
     name = "pollux"
@@ -119,7 +121,10 @@ class Pollux(Policy):
             return PolicyResult(replicas.astype(np.float64), fitness(problem, replicas, p, scale, epsilon),
                                 Status.APPROXIMATE,
                                 message="Pollux's genetic search (no optimality proof).", extras=extras)
-        exact = solve_by_shapes if relaxation_first else solve_exact
+        if relaxation_first:
+            from allocopt.formulations.pollux_groups import solve_by_groups as exact
+        else:
+            exact = solve_exact
         replicas, extras, status, message = exact(problem, solver, p, scale, epsilon)
         return PolicyResult(replicas.astype(np.float64), fitness(problem, replicas, p, scale, epsilon), status,
                             message=message, extras=extras)
@@ -344,296 +349,3 @@ def _replicas(problem: PolluxProblem, pj: np.ndarray, pn: np.ndarray, y: np.ndar
     if np.any(replicas.sum(axis=0) > problem.node_gpus):
         raise SolverError("pollux: the solver's answer overfills a node (numerical trouble); try another backend")
     return replicas
-
-
-# ----- shapes first: an aggregate relaxation, then placement ---------------------------------
-
-def _groups(problem: PolluxProblem) -> tuple[np.ndarray, int]:
-    """Group of each node (its type in an aware problem, else 0) and the number of groups."""
-    if problem.speedup.shape[1] > 1:
-        return problem.node_type, problem.cluster.num_gpu_types
-    return np.zeros(problem.num_nodes, dtype=np.int64), 1
-
-
-def aggregate_model(problem: PolluxProblem, c: _Choices, size: np.ndarray | None = None,
-                    keeper_rows: np.ndarray | None = None) -> Model:
-    """The relaxation over shapes only: per group of nodes, GPUs within capacity, nodes of jobs
-    spanning several within the node count, and an arc-flow packing of the group's nodes
-    (:func:`_arc_flow`; exact for single-node jobs). Every placement satisfies it.
-
-    With ``size``, ``c.job`` and ``c.keepers`` index *classes* of identical jobs (``size`` jobs
-    each; :func:`job_classes`) and ``z`` counts the class's jobs in each shape; ``keeper_rows`` are
-    the problem rows of the keepers (classes of one job)."""
-    n = int(np.max(np.r_[c.job, c.keepers], initial=-1)) + 1 if size is None else size.size
-    size = np.ones(n) if size is None else np.asarray(size, dtype=np.float64)
-    keeper_rows = c.keepers if keeper_rows is None else keeper_rows
-    group, G = _groups(problem)
-    gpus = problem.node_gpus
-    prev = problem.previous
-    E, K = c.job.size, c.keepers.size
-    model = Model("pollux_shapes")
-    whole = bool(np.all(size == 1))
-    z = model.add_variable("z", E, lb=0.0, ub=size[c.job], kind="binary" if whole else "integer")
-    k = model.add_variable("keep", K, kind="binary")
-    model.add_constraint("one_choice", _by_job(n, c.job, 1.0, E) @ z + _by_job(n, c.keepers, 1.0, K) @ k <= size)
-    zg = c.t if problem.speedup.shape[1] > 1 else np.zeros(E, dtype=np.int64)
-    kg = c.ktype
-    cap = np.bincount(group, gpus, minlength=G).astype(np.float64)
-    nodes = np.bincount(group, minlength=G).astype(np.float64)
-    largest = np.array([gpus[group == j].max(initial=1) for j in range(G)])
-    prev_total, prev_nodes = prev.sum(axis=1)[keeper_rows], np.count_nonzero(prev, axis=1)[keeper_rows]
-
-    def rows(zw: np.ndarray, kw: np.ndarray):
-        return (sp.csr_matrix((zw, (zg, np.arange(E))), shape=(G, E)) @ z
-                + sp.csr_matrix((kw, (kg, np.arange(K))), shape=(G, K)) @ k)
-
-    model.add_constraint("capacity", rows(c.rep.astype(np.float64), prev_total.astype(np.float64)) <= cap)
-    span = np.maximum(2, -(-c.rep // largest[zg]))
-    model.add_constraint("spread_nodes", rows(np.where(c.s == 1, span, 0).astype(np.float64),
-                                              np.where(c.kspread > 0, prev_nodes, 0).astype(np.float64)) <= nodes)
-    kr = prev_total.astype(np.float64)
-    for j in range(G):
-        _arc_flow(model, f"group_{j}", gpus[group == j], z, k,
-                  zsize=np.where((zg == j) & (c.s == 0), c.rep, 0), ksize=np.where((kg == j) & (c.kspread == 0),
-                                                                                  prev_total, 0),
-                  zspread=np.where((zg == j) & (c.s == 1), c.rep, 0).astype(np.float64),
-                  zspan=np.where((zg == j) & (c.s == 1), span, 0).astype(np.float64),
-                  kspread=np.where((kg == j) & (c.kspread > 0), kr, 0.0),
-                  kspan=np.where((kg == j) & (c.kspread > 0), prev_nodes, 0).astype(np.float64))
-    model.minimize(z.dot(c.coef) + k.dot(c.kcoef))
-    return model
-
-
-def _arc_flow(model: Model, name: str, sizes: np.ndarray, z: Any, k: Any, *, zsize: np.ndarray,
-              ksize: np.ndarray, zspread: np.ndarray, zspan: np.ndarray, kspread: np.ndarray,
-              kspan: np.ndarray) -> None:
-    """Valério de Carvalho's arc-flow packing of one group of nodes (``sizes``: GPUs of each), added
-    to ``model``: each node is a path from 0 to its size whose arcs are the replicas of one
-    single-node job (any start), a part of a job spanning several nodes (only first: at most one
-    per node) or an idle GPU. Single-node jobs (``zsize``/``ksize``: their replicas per shape and
-    keeper, 0 elsewhere) then pack exactly; jobs spanning several nodes need parts with at least
-    their replicas (``zspread``, ``kspread``) and their nodes (``zspan``, ``kspan``)."""
-    g = int(sizes.max(initial=0))
-    if g == 0:
-        return
-    a_item, s_item = np.nonzero(np.add.outer(np.arange(g), np.arange(1, g + 1)) <= g)
-    s_item = s_item + 1
-    item = model.add_variable(f"{name}_items", a_item.size, kind="integer")
-    part = model.add_variable(f"{name}_parts", g, kind="integer")
-    idle = model.add_variable(f"{name}_idle", g, kind="integer")
-    d = np.arange(1, g + 1)
-    ends = np.bincount(sizes, minlength=g + 1).astype(np.float64)
-    # into vertex v minus out of it: v = 0 sends every node, v >= 1 ends the nodes of size v
-    into = (sp.csr_matrix((np.ones(a_item.size), (a_item + s_item, np.arange(a_item.size))), shape=(g + 1, a_item.size))
-            @ item + sp.csr_matrix((np.ones(g), (d, np.arange(g))), shape=(g + 1, g)) @ part
-            + sp.csr_matrix((np.ones(g), (d, np.arange(g))), shape=(g + 1, g)) @ idle)
-    out = (sp.csr_matrix((np.ones(a_item.size), (a_item, np.arange(a_item.size))), shape=(g + 1, a_item.size))
-           @ item + sp.csr_matrix((np.ones(g), (np.zeros(g, dtype=np.int64), np.arange(g))), shape=(g + 1, g))
-           @ part + sp.csr_matrix((np.ones(g), (d - 1, np.arange(g))), shape=(g + 1, g)) @ idle)
-    ends[0] = -ends[1:].sum()
-    model.add_constraint(f"{name}_flow", into - out == ends)
-    E, K = zsize.size, ksize.size
-    by_size = sp.csr_matrix((np.ones(a_item.size), (s_item - 1, np.arange(a_item.size))), shape=(g, a_item.size))
-    zs, ks = np.flatnonzero(zsize), np.flatnonzero(ksize)
-    demand_z = sp.csr_matrix((np.ones(zs.size), (zsize[zs] - 1, zs)), shape=(g, E))
-    demand_k = sp.csr_matrix((np.ones(ks.size), (ksize[ks] - 1, ks)), shape=(g, K))
-    model.add_constraint(f"{name}_single_node", by_size @ item - demand_z @ z - demand_k @ k >= 0.0)
-    model.add_constraint(f"{name}_spread_gpus", part.dot(d.astype(np.float64)) - z.dot(zspread) - k.dot(kspread)
-                         >= 0.0)
-    model.add_constraint(f"{name}_spread_nodes", part.sum() - z.dot(zspan) - k.dot(kspan) >= 0.0)
-
-
-def place(problem: PolluxProblem, c: _Choices, zc: np.ndarray, kc: np.ndarray) -> np.ndarray | None:
-    """Replicas per job and node realizing the chosen shapes (``zc`` 0/1 per shape, ``kc`` per
-    keeper), greedily: keepers where they were; then, largest first, jobs spanning several nodes
-    on whole free nodes with their remainder on the fullest node that holds it, and single-node
-    jobs on the fullest node that holds them (in both orders). None when both orders fail (which
-    does not prove that no placement exists)."""
-    for spread_first in (True, False):
-        replicas = _place_greedily(problem, c, zc, kc, spread_first)
-        if replicas is not None:
-            return replicas
-    return None
-
-
-def _place_greedily(problem: PolluxProblem, c: _Choices, zc: np.ndarray, kc: np.ndarray,
-                    spread_first: bool) -> np.ndarray | None:
-    n, m = problem.num_jobs, problem.num_nodes
-    group, _ = _groups(problem)
-    replicas = np.zeros((n, m), dtype=np.int64)
-    kept = c.keepers[kc > 0.5]
-    replicas[kept] = problem.previous[kept]
-    free = problem.node_gpus - replicas.sum(axis=0)
-    spread_kept = kept[np.count_nonzero(problem.previous[kept], axis=1) > 1]
-    spread_taken = (replicas[spread_kept] > 0).any(axis=0)
-    chosen = np.flatnonzero(zc > 0.5)
-    zg = c.t if problem.speedup.shape[1] > 1 else np.zeros(c.job.size, dtype=np.int64)
-    multi = chosen[c.s[chosen] == 1]
-    single = chosen[c.s[chosen] == 0]
-
-    def place_multi() -> bool:
-        for e in multi[np.argsort(-c.rep[multi], kind="stable")]:
-            i, need = c.job[e], int(c.rep[e])
-            take: list[tuple[int, int]] = []
-            ok = (group == zg[e]) & ~spread_taken & (free > 0)
-            whole = np.flatnonzero(ok & (free == problem.node_gpus))
-            for node in whole:  # whole free nodes while more than one node's worth remains
-                if need <= free[node] or len(take) + 1 >= problem.max_nodes[i]:
-                    break
-                take.append((int(node), int(free[node])))
-                need -= int(free[node])
-            used = np.zeros(m, dtype=bool)
-            used[[node for node, _ in take]] = True
-            while need:
-                rest = np.flatnonzero(ok & ~used)
-                if not rest.size or len(take) >= problem.max_nodes[i]:
-                    return False
-                # a 2nd node is needed: leave at least 1 replica for it
-                cap = need - 1 if not take else need
-                fits = rest[free[rest] >= cap]
-                node = int(fits[np.argmin(free[fits])]) if fits.size else int(rest[np.argmax(free[rest])])
-                share = min(int(free[node]), cap)
-                take.append((node, share))
-                used[node] = True
-                need -= share
-            if len(take) < 2:
-                return False
-            for node, share in take:
-                replicas[i, node] = share
-                free[node] -= share
-                spread_taken[node] = True
-        return True
-
-    def place_single() -> bool:
-        for e in single[np.argsort(-c.rep[single], kind="stable")]:
-            ok = np.flatnonzero((group == zg[e]) & (free >= c.rep[e]))
-            if not ok.size:
-                return False
-            node = ok[np.argmin(free[ok])]
-            replicas[c.job[e], node] = c.rep[e]
-            free[node] -= c.rep[e]
-        return True
-
-    steps = (place_multi, place_single) if spread_first else (place_single, place_multi)
-    return replicas if all(step() for step in steps) else None
-
-
-@dataclass
-class _Classes:
-    """Jobs with identical choices merged (:func:`job_classes`)."""
-
-    choices: _Choices  # job: class index; keepers: class index of each keeper
-    size: np.ndarray  # jobs per class
-    members: list  # problem rows of each class
-    offset: np.ndarray  # per class: its first entry in ``choices``
-    job_start: np.ndarray  # per problem row: its first entry in the per-job choices
-
-    def per_job(self, counts: np.ndarray, entries: int) -> np.ndarray:
-        """0/1 per per-job entry from the class counts: a class's jobs take its shapes in turn."""
-        x = np.zeros(entries)
-        for u, rows in enumerate(self.members):
-            lo = self.offset[u]
-            hi = self.offset[u + 1] if u + 1 < self.offset.size else counts.size
-            taken = 0
-            for e in range(lo, hi):
-                for _ in range(int(counts[e])):
-                    x[self.job_start[rows[taken]] + e - lo] = 1.0
-                    taken += 1
-        return x
-
-
-def job_classes(problem: PolluxProblem, c: _Choices) -> _Classes:
-    """Merge jobs that have the same shapes with the same coefficients and cannot keep a previous
-    allocation: a round of many copies of few jobs (Sia's scale workloads) then has one integer
-    count per class and shape instead of symmetric binaries, which branch and bound cannot tell
-    apart. Jobs that may keep their allocation stay classes of their own."""
-    n = problem.num_jobs
-    bounds = np.searchsorted(c.job, np.arange(n + 1))
-    keeper = np.zeros(n, dtype=bool)
-    keeper[c.keepers] = True
-    unit_of: dict[bytes, int] = {}
-    members: list[list[int]] = []
-    for i in range(n):
-        lo, hi = bounds[i], bounds[i + 1]
-        if hi == lo and not keeper[i]:
-            continue  # nothing to choose
-        key = (b"" if keeper[i] else
-               np.stack([c.t[lo:hi], c.s[lo:hi], c.rep[lo:hi]]).tobytes() + c.coef[lo:hi].tobytes())
-        if keeper[i] or key not in unit_of:
-            if not keeper[i]:
-                unit_of[key] = len(members)
-            members.append([i])
-        else:
-            members[unit_of[key]].append(i)
-    first = np.array([rows[0] for rows in members], dtype=np.int64)
-    take = np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in first]) if first.size else \
-        np.zeros(0, dtype=np.int64)
-    lengths = bounds[first + 1] - bounds[first]
-    unit_job = np.repeat(np.arange(first.size), lengths)
-    unit_index = {int(row): u for u, row in enumerate(first)}
-    keepers = np.array([unit_index[int(i)] for i in c.keepers], dtype=np.int64)
-    choices = _Choices(unit_job, c.t[take], c.s[take], c.rep[take], c.coef[take], keepers, c.kcoef, c.ktype,
-                       c.kspread)
-    offset = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if first.size else \
-        np.zeros(0, dtype=np.int64)
-    return _Classes(choices, np.array([len(rows) for rows in members], dtype=np.float64), members, offset,
-                    bounds[:-1])
-
-
-#: Candidates (optima of the aggregate relaxation, each excluding the earlier unplaceable ones) tried
-#: before the whole MILP over shapes and nodes is solved instead.
-MAX_CANDIDATES = 50
-#: Seconds the placement MILP of one candidate may take before the whole MILP is solved instead.
-PLACEMENT_TIME_LIMIT_S = 5.0
-
-
-def solve_by_shapes(problem: PolluxProblem, solver: ModelSolver, p: float, scale: float, epsilon: float
-                    ) -> tuple[np.ndarray, dict[str, Any], Status, str]:
-    """Pollux's MILP through its relaxation over shapes (:func:`aggregate_model`): its optimum is
-    placed on nodes (greedily, else by the placement MILP); when it cannot be placed, a cut excludes
-    that choice (and every choice that allocates a superset of it) and the next optimum is tried.
-    The first placeable optimum is the whole MILP's optimum. After :data:`MAX_CANDIDATES`, or a
-    placement MILP that does not finish, the whole MILP is solved."""
-    n, m = problem.num_jobs, problem.num_nodes
-    c = choices(problem, p, scale, epsilon)
-    if c.job.size + c.keepers.size == 0:
-        return np.zeros((n, m), dtype=np.int64), {"mip_gap": 0.0, "candidates": 0}, Status.OPTIMAL, \
-            "No job gains from an allocation: every job idles."
-    classes = job_classes(problem, c)
-    model = aggregate_model(problem, classes.choices, classes.size, c.keepers)
-    z, k = model.variables["z"], model.variables["keep"]
-    options = replace(solver.options, mip_gap=solver.options.mip_gap or 0.0)
-    placement_options = replace(solver.options, mip_gap=None, time_limit_s=PLACEMENT_TIME_LIMIT_S)
-    placement_milps = 0
-    for candidate in range(1, MAX_CANDIDATES + 1):
-        solution = solver.check(solver.record(solve_model(model.compile(), solver.backend, options, ZERO_GAP)),
-                                "pollux (the relaxation over shapes)")
-        zu, kc = np.rint(solution.values["z"]), np.rint(solution.values["keep"])
-        zc = classes.per_job(zu, c.job.size)
-        replicas = place(problem, c, zc, kc)
-        if replicas is None:
-            placement_milps += 1
-            placing, pj, pn = node_model(problem, c, fixed=(zc, kc))
-            placed = solver.record(solve_model(placing.compile(), solver.backend, placement_options, None))
-            if placed.status is Status.OPTIMAL:
-                replicas = _replicas(problem, pj, pn, placed.values["y"])
-            elif placed.status not in (Status.INFEASIBLE, Status.INFEASIBLE_OR_UNBOUNDED):
-                break  # undecided in time: solve the whole MILP
-        if replicas is not None:
-            gap = 0.0 if solution.mip_gap is None else float(solution.mip_gap)
-            return replicas, {"mip_gap": gap, "candidates": candidate, "placement_milps": placement_milps,
-                              "milp_binaries": int(c.job.size + c.keepers.size), "job_classes": int(classes.size.size)
-                              }, solution.status, solution.message
-        # no choice that gives at least these counts of jobs these shapes can be placed
-        chosen_z, chosen_k = np.flatnonzero(zu > 0.5), np.flatnonzero(kc > 0.5)
-        counts = zu[chosen_z]
-        reached = model.add_variable(f"reached_{candidate}", chosen_z.size, kind="binary")
-        bound = classes.size[classes.choices.job[chosen_z]]
-        # reached = 1 where z >= its count in this choice (z <= count - 1 + bound * reached)
-        model.add_constraint(f"reached_{candidate}", z[chosen_z] - reached * bound <= counts - 1.0)
-        cut = reached.sum() + k[chosen_k].sum() if chosen_k.size else reached.sum()
-        model.add_constraint(f"unplaceable_{candidate}", cut <= float(chosen_z.size + chosen_k.size - 1))
-    logger.info("pollux: %d optima of the relaxation over shapes could not be placed; solving the whole MILP",
-                candidate)
-    replicas, extras, status, message = solve_exact(problem, solver, p, scale, epsilon)
-    return replicas, {**extras, "candidates": candidate, "placement_milps": placement_milps}, status, message
