@@ -453,3 +453,55 @@ def test_elastic_job_resumes_on_what_is_left_when_a_node_goes_down_and_uses_it_a
     while_down = [r for r in rounds if down_at + 0.5 < r["start"] < up_at]
     assert while_down and all("gpu-e2" not in r["leases"][job]["nodes"] for r in while_down if job in r["leases"])
     assert "Traceback" not in text, text[-3000:]
+
+
+def test_controller_killed_between_requeue_and_release_recovers_from_its_journal(slurm, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    marker = f"allocopt-crash-{os.getpid()}"
+    # a stopping launch takes 3 s to exit (a large checkpoint): the controller is killed in that window, after
+    # its requeuehold and before its release
+    script, out = _ranked_job(tmp_path, spool, "resized", "--stop-s", "3")
+    job = subprocess.run(["sbatch", "--parsable", f"--partition={NODELOSS_PARTITION}", "--hold", "--gres=gpu:1",
+                          "--ntasks=2", f"--output={tmp_path / 'resized.log'}",
+                          f"--comment={marker}:{SPREAD},steps=1000000", str(script)],
+                         capture_output=True, text=True, env=_env(), check=True).stdout.strip().split(";")[0]
+    log = tmp_path / "controller.log"
+    state = spool / "controller.sqlite"
+    ctl = _nodeloss_controller(spool, log, marker)
+    try:
+        _wait(lambda: _running_launch(out) is not None, 60, "the job's first launch")
+        _wait(lambda: _show(job).get("JobState") == "COMPLETING", 60, "a resize (requeuehold)")
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait()
+        killed_at = time.time()
+        requeued_rounds = [r["idx"] for r in Journal(state).rounds() if job in r["actions"]["requeuehold"]]
+        # Slurm finishes the requeue; nobody releases the job while the controller is down
+        _wait(lambda: _show(job).get("JobState") == "PENDING", 30, "the requeued job stopped")
+        time.sleep(2 * ELASTIC_ROUND_S)
+        shown = _show(job)
+        assert shown["JobState"] == "PENDING" and "held" in shown["Reason"].lower(), shown
+        epochs = len(_rank_launches(out))
+        ctl = _nodeloss_controller(spool, log, marker)  # same spool and journal
+        _wait(lambda: (launch := _running_launch(out)) is not None and len(_rank_launches(out)) > epochs, 60,
+              "the job released by the restarted controller")
+    finally:
+        ctl.send_signal(signal.SIGINT)
+        ctl.wait(timeout=60)
+        subprocess.run(["scancel", job], capture_output=True, check=False)
+        _wait(lambda: _show(job).get("JobState") not in ("RUNNING", "COMPLETING"), 30, "the job stopped")
+    text = log.read_text()
+    assert requeued_rounds, text[-3000:]
+    launches = _check_exactly_once(out, spool, job)
+    assert len(launches) == epochs + 1 and launches[-1][0]["world_size"] > launches[0][0]["world_size"]
+    journal = Journal(state)
+    rounds, record = journal.rounds(), journal.jobs()[job]
+    journal.close()
+    # the journal goes on from where it was: the restarted controller's first round released the job, at the
+    # configuration its lease file (and the launch) carries
+    assert [r["idx"] for r in rounds] == list(range(len(rounds)))
+    first = next(r for r in rounds if r["start"] > killed_at)
+    assert job in first["actions"]["release"], first["actions"]
+    resumed = launches[-1][0]
+    assert resumed["world_size"] == record.lease["replicas"] and resumed["batch_size"] == record.lease["batch"]["batch_size"]
+    assert "Traceback" not in text, text[-3000:]
