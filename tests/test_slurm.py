@@ -483,7 +483,7 @@ def test_controller_killed_between_requeue_and_release_recovers_from_its_journal
         assert shown["JobState"] == "PENDING" and "held" in shown["Reason"].lower(), shown
         epochs = len(_rank_launches(out))
         ctl = _nodeloss_controller(spool, log, marker)  # same spool and journal
-        _wait(lambda: (launch := _running_launch(out)) is not None and len(_rank_launches(out)) > epochs, 60,
+        _wait(lambda: _running_launch(out) is not None and len(_rank_launches(out)) > epochs, 60,
               "the job released by the restarted controller")
     finally:
         ctl.send_signal(signal.SIGINT)
