@@ -649,15 +649,15 @@ class SlurmController:
         # a job held here may have been requeued by Slurm moments ago (its node went down): it starts after the
         # delay that keeps slurmd from refusing its new credential
         held_here = set(hold)
-        failed |= self._release_elastic([j for j in release if j not in failed and j not in held_here], wanted)
-        failed |= self._release_elastic([j for j in release if j not in failed and j in held_here], wanted,
+        failed |= self._release_elastic([j for j in release if j not in failed and j not in held_here], wanted, by_id)
+        failed |= self._release_elastic([j for j in release if j not in failed and j in held_here], wanted, by_id,
                                         start=f"now+{RESTART_DELAY_S}")
         if preempt:
             failed |= self.slurm.requeue_hold(preempt)
         t4 = time.time()
         if settling:  # requeued jobs are released once they stopped (the rest by a later round: held, leased)
             stopped = self.slurm.wait_requeued(settling, timeout_s=min(self.round_seconds / 2, 60.0))
-            failed |= self._release_elastic(stopped, wanted, start=f"now+{RESTART_DELAY_S}")
+            failed |= self._release_elastic(stopped, wanted, by_id, start=f"now+{RESTART_DELAY_S}")
         t5 = time.time()
         timings = {"observe_s": t1 - t0, "solve_s": t2 - t1, "journal_s": t3 - t2, "enact_s": t4 - t3,
                    "round_s": t4 - t0, "requeued_release_s": t5 - t4}
@@ -708,10 +708,11 @@ class SlurmController:
         return hold, preempt, release, settling
 
     def _release_elastic(self, job_ids: Sequence[str], wanted: Mapping[str, Mapping[str, Any]],
-                         start: str = "now") -> dict[str, str]:
-        """Write each held job's lease, set its configuration (``ExcNodeList``: every node but its lease's,
-        ``NumNodes``, ``Gres=gpu:N`` per node; for jobs of one task per GPU ``NumTasks``, ``NumCPUs`` and
-        ``MinCPUsNode``, so that each node has a CPU per task) and release it."""
+                         by_id: Mapping[str, SlurmJob], start: str = "now") -> dict[str, str]:
+        """Write each held job's lease, set its configuration (``ExcNodeList``: every node but its lease's;
+        ``NumNodes`` where Slurm's node count differs (scontrol takes it for one job per call); ``Gres=gpu:N``
+        per node; for jobs of one task per GPU ``NumTasks``, ``NumCPUs`` and ``MinCPUsNode``, so that each node
+        has a CPU per task) and release it."""
         if not job_ids:
             return {}
         all_nodes = sorted(self._node_types)
@@ -721,8 +722,10 @@ class SlurmController:
             excluded = [n for n in all_nodes if n not in want["nodes"]]
             if rec.user_excluded:
                 excluded.append(rec.user_excluded)
-            updates[job_id] = (f"ExcNodeList={','.join(excluded)}", f"NumNodes={len(want['nodes'])}",
-                               f"Gres=gpu:{want['gpus_per_node']}",
+            sj = by_id.get(job_id)
+            same_count = sj is not None and sj.num_nodes == len(want["nodes"])
+            nodes = () if same_count else (f"NumNodes={len(want['nodes'])}",)
+            updates[job_id] = (f"ExcNodeList={','.join(excluded)}", *nodes, f"Gres=gpu:{want['gpus_per_node']}",
                                *([f"NumTasks={want['replicas']}", f"NumCPUs={want['replicas']}",
                                   f"MinCPUsNode={want['gpus_per_node']}"] if rec.tasks_per_gpu else []))
             self._write_elastic_lease(rec, want)
