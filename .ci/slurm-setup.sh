@@ -7,6 +7,8 @@
 # Cluster (count-only GPUs: gres.conf points File= at placeholder device files, AutoDetect=off):
 #   partition "allocopt" (default): node gpu-a (2 x gpu:a100) and node gpu-v (2 x gpu:v100)
 #   partition "bench":             nodes gpu-big-a (256 x gpu:a100) and gpu-big-v (256 x gpu:v100)
+#   partition "elastic":           nodes gpu-e1 and gpu-e2 (2 x gpu:a100 each: one job spans both; the
+#                                  node-loss test marks one down)
 # Every node carries one GPU type (allocopt slurm pins a job's type by excluding the other types' nodes).
 # The four nodes are slurmd daemons of this one machine (slurmd -N NAME, one port each).
 # Exit status: 0 ready; 1 could not install or start (the message says which daemon and its log).
@@ -68,7 +70,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 GresTypes=gpu
 SlurmdParameters=config_overrides
-ReturnToService=2
+# a node set down by "scontrol update state=down" stays down until "state=resume" (one that stopped
+# answering returns when its slurmd registers again)
+ReturnToService=1
 MpiDefault=none
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
@@ -89,8 +93,11 @@ NodeName=gpu-a NodeHostname=$HOST Port=17001 CPUs=4 RealMemory=4000 Gres=gpu:a10
 NodeName=gpu-v NodeHostname=$HOST Port=17002 CPUs=4 RealMemory=4000 Gres=gpu:v100:2 State=UNKNOWN
 NodeName=gpu-big-a NodeHostname=$HOST Port=17003 CPUs=256 RealMemory=8000 Gres=gpu:a100:256 State=UNKNOWN
 NodeName=gpu-big-v NodeHostname=$HOST Port=17004 CPUs=256 RealMemory=8000 Gres=gpu:v100:256 State=UNKNOWN
+NodeName=gpu-e1 NodeHostname=$HOST Port=17005 CPUs=4 RealMemory=4000 Gres=gpu:a100:2 State=UNKNOWN
+NodeName=gpu-e2 NodeHostname=$HOST Port=17006 CPUs=4 RealMemory=4000 Gres=gpu:a100:2 State=UNKNOWN
 PartitionName=allocopt Nodes=gpu-a,gpu-v Default=YES MaxTime=INFINITE State=UP
 PartitionName=bench Nodes=gpu-big-a,gpu-big-v MaxTime=INFINITE State=UP
+PartitionName=elastic Nodes=gpu-e[1-2] MaxTime=INFINITE State=UP
 CONF
 cat >"$GRES" <<GRES
 # written by allocopt .ci/slurm-setup.sh: count-only GPUs (placeholder files, no detection)
@@ -99,6 +106,7 @@ NodeName=gpu-a Name=gpu Type=a100 File=$DEVDIR/a100[0-1]
 NodeName=gpu-v Name=gpu Type=v100 File=$DEVDIR/v100[0-1]
 NodeName=gpu-big-a Name=gpu Type=a100 File=$DEVDIR/a100[0-255]
 NodeName=gpu-big-v Name=gpu Type=v100 File=$DEVDIR/v100[0-255]
+NodeName=gpu-e[1-2] Name=gpu Type=a100 File=$DEVDIR/a100[0-1]
 GRES
 changed=0
 cmp -s "$CONF" /etc/slurm/slurm.conf || { mv "$CONF" /etc/slurm/slurm.conf; changed=1; }
@@ -106,7 +114,7 @@ cmp -s "$GRES" /etc/slurm/gres.conf || { mv "$GRES" /etc/slurm/gres.conf; change
 rm -f "$CONF" "$GRES"
 chmod 0644 /etc/slurm/slurm.conf /etc/slurm/gres.conf
 
-NODES="gpu-a gpu-v gpu-big-a gpu-big-v"
+NODES="gpu-a gpu-v gpu-big-a gpu-big-v gpu-e1 gpu-e2"
 running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 stop() {  # stop the daemon of pid file $1, waiting for it to exit
     if running "$1"; then

@@ -334,3 +334,174 @@ def test_elastic_jobs_are_resized_by_requeue_and_update_with_the_engines_batch(s
     assert not any(fixed in r["actions"]["requeuehold"] for r in rounds)
     # a rigid job under a goodput policy is kept held with the reason
     assert records[rigid].status == "rejected" and "rigid" in records[rigid].message
+
+
+# ----- node loss and controller crashes (partition elastic: nodes gpu-e1, gpu-e2 of 2 x a100) ----------------
+NODELOSS_PARTITION = "elastic"
+NODES = ("gpu-e1", "gpu-e2")
+ELASTIC_STEPS = ROOT / "tests" / "jobs" / "elastic_steps.py"
+# reports a gradient noise scale that makes 4 replicas (both nodes) worth it; steps of ~40 ms
+SPREAD = "batch_size=16,max_batch_size=256,max_local_bsz=64,max_replicas=4,types=a100"
+
+
+def _ranked_job(tmp_path: Path, spool: Path, name: str, *args: str) -> tuple[Path, Path]:
+    """A job script that runs one task per GPU under srun (each rank logs the steps it runs)."""
+    out = tmp_path / name
+    out.mkdir()
+    script = tmp_path / f"{name}.sh"
+    # (the batch environment keeps the submission's SLURM_NTASKS: srun is given the count of this launch)
+    script.write_text("#!/bin/bash\nexec srun --ntasks=$((SLURM_JOB_NUM_NODES * SLURM_GPUS_ON_NODE)) "
+                      f"--ntasks-per-node=$SLURM_GPUS_ON_NODE {sys.executable} -m allocopt.integrations.slurm_exec "
+                      f"--spool {spool} -- {sys.executable} {ELASTIC_STEPS} {out} "
+                      f"--alpha 0.04 --grad-sqr 1 --grad-var 20 {' '.join(args)}\n")
+    return script, out
+
+
+def _nodeloss_controller(spool: Path, log: Path, marker: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "allocopt", "slurm", "run", "--spool", str(spool), "--partition",
+                             NODELOSS_PARTITION, "--policy", "sia", "--round-seconds", str(ELASTIC_ROUND_S),
+                             "--marker", marker], env=_env(), stdout=open(log, "a"), stderr=subprocess.STDOUT)
+
+
+def _rank_launches(out: Path) -> list[dict[int, dict]]:
+    """Per launch (in lease-epoch order): rank -> what it wrote at its start, plus the steps it ran."""
+    by_epoch: dict[int, dict[int, dict]] = {}
+    for f in out.glob("launch-e*-r*.json"):
+        doc = json.loads(f.read_text())
+        steps = out / f"steps-e{doc['epoch']}-r{doc['rank']}.txt"
+        doc["steps"] = [int(x) for x in steps.read_text().split()] if steps.exists() else []
+        by_epoch.setdefault(doc["epoch"], {})[doc["rank"]] = doc
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
+def _running_launch(out: Path, min_steps: int = 5) -> dict[int, dict] | None:
+    """The newest launch once all its ranks started and rank 0 ran ``min_steps`` steps (None before)."""
+    launches = _rank_launches(out)
+    if not launches:
+        return None
+    last = launches[-1]
+    world = next(iter(last.values()))["world_size"]
+    return last if len(last) == world and len(last.get(0, {}).get("steps", ())) >= min_steps else None
+
+
+def _check_exactly_once(out: Path, spool: Path, job_id: str) -> list[dict[int, dict]]:
+    """Every step committed exactly once across the launches (rank 0's fenced log is the checkpoint's history),
+    up to the last checkpoint; every rank of a launch ran rank 0's steps."""
+    launches = _rank_launches(out)
+    ran = [s for launch in launches for s in launch[0]["steps"]]
+    checkpoints = sorted((spool / "jobs" / job_id / "checkpoints").glob("ckpt-*.ckpt"))
+    last = int(checkpoints[-1].name[len("ckpt-"):-len(".ckpt")])
+    assert ran == list(range(last)), "steps lost or run twice"
+    for launch in launches:
+        assert sorted(launch) == list(range(launch[0]["world_size"])), launch.keys()
+        for doc in launch.values():
+            assert doc["steps"] == launch[0]["steps"], (doc["epoch"], doc["rank"])
+    return launches
+
+
+@pytest.fixture
+def nodes_back() -> None:
+    """Resume the elastic partition's nodes whatever the test did to them."""
+    yield
+    for node in NODES:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True, check=False)
+
+
+def _node_state(node: str) -> str:
+    return subprocess.run(["sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%t"], capture_output=True,
+                          text=True, check=False).stdout.strip()
+
+
+def test_elastic_job_resumes_on_what_is_left_when_a_node_goes_down_and_uses_it_again(slurm, nodes_back, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    marker = f"allocopt-nodeloss-{os.getpid()}"
+    script, out = _ranked_job(tmp_path, spool, "spread")
+    job = subprocess.run(["sbatch", "--parsable", f"--partition={NODELOSS_PARTITION}", "--hold", "--gres=gpu:1",
+                          "--ntasks=2", f"--output={tmp_path / 'spread.log'}",
+                          f"--comment={marker}:{SPREAD},steps=1000000", str(script)],
+                         capture_output=True, text=True, env=_env(), check=True).stdout.strip().split(";")[0]
+    log = tmp_path / "controller.log"
+    ctl = _nodeloss_controller(spool, log, marker)
+    try:
+        _wait(lambda: (launch := _running_launch(out)) is not None and launch[0]["world_size"] == 4, 90,
+              "the job running on both nodes")
+        subprocess.run(["scontrol", "update", "nodename=gpu-e2", "state=down", "reason=allocopt-test"], check=True)
+        down_at = time.time()
+        _wait(lambda: (launch := _running_launch(out)) is not None and launch[0]["world_size"] == 2, 60,
+              "the job running on what is left")
+        assert _node_state("gpu-e2").startswith("down")
+        subprocess.run(["scontrol", "update", "nodename=gpu-e2", "state=resume"], check=True)
+        up_at = time.time()
+        _wait(lambda: (launch := _running_launch(out)) is not None and launch[0]["world_size"] == 4
+              and launch[0]["epoch"] > 2, 60, "the job back on both nodes")
+    finally:
+        ctl.send_signal(signal.SIGINT)
+        ctl.wait(timeout=60)
+        subprocess.run(["scancel", job], capture_output=True, check=False)
+        _wait(lambda: _show(job).get("JobState") not in ("RUNNING", "COMPLETING"), 30, "the job stopped")
+    text = log.read_text()
+    launches = _check_exactly_once(out, spool, job)
+    journal = Journal(spool / "controller.sqlite")
+    rounds = journal.rounds()
+    journal.close()
+    worlds = [(launch[0]["world_size"], sorted({d["node"] for d in launch.values()})) for launch in launches]
+    # on both nodes, then on gpu-e1 alone (resumed from its checkpoint), then on both again
+    k = worlds.index((4, list(NODES)))
+    assert (2, ["gpu-e1"]) in worlds[k:] and (4, list(NODES)) in worlds[worlds.index((2, ["gpu-e1"]), k):], worlds
+    # the plans saw the capacity loss: no lease on gpu-e2 from the first round after it went down until it came back
+    while_down = [r for r in rounds if down_at + 0.5 < r["start"] < up_at]
+    assert while_down and all("gpu-e2" not in r["leases"][job]["nodes"] for r in while_down if job in r["leases"])
+    assert "Traceback" not in text, text[-3000:]
+
+
+def test_controller_killed_between_requeue_and_release_recovers_from_its_journal(slurm, tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    marker = f"allocopt-crash-{os.getpid()}"
+    # a stopping launch takes 3 s to exit (a large checkpoint): the controller is killed in that window, after
+    # its requeuehold and before its release
+    script, out = _ranked_job(tmp_path, spool, "resized", "--stop-s", "3")
+    job = subprocess.run(["sbatch", "--parsable", f"--partition={NODELOSS_PARTITION}", "--hold", "--gres=gpu:1",
+                          "--ntasks=2", f"--output={tmp_path / 'resized.log'}",
+                          f"--comment={marker}:{SPREAD},steps=1000000", str(script)],
+                         capture_output=True, text=True, env=_env(), check=True).stdout.strip().split(";")[0]
+    log = tmp_path / "controller.log"
+    state = spool / "controller.sqlite"
+    ctl = _nodeloss_controller(spool, log, marker)
+    try:
+        _wait(lambda: _running_launch(out) is not None, 60, "the job's first launch")
+        _wait(lambda: _show(job).get("JobState") == "COMPLETING", 60, "a resize (requeuehold)")
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait()
+        killed_at = time.time()
+        requeued_rounds = [r["idx"] for r in Journal(state).rounds() if job in r["actions"]["requeuehold"]]
+        # Slurm finishes the requeue; nobody releases the job while the controller is down
+        _wait(lambda: _show(job).get("JobState") == "PENDING", 30, "the requeued job stopped")
+        time.sleep(2 * ELASTIC_ROUND_S)
+        shown = _show(job)
+        assert shown["JobState"] == "PENDING" and "held" in shown["Reason"].lower(), shown
+        epochs = len(_rank_launches(out))
+        ctl = _nodeloss_controller(spool, log, marker)  # same spool and journal
+        _wait(lambda: _running_launch(out) is not None and len(_rank_launches(out)) > epochs, 60,
+              "the job released by the restarted controller")
+    finally:
+        ctl.send_signal(signal.SIGINT)
+        ctl.wait(timeout=60)
+        subprocess.run(["scancel", job], capture_output=True, check=False)
+        _wait(lambda: _show(job).get("JobState") not in ("RUNNING", "COMPLETING"), 30, "the job stopped")
+    text = log.read_text()
+    assert requeued_rounds, text[-3000:]
+    launches = _check_exactly_once(out, spool, job)
+    assert len(launches) == epochs + 1 and launches[-1][0]["world_size"] > launches[0][0]["world_size"]
+    journal = Journal(state)
+    rounds, record = journal.rounds(), journal.jobs()[job]
+    journal.close()
+    # the journal goes on from where it was: the restarted controller's first round released the job, at the
+    # configuration its lease file (and the launch) carries
+    assert [r["idx"] for r in rounds] == list(range(len(rounds)))
+    first = next(r for r in rounds if r["start"] > killed_at)
+    assert job in first["actions"]["release"], first["actions"]
+    resumed = launches[-1][0]
+    assert resumed["world_size"] == record.lease["replicas"] and resumed["batch_size"] == record.lease["batch"]["batch_size"]
+    assert "Traceback" not in text, text[-3000:]

@@ -54,6 +54,7 @@ from allocopt.integrations.slurm_exec import add_exec_arguments, exec_job, job_d
 from allocopt.runtime.elastic import (ELASTIC_KEYS, ElasticSpec, GoodputEngine, is_goodput_policy, load_job_profiles,
                                       parse_elastic)
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome
+from allocopt.runtime.fence import issue_epoch
 from allocopt.throughput.table import ThroughputTable
 
 log = logging.getLogger(__name__)
@@ -304,15 +305,26 @@ class Journal:
         """Write jobs, the engine's state and a round in one transaction."""
         with self.db:
             self.db.execute("BEGIN")
-            rows = [(r.job_id, json.dumps(vars(r))) for r in jobs]
-            self.db.executemany("INSERT OR REPLACE INTO jobs VALUES (?, ?)",
-                                [row for row in rows if self._written.get(row[0]) != row[1]])
+            rows = self._write_jobs(jobs)
             self.db.execute("INSERT OR REPLACE INTO engine VALUES (0, ?)", (json.dumps(engine),))
             if round_row is not None:
                 idx, start, seconds, *docs = round_row
                 self.db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                 (idx, start, seconds, *(json.dumps(d) for d in docs)))
         self._written.update(rows)
+
+    def save_jobs(self, jobs: Sequence[JobRecord]) -> None:
+        """Write the records of ``jobs`` that changed since last written (one transaction)."""
+        with self.db:
+            self.db.execute("BEGIN")
+            rows = self._write_jobs(jobs)
+        self._written.update(rows)
+
+    def _write_jobs(self, jobs: Sequence[JobRecord]) -> list[tuple[str, str]]:
+        rows = [(r.job_id, json.dumps(vars(r))) for r in jobs]
+        self.db.executemany("INSERT OR REPLACE INTO jobs VALUES (?, ?)",
+                            [row for row in rows if self._written.get(row[0]) != row[1]])
+        return rows
 
     def set_timings(self, idx: int, timings: Mapping[str, float]) -> None:
         """Replace the timings of round ``idx`` (its enactment is timed after it was journaled)."""
@@ -634,13 +646,18 @@ class SlurmController:
                              {"observe_s": t1 - t0, "solve_s": t2 - t1}))
         t3 = time.time()
         failed = self.slurm.hold(hold) if hold else {}
-        failed |= self._release_elastic([j for j in release if j not in failed], wanted)
+        # a job held here may have been requeued by Slurm moments ago (its node went down): it starts after the
+        # delay that keeps slurmd from refusing its new credential
+        held_here = set(hold)
+        failed |= self._release_elastic([j for j in release if j not in failed and j not in held_here], wanted, by_id)
+        failed |= self._release_elastic([j for j in release if j not in failed and j in held_here], wanted, by_id,
+                                        start=f"now+{RESTART_DELAY_S}")
         if preempt:
             failed |= self.slurm.requeue_hold(preempt)
         t4 = time.time()
         if settling:  # requeued jobs are released once they stopped (the rest by a later round: held, leased)
             stopped = self.slurm.wait_requeued(settling, timeout_s=min(self.round_seconds / 2, 60.0))
-            failed |= self._release_elastic(stopped, wanted, start=f"now+{RESTART_DELAY_S}")
+            failed |= self._release_elastic(stopped, wanted, by_id, start=f"now+{RESTART_DELAY_S}")
         t5 = time.time()
         timings = {"observe_s": t1 - t0, "solve_s": t2 - t1, "journal_s": t3 - t2, "enact_s": t4 - t3,
                    "round_s": t4 - t0, "requeued_release_s": t5 - t4}
@@ -691,10 +708,11 @@ class SlurmController:
         return hold, preempt, release, settling
 
     def _release_elastic(self, job_ids: Sequence[str], wanted: Mapping[str, Mapping[str, Any]],
-                         start: str = "now") -> dict[str, str]:
-        """Write each held job's lease, set its configuration (``ExcNodeList``: every node but its lease's,
-        ``NumNodes``, ``Gres=gpu:N`` per node, ``NumTasks`` and ``NumCPUs`` for jobs of one task per GPU) and
-        release it."""
+                         by_id: Mapping[str, SlurmJob], start: str = "now") -> dict[str, str]:
+        """Write each held job's lease, set its configuration (``ExcNodeList``: every node but its lease's;
+        ``NumNodes`` where Slurm's node count differs (scontrol takes it for one job per call); ``Gres=gpu:N``
+        per node; for jobs of one task per GPU ``NumTasks``, ``NumCPUs`` and ``MinCPUsNode``, so that each node
+        has a CPU per task) and release it."""
         if not job_ids:
             return {}
         all_nodes = sorted(self._node_types)
@@ -704,22 +722,29 @@ class SlurmController:
             excluded = [n for n in all_nodes if n not in want["nodes"]]
             if rec.user_excluded:
                 excluded.append(rec.user_excluded)
-            updates[job_id] = (f"ExcNodeList={','.join(excluded)}", f"NumNodes={len(want['nodes'])}",
-                               f"Gres=gpu:{want['gpus_per_node']}",
-                               *([f"NumTasks={want['replicas']}", f"NumCPUs={want['replicas']}"]
-                                 if rec.tasks_per_gpu else []))
+            sj = by_id.get(job_id)
+            same_count = sj is not None and sj.num_nodes == len(want["nodes"])
+            nodes = () if same_count else (f"NumNodes={len(want['nodes'])}",)
+            updates[job_id] = (f"ExcNodeList={','.join(excluded)}", *nodes, f"Gres=gpu:{want['gpus_per_node']}",
+                               *([f"NumTasks={want['replicas']}", f"NumCPUs={want['replicas']}",
+                                  f"MinCPUsNode={want['gpus_per_node']}"] if rec.tasks_per_gpu else []))
             self._write_elastic_lease(rec, want)
             rec.lease = dict(want)
             rec.releases += 1
+        # journaled before Slurm sees it: a controller killed from here on and restarted finds each of these jobs
+        # either held (it releases it again) or running its lease (it leaves it running)
+        self.journal.save_jobs([self.records[j] for j in job_ids])
         return self.slurm.update_release(updates, start)
 
     def _write_elastic_lease(self, rec: JobRecord, want: Mapping[str, Any]) -> None:
         jdir = job_dir(self.spool, rec.job_id)
         jdir.mkdir(parents=True, exist_ok=True)
         tmp = jdir / ".lease.json.tmp"
+        epoch = issue_epoch(str(jdir))  # every earlier launch of the job is fenced off (client.fenced)
         tmp.write_text(json.dumps({"gpu_type": want["gpu_type"], "round": want["round"],
                                    "total_steps": want["total_steps"], "replicas": want["replicas"],
-                                   "nodes": want["nodes"], "gpus_per_node": want["gpus_per_node"], **want["batch"]}),
+                                   "nodes": want["nodes"], "gpus_per_node": want["gpus_per_node"], "epoch": epoch,
+                                   **want["batch"]}),
                        encoding="utf-8")
         os.replace(tmp, jdir / "lease.json")
 

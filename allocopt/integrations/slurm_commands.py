@@ -258,32 +258,44 @@ class Slurm:
 
     # ----- batched changes: one scontrol call per list of jobs ------------------------
     def _each(self, verb: Sequence[str], job_ids: Iterable[str], *extra: str) -> dict[str, str]:
-        """``scontrol VERB ID,ID,... EXTRA``; the ids Slurm refused, with its message.
+        """``scontrol VERB ID,ID,... EXTRA``; the ids Slurm refused, with its message."""
+        return self._batch([(verb, job_ids, extra)])
+
+    def _batch(self, calls: Sequence[tuple[Sequence[str], Iterable[str], Sequence[str]]]) -> dict[str, str]:
+        """``scontrol VERB ID,ID,... EXTRA`` for each ``(VERB, ids, EXTRA)`` of ``calls``; the ids Slurm refused,
+        with its message.
 
         Long lists go as a few concurrent calls (slurmctld handles each id of a list as one request,
-        so concurrent clients overlap their round trips).
+        so concurrent clients overlap their round trips), all from one pool.
         """
-        ids = list(dict.fromkeys(job_ids))
-        size = min(max(_MIN_CHUNK, -(-len(ids) // _PARALLEL)), 2000)  # 2000: keeps the command line short
-        chunks = [ids[start:start + size] for start in range(0, len(ids), size)]
+        tasks: list[tuple[Sequence[str], list[str], Sequence[str]]] = []
+        for verb, job_ids, extra in calls:
+            ids = list(dict.fromkeys(job_ids))
+            size = min(max(_MIN_CHUNK, -(-len(ids) // _PARALLEL)), 2000)  # 2000: keeps the command line short
+            if verb[0] == "update" and any(x.startswith("NumNodes=") for x in extra):
+                size = 1  # Slurm 22.05's scontrol refuses NumNodes for a list of jobs ("Invalid job ID 1,2")
+            tasks += [(verb, ids[start:start + size], extra) for start in range(0, len(ids), size)]
 
-        def run(chunk: list[str]) -> dict[str, str]:
+        def run(task: tuple[Sequence[str], list[str], Sequence[str]]) -> dict[str, str]:
+            verb, chunk, extra = task
             target = [f"jobid={','.join(chunk)}"] if verb[0] == "update" else [",".join(chunk)]
             proc = self._run(["scontrol", *verb, *target, *extra], check=False)
             failed: dict[str, str] = {}
             if proc.returncode != 0:
                 for line in proc.stderr.splitlines():
                     match = re.search(r"job(?:id)?[ =]?(\d+(?:_\d+)?)\b", line, re.IGNORECASE)
-                    failed[match[1] if match else ",".join(chunk)] = line.strip()
+                    failed[match[1] if match and match[1] in chunk else ",".join(chunk)] = line.strip()
                 if not failed:
                     failed[",".join(chunk)] = proc.stderr.strip() or f"exit {proc.returncode}"
+                whole = failed.pop(",".join(chunk), None)  # a message naming no job of the chunk: each failed
+                if whole is not None:
+                    failed |= dict.fromkeys(chunk, whole)
+                log.warning("scontrol %s %s: %s", " ".join(verb), ",".join(failed), "; ".join(set(failed.values())))
             return failed
 
         failed: dict[str, str] = {}
-        for part in (map(run, chunks) if len(chunks) < 2 else self._pool.map(run, chunks)):
+        for part in (map(run, tasks) if len(tasks) < 2 else self._pool.map(run, tasks)):
             failed |= part
-        for jid, message in failed.items():
-            log.warning("scontrol %s %s: %s", " ".join(verb), jid, message)
         return failed
 
     def hold(self, job_ids: Iterable[str]) -> dict[str, str]:
@@ -313,11 +325,7 @@ class Slurm:
         groups: dict[tuple[str, ...], list[str]] = {}
         for jid, fields in updates.items():
             groups.setdefault(tuple(fields), []).append(jid)
-        failed: dict[str, str] = {}
-        futures = [self._pool.submit(self._each, ["update"], ids, *fields, f"StartTime={start}")
-                   for fields, ids in groups.items()]
-        for future in futures:
-            failed |= future.result()
+        failed = self._batch([(["update"], ids, (*fields, f"StartTime={start}")) for fields, ids in groups.items()])
         failed |= self._each(["release"], [jid for jid in updates if jid not in failed])
         return failed
 

@@ -31,7 +31,10 @@ def exec_job(spool: str | os.PathLike | None, command: Sequence[str]) -> None:
     """Replace this process by ``command`` with the job client's environment.
 
     Reads ``SLURM_JOB_ID``, ``SLURMD_NODENAME`` (the GPU type is the node's, from the controller's
-    ``SPOOL/nodes.json``) and the lease file the controller wrote before releasing the job.
+    ``SPOOL/nodes.json``) and the lease file the controller wrote before releasing the job. An elastic
+    job's lease carries its epoch (``ALLOCOPT_EPOCH``: commits of a copy left from an earlier launch, e.g.
+    on a node that was marked down, are refused); under ``srun`` with several tasks the ranks follow rank 0
+    step by step (``ALLOCOPT_SYNC_FILE``), so that all stop at the same step.
 
     Raises
     ------
@@ -68,6 +71,10 @@ def exec_job(spool: str | os.PathLike | None, command: Sequence[str]) -> None:
                        encoding="utf-8")
         os.replace(tmp, snapshot)
         env["ALLOCOPT_LEASE_FILE"] = str(snapshot)
+    if lease.get("epoch") is not None:  # the launch's lease epoch: a copy left from an earlier launch cannot commit
+        env.update({"ALLOCOPT_EPOCH": str(int(lease["epoch"])), "ALLOCOPT_FENCE_DIR": str(jdir)})
+        if int(rank.get("WORLD_SIZE", "1")) > 1:  # the ranks of this launch step together (client.steps)
+            env["ALLOCOPT_SYNC_FILE"] = str(jdir / f"sync-e{int(lease['epoch'])}.json")
     env.setdefault("ALLOCOPT_CHECKPOINT_DIR", str(jdir / "checkpoints"))
     gpu_type = node_gpu_type(spool, os.environ.get("SLURMD_NODENAME", "")) or lease.get("gpu_type")
     if gpu_type:

@@ -1,10 +1,11 @@
 """Test job for elastic runs: every rank logs the steps it runs; a step sleeps like a data-parallel step.
 
 Usage: elastic_steps.py OUTDIR [--alpha S] [--beta S] [--slow TYPE=FACTOR ...] [--grad-sqr X --grad-var Y]
-                         [--checkpoint-every N]
+                         [--checkpoint-every N] [--stop-s S]
 
 Each launch (lease epoch ``E``) writes ``OUTDIR/launch-eE-rR.json`` per rank R: its rank, world size,
-GPU type, pid, the batch variables of its environment and the lease file's copy of them. Every
+GPU type, pid, node (``SLURMD_NODENAME`` under Slurm), the batch variables of its environment and the lease
+file's copy of them. Every
 rank appends each step it runs to ``OUTDIR/steps-eE-rR.txt``; rank 0 does so in the same fenced
 commit as the checkpoint of that step, so a step is logged by a launch exactly when it ran there.
 A step sleeps ``(ALLOCOPT_ACCUM_STEPS + 1) * (alpha + beta * ALLOCOPT_LOCAL_BSZ) * factor`` seconds,
@@ -12,7 +13,8 @@ A step sleeps ``(ALLOCOPT_ACCUM_STEPS + 1) * (alpha + beta * ALLOCOPT_LOCAL_BSZ)
 micro-batch and shrinks as replicas split the batch, as a data-parallel step does. With
 ``--grad-sqr``/``--grad-var`` the job reports them as its gradient statistics. ``--checkpoint-every N``
 checkpoints (and logs) every N-th step only (steps after the last checkpoint of a launch are then run
-again by the next one: for tests that time steps rather than count them).
+again by the next one: for tests that time steps rather than count them). ``--stop-s S``: a launch asked to
+stop takes S seconds more to exit (as one that saves a large checkpoint).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def main() -> int:
     parser.add_argument("--grad-sqr", type=float)
     parser.add_argument("--grad-var", type=float)
     parser.add_argument("--checkpoint-every", type=int, default=1)
+    parser.add_argument("--stop-s", type=float, default=0.0)
     args = parser.parse_args()
     lease = client.lease()
     out = Path(args.outdir)
@@ -45,7 +48,7 @@ def main() -> int:
     tag = f"e{lease.epoch}-r{lease.rank}"
     (out / f"launch-{tag}.json").write_text(json.dumps({
         "epoch": lease.epoch, "rank": lease.rank, "world_size": lease.world_size, "gpu_type": lease.gpu_type,
-        "pid": os.getpid(), "batch_size": lease.batch_size, "local_bsz": lease.local_bsz,
+        "pid": os.getpid(), "node": os.environ.get("SLURMD_NODENAME"), "batch_size": lease.batch_size, "local_bsz": lease.local_bsz,
         "accum_steps": lease.accum_steps, "lr_scale": lease.lr_scale, "total_steps": lease.total_steps,
         "lease_file": {k: lease_file.get(k) for k in ("batch_size", "local_bsz", "accum_steps", "lr_scale")}}))
     if args.grad_sqr is not None and lease.rank == 0:
@@ -63,6 +66,8 @@ def main() -> int:
                 log.write(f"{step}\n")
                 log.flush()
                 client.save_checkpoint({"step": step + 1})  # rank 0 only
+    if client.stop_requested():
+        time.sleep(args.stop_s)
     return 0
 
 
