@@ -521,6 +521,6 @@ def read_trace(path: str | PathLike[str], trace_format: str, gpu_types: Sequence
     return reader(path, gpu_types)
 
 
-__all__ = ["HELIOS_COLUMNS", "NO_TENANT", "TENANT_FIELDS", "PAI_JOB_COLUMNS", "PAI_TASK_COLUMNS", "TIRESIAS_COLUMNS", "TRACE_FORMATS",
-           "TraceWorkload", "read_helios_trace", "read_pai_trace", "read_philly_trace", "read_tiresias_trace",
-           "read_trace", "unit_throughputs"]
+__all__ = ["HELIOS_COLUMNS", "NO_TENANT", "PAI_JOB_COLUMNS", "PAI_TASK_COLUMNS", "TENANT_FIELDS", "TIRESIAS_COLUMNS",
+           "TRACE_FORMATS", "TraceWorkload", "read_helios_trace", "read_pai_trace", "read_philly_trace",
+           "read_tiresias_trace", "read_trace", "unit_throughputs"]
