@@ -822,6 +822,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
             from allocopt.formulations.gavel_policies import gavel_agnostic_throughputs
             planned = gavel_agnostic_throughputs(T, list(cluster.gpu_types))
         state = SimulationState(workload, cluster, T, None if profiles is not None else table, planned)
+        state.varying_capacity = schedule is not None
         if tenants is not None:
             state.tenants, state.tenant_of = resolve_tenants(tenants, workload)
             if state.tenants.has_quotas and (mode != "mechanism" or options.get("space_sharing")):
