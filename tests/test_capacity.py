@@ -151,3 +151,28 @@ def test_cli_and_sweep_take_a_capacity_events_file(tmp_path):
                        "output": str(tmp_path / "out"), "ftf": False})
     result = run_sweep(spec)
     assert not result.failed and result.rows[0]["capacity_events"] == str(good.resolve())
+
+
+def test_mangled_event_files_raise_only_typed_errors(tmp_path):
+    """Random edits of a valid file (a character replaced, a field deleted or doubled) either read or raise a
+    CapacityEventError naming a line within the file and a column of the format."""
+    from allocopt.errors import DataFileError
+
+    valid = "time_s,gpu_type,gpus,servers\n10,v100,-4,\n20,k80,,1\n30,v100,4,\n"
+    rng = np.random.default_rng(7)
+    alphabet = list("0123456789-.,ex\n ") + ["v100", "k80", "nan", "inf", '"']
+    path = tmp_path / "events.csv"
+    for _ in range(400):
+        text = list(valid)
+        for _ in range(int(rng.integers(1, 4))):
+            k = int(rng.integers(0, len(text)))
+            text[k] = str(rng.choice(alphabet)) if rng.random() < 0.7 else ""
+        path.write_text("".join(text))
+        try:
+            read_capacity_events(path, CLUSTER)
+        except CapacityEventError as err:
+            assert err.field in ("time_s", "gpu_type", "gpus", "servers", "columns")
+            assert err.line is None or 1 <= err.line <= "".join(text).count("\n") + 1
+            assert str(err).startswith(f"{path}")
+        except DataFileError:
+            pass

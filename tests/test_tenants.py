@@ -247,3 +247,26 @@ def test_sweep_reports_per_tenant_metrics(tmp_path):
     assert row["tenant_average_jct_s"]["a"] < row["tenant_average_jct_s"]["b"]
     metrics = {r["metric"]: r for r in summarize(result.rows)}
     assert metrics["tenant_gpu_hours.a"]["n"] == 2
+
+
+def test_mangled_tenant_files_raise_only_typed_errors(tmp_path):
+    """Random edits of a valid CSV file either read or raise a TenantError naming its line and a column."""
+    from allocopt.errors import DataFileError
+
+    valid = "tenant,weight,gpu_quota\nalice,1,\nbob,2.5,8\ncarol,0.5,16\n"
+    rng = np.random.default_rng(11)
+    alphabet = list("0123456789-.,ex\n ") + ["nan", "inf", "1e9", '"']
+    path = tmp_path / "tenants.csv"
+    for _ in range(400):
+        text = list(valid)
+        for _ in range(int(rng.integers(1, 4))):
+            k = int(rng.integers(0, len(text)))
+            text[k] = str(rng.choice(alphabet)) if rng.random() < 0.7 else ""
+        path.write_text("".join(text))
+        try:
+            read_tenants(path)
+        except TenantError as err:
+            assert err.field in ("tenant", "weight", "gpu_quota", "columns", "json")
+            assert str(err).startswith(f"{path}")
+        except DataFileError:
+            pass

@@ -186,12 +186,12 @@ def read_capacity_events(path: str | PathLike[str], cluster: Cluster) -> Capacit
     if not numbered:
         raise CapacityEventError(f"{name}: no capacity event given", field="time_s")
     head_line, header = numbered[0][0], [c.strip() for c in numbered[0][1]]
-    problems = [c for c in ("time_s", "gpu_type") if c not in header] or [c for c in header
-                                                                           if c not in CAPACITY_COLUMNS]
-    if problems or not {"gpus", "servers"} & set(header) or len(set(header)) != len(header):
+    missing = [c for c in ("time_s", "gpu_type") if c not in header] or (
+        [] if {"gpus", "servers"} & set(header) else ["gpus"])
+    if missing or set(header) - set(CAPACITY_COLUMNS) or len(set(header)) != len(header):
         raise CapacityEventError(f"{name}:{head_line}: the header must name time_s, gpu_type and gpus and/or "
-                                 f"servers, got {','.join(header)}", line=head_line,
-                                 field=(problems or ["gpus"])[0])
+                                 f"servers, each once, got {','.join(header)!r}", line=head_line,
+                                 field=(missing or ["columns"])[0])
     entries = []
     for line, values in numbered[1:]:
         if len(values) != len(header):

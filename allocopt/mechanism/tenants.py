@@ -190,8 +190,8 @@ def read_tenants(path: str | PathLike[str]) -> Tenants:
     unknown = [c for c in header if c not in TENANT_COLUMNS]
     if missing or unknown or len(set(header)) != len(header):
         raise TenantError(f"{name}:{head_line}: the header must name the columns tenant, weight and optionally "
-                          f"gpu_quota, got {','.join(header)}", line=head_line,
-                          field=(missing or unknown or ["columns"])[0])
+                          f"gpu_quota, each once, got {','.join(header)!r}", line=head_line,
+                          field=(missing or ["columns"])[0])
     entries: dict[str, dict[str, Any]] = {}
     lines: dict[str, int] = {}
     for line, values in numbered[1:]:
