@@ -29,7 +29,7 @@ def _workload(model: str = "fast", jobs: int = 8, steps: int = 36_000) -> Worklo
                     np.ones(jobs), "capacity test")
 
 
-@pytest.mark.parametrize("policy", ["max_min_fairness_perf", "las"])
+@pytest.mark.parametrize("policy", ["max_min_fairness_perf", "las", "gavel:fifo"])
 def test_removing_every_gpu_of_a_type_stops_its_jobs_until_it_returns(policy):
     outage = (3600.0, 3 * 3600.0)
     events = [{"time_s": outage[0], "gpu_type": "v100", "servers": -2},

@@ -318,6 +318,8 @@ class PriorityPlanner:
         self._held_count[lost] = 0
         self._held_pairs = {key: (a, c) for key, (a, c) in self._held_pairs.items() if (ids[a:a + c] >= 0).all()}
         self.mechanism.capacity = cluster.capacity.astype(np.int64)
+        if self.gavel_policy is not None:  # Gavel's FIFO keeps a job on its type: a preempted one queues again
+            self.gavel_policy.release(np.flatnonzero(lost).tolist())
         self._cluster_changed = True
 
     def plan(self, state: SimulationState, now_s: float, round_index: int) -> RoundPlan:
