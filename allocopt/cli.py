@@ -302,6 +302,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
                         "consolidated (Tiresias's model-skew rule; order-based policies)")
     m.add_argument("--admission", metavar="NAME",
                    help="admission control: accept_all (the default) or load_based (Blox's, threshold 1.2)")
+    m.add_argument("--tenants", metavar="FILE",
+                   help="tenants' weights and GPU quotas: a CSV (tenant,weight[,gpu_quota]) or JSON file, or 'equal' "
+                        "(weight 1 for every tenant the jobs name); jobs name their tenant in the trace "
+                        "(docs/how-to/tenants-and-capacity.md)")
+    m.add_argument("--capacity-events", metavar="FILE",
+                   help="servers or GPUs joining and leaving: a CSV file time_s,gpu_type,gpus|servers (signed "
+                        "changes), applied at round boundaries (docs/how-to/tenants-and-capacity.md)")
     m.add_argument("--run-unallocated", action="store_true",
                    help="let jobs that arrived after the last recompute run on GPUs the walk gives them "
                         "(Gavel holds those GPUs idle until the next recompute)")
@@ -606,6 +613,8 @@ def _index_pair(text: str) -> tuple[int, int]:
 
 
 TRACE_FORMATS = ("gavel", "philly", "helios", "pai", "tiresias")
+#: Tenants whose metrics ``allocopt simulate`` prints (all are in --json's result).
+MAX_TENANTS_PRINTED = 20
 
 
 def _read_public_trace(path: str, trace_format: str, gpu_types: list[str]) -> Any:
@@ -667,11 +676,17 @@ def _run_simulate(args: argparse.Namespace) -> int:
                           restart_overhead_s=args.restart_overhead_s, window=args.window, backend=args.backend,
                           progress=args.progress, profiles=profiles, run_unallocated=args.run_unallocated,
                           ftf=args.ftf, policy_options=options or None, fidelity=fidelity,
-                          placement=args.placement, admission=args.admission)
+                          placement=args.placement, admission=args.admission, tenants=args.tenants,
+                          capacity_events=args.capacity_events)
     for key in ("average_jct_s", "median_jct_s", "p99_jct_s", "makespan_s", "utilization", "restarts_per_job",
                 "gpu_hours_per_job", "num_rounds", "solve_s_per_round", "average_ftf", "max_ftf", "unfair_fraction"):
         if key in result.metrics:
             print(f"{key}: {result.metrics[key]:.6g}")
+    per_tenant = list(result.metrics.get("tenants", {}).items())
+    for tenant, values in per_tenant[:MAX_TENANTS_PRINTED]:
+        print(f"tenant {tenant}: " + ", ".join(f"{k} {v:.6g}" for k, v in values.items()))
+    if len(per_tenant) > MAX_TENANTS_PRINTED:
+        print(f"... {len(per_tenant) - MAX_TENANTS_PRINTED} more tenants (--json writes them all)")
     try:
         if args.json_out:
             result.to_json(args.json_out)

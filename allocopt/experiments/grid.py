@@ -95,6 +95,12 @@ def expand(spec: SweepSpec) -> list[Point]:
     for plugin in ("placement", "admission"):  # in a point's parameters (and key) only when set
         if getattr(spec, plugin) is not None:
             common[plugin] = getattr(spec, plugin)
+    for name in ("tenants", "capacity_events"):  # files: keyed by their content too
+        value = getattr(spec, name)
+        if value is not None:
+            common[name] = value
+            if value != "equal":
+                common[f"{name}_sha256"] = _sha256(value)
     for index, entry in enumerate(spec.workloads):
         if spec.window is not None and entry.kind == "generate" and entry.num_jobs < spec.window[1]:
             raise SweepSpecError(f"ends at job {spec.window[1]}, but workloads[{index}] generates {entry.num_jobs} "

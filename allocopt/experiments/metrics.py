@@ -13,12 +13,16 @@ from allocopt.mechanism.simulator import SimulationResult
 #: JCT minus GPU-seconds over GPUs requested (time waiting before its first lease and between leases).
 #: ``gpu_hours_by_type`` maps each GPU type to the GPU-hours leased of it over the whole run (all jobs; a GPU
 #: shared by co-located jobs counted once).
+#: ``tenant_average_jct_s``, ``tenant_gpu_hours`` and ``tenant_average_ftf`` map each tenant to its jobs' mean JCT,
+#: GPU-hours and mean FTF over the window (None where the jobs name no tenant;
+#: :mod:`allocopt.mechanism.tenants`).
 METRICS: tuple[str, ...] = (
     "num_jobs", "num_measured", "average_jct_s", "median_jct_s", "p95_jct_s", "p99_jct_s", "makespan_s",
     "average_queueing_delay_s", "median_queueing_delay_s", "p99_queueing_delay_s",
     "average_ftf", "median_ftf", "p95_ftf", "p99_ftf", "max_ftf", "unfair_fraction",
     "gpu_hours_total", "gpu_hours_per_job", "gpu_hours_by_type", "restarts_total", "restarts_per_job", "utilization",
-    "average_jobs_in_system", "num_rounds", "num_solves", "solve_s_per_round", "solve_s_total", "wall_s")
+    "average_jobs_in_system", "num_rounds", "num_solves", "solve_s_per_round", "solve_s_total", "wall_s",
+    "tenant_average_jct_s", "tenant_gpu_hours", "tenant_average_ftf")
 
 
 def run_metrics(result: SimulationResult) -> dict[str, Any]:
@@ -50,6 +54,12 @@ def run_metrics(result: SimulationResult) -> dict[str, Any]:
         out.update(average_ftf=float(m["average_ftf"]), median_ftf=float(np.median(ftf)),
                    p95_ftf=float(np.percentile(ftf, 95)), p99_ftf=float(np.percentile(ftf, 99)),
                    max_ftf=float(m["max_ftf"]), unfair_fraction=float(m["unfair_fraction"]))
+    tenants = m.get("tenants")
+    if tenants:
+        out.update(tenant_average_jct_s={t: v["average_jct_s"] for t, v in tenants.items()},
+                   tenant_gpu_hours={t: v["gpu_hours"] for t, v in tenants.items()})
+        if all("average_ftf" in v for v in tenants.values()):
+            out["tenant_average_ftf"] = {t: v["average_ftf"] for t, v in tenants.items()}
     return {name: out.get(name) for name in METRICS}
 
 

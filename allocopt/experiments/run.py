@@ -65,7 +65,8 @@ class SweepResult:
 def simulate_point(params: Mapping[str, Any]) -> Any:
     """:func:`allocopt.simulate` on one point, built as ``allocopt simulate`` builds its arguments.
 
-    ``fidelity``, ``placement`` and ``admission`` are passed only when the point sets them;
+    ``fidelity``, ``placement``, ``admission``, ``tenants`` and ``capacity_events`` are passed only when
+    the point sets them;
     ``policy_options`` only when non-empty. A public trace's jobs run one step per second on every type.
     """
     from allocopt.cluster import Cluster
@@ -94,7 +95,7 @@ def simulate_point(params: Mapping[str, Any]) -> Any:
     else:
         workload, profiles = params["workload_path"], params["profiles"] or shipped_profiles_dir()
     extra: dict[str, Any] = {}
-    for name in ("fidelity", "placement", "admission"):
+    for name in ("fidelity", "placement", "admission", "tenants", "capacity_events"):
         if params.get(name) is not None:
             extra[name] = params[name]
     window = params["window"]

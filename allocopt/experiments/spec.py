@@ -24,6 +24,8 @@ overrides the file's value::
     fidelity: gavel            # passed to simulate only when set
     placement: consolidated    # passed to simulate only when set (best_fit, packing, scattered, consolidated)
     admission: load_based      # passed to simulate only when set (accept_all, load_based)
+    tenants: tenants.csv       # passed to simulate only when set (a tenants file, or equal)
+    capacity_events: events.csv  # passed to simulate only when set (servers joining and leaving)
     restart_overhead_s: 0
     run_unallocated: false
     ftf: true
@@ -130,6 +132,8 @@ class SweepSpec:
     fidelity: str | None = None
     placement: str | None = None
     admission: str | None = None
+    tenants: str | None = None
+    capacity_events: str | None = None
     restart_overhead_s: float = 0.0
     run_unallocated: bool = False
     ftf: bool = True
@@ -366,6 +370,12 @@ def _plugin(value: Any, name: str, kind: str) -> str | None:
     return _choice(tuple(sorted(known)))(value, name)
 
 
+def _tenants(value: Any, name: str, base: Path | None) -> str | None:
+    if value is None:
+        return None
+    return "equal" if isinstance(value, str) and value.strip() == "equal" else _path(value, name, base)
+
+
 def _choice(options: Sequence[str]) -> Callable[[Any, str], str]:
     def parse(value: Any, name: str) -> str:
         text = _str(value, name)
@@ -394,6 +404,9 @@ FIELDS: dict[str, tuple[Callable[[Any, str, Path | None], Any], str]] = {
     "placement": (lambda v, n, b: _plugin(v, n, "placement"), "placement plug-in (best_fit, packing, scattered, "
                                                                "consolidated)"),
     "admission": (lambda v, n, b: _plugin(v, n, "admission"), "admission plug-in (accept_all, load_based)"),
+    "tenants": (lambda v, n, b: _tenants(v, n, b), "tenants' weights and GPU quotas: a CSV or JSON file, or equal"),
+    "capacity_events": (lambda v, n, b: None if v is None else _path(v, n, b),
+                        "capacity-events CSV file (time_s,gpu_type,gpus|servers)"),
     "restart_overhead_s": (lambda v, n, b: _float(v, n), "seconds lost per restart"),
     "run_unallocated": (lambda v, n, b: _bool(v, n), "true: jobs arrived since the last recompute may run"),
     "ftf": (lambda v, n, b: _bool(v, n), "finish-time fairness companion run (default true)"),

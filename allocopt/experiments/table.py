@@ -27,14 +27,15 @@ PARAMETERS: tuple[str, ...] = (
     "policy_label", "policy", "policy_options", "workload_set", "workload", "workload_kind", "workload_path",
     "workload_sha256", "trace_format", "task_table", "profiles", "num_jobs_generated", "jobs_per_hour",
     "scale_factor_probs", "cluster", "gpus_per_node", "seed", "round_seconds", "recompute_min_seconds", "mode",
-    "window", "backend", "fidelity", "placement", "admission", "restart_overhead_s", "run_unallocated", "ftf",
-    "throughputs", "allocopt_version")
+    "window", "backend", "fidelity", "placement", "admission", "tenants", "capacity_events", "restart_overhead_s",
+    "run_unallocated", "ftf", "throughputs", "allocopt_version")
 #: Every column: the point's key, its parameters, its metrics.
 COLUMNS: tuple[str, ...] = ("key", *PARAMETERS, *METRICS)
 _TEXT = {"key", "policy_label", "policy", "workload_set", "workload", "workload_kind", "workload_path",
          "workload_sha256", "profiles", "trace_format", "task_table", "cluster", "mode", "backend", "fidelity",
-         "placement", "admission", "throughputs", "allocopt_version"}
-_JSON = {"policy_options", "window", "scale_factor_probs", "gpus_per_node", "gpu_hours_by_type"}
+         "placement", "admission", "tenants", "capacity_events", "throughputs", "allocopt_version"}
+_JSON = {"policy_options", "window", "scale_factor_probs", "gpus_per_node", "gpu_hours_by_type",
+         "tenant_average_jct_s", "tenant_gpu_hours", "tenant_average_ftf"}
 _BOOL = {"run_unallocated", "ftf"}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -199,6 +199,13 @@ class GavelPolicy:
     def policy_name(self) -> str:
         """Gavel's policy name as ``utils.get_policy`` takes it (``max_min_fairness_perf``, ...)."""
         return self._key
+
+    def release(self, jobs: Iterable[Hashable]) -> None:
+        """Forget the worker types held for ``jobs`` (FIFO keeps a job on its type until it completes): they
+        were preempted (their GPUs left the cluster) and queue again at their place in job order. Not in
+        Gavel, whose cluster does not change."""
+        for job in jobs:
+            self._assignments.pop(job, None)
 
     def get_allocation(self, *args: Any, **kwargs: Any) -> Allocation | None:
         """Gavel's ``get_allocation``; the accepted arguments depend on the policy

@@ -20,20 +20,27 @@ _EXPORTS = {
     "PlacementPolicy": "allocopt.mechanism.placement_policies", "TraceWorkload": "allocopt.mechanism.traces",
     "read_helios_trace": "allocopt.mechanism.traces", "read_pai_trace": "allocopt.mechanism.traces",
     "read_philly_trace": "allocopt.mechanism.traces", "read_tiresias_trace": "allocopt.mechanism.traces",
+    "Tenants": "allocopt.mechanism.tenants", "TenantError": "allocopt.mechanism.tenants",
+    "read_tenants": "allocopt.mechanism.tenants", "CapacitySchedule": "allocopt.mechanism.capacity",
+    "CapacityEventError": "allocopt.mechanism.capacity", "read_capacity_events": "allocopt.mechanism.capacity",
 }
-__all__ = ["AdmissionPolicy", "GpuLayout", "JobView", "LoadBased", "MechanismOptions", "OrderOptions", "OrderPlanner",
-           "OrderPolicy", "Placement", "PlacementPolicy", "PriorityMechanism", "PriorityPlanner", "RoundPlanner",
-           "SimulationError", "SimulationResult", "SimulationState", "TraceError", "TraceWorkload", "Workload",
-           "generate_workload", "place", "priorities", "read_gavel_trace", "read_helios_trace", "read_pai_trace",
-           "read_philly_trace", "read_tiresias_trace", "select_jobs", "shipped_trace", "simulate"]
+__all__ = ["AdmissionPolicy", "CapacityEventError", "CapacitySchedule", "GpuLayout", "JobView", "LoadBased",
+           "MechanismOptions", "OrderOptions", "OrderPlanner", "OrderPolicy", "Placement", "PlacementPolicy",
+           "PriorityMechanism", "PriorityPlanner", "RoundPlanner", "SimulationError", "SimulationResult",
+           "SimulationState", "TenantError", "Tenants", "TraceError", "TraceWorkload", "Workload",
+           "generate_workload", "place", "priorities", "read_capacity_events", "read_gavel_trace",
+           "read_helios_trace", "read_pai_trace", "read_philly_trace", "read_tenants", "read_tiresias_trace",
+           "select_jobs", "shipped_trace", "simulate"]
 
 if TYPE_CHECKING:
     from allocopt.mechanism.admission import AdmissionPolicy, LoadBased
+    from allocopt.mechanism.capacity import CapacityEventError, CapacitySchedule, read_capacity_events
     from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner
     from allocopt.mechanism.order_policies import JobView, OrderPolicy
     from allocopt.mechanism.placement import GpuLayout, Placement, place
     from allocopt.mechanism.placement_policies import PlacementPolicy
     from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism, priorities, select_jobs
+    from allocopt.mechanism.tenants import TenantError, Tenants, read_tenants
     from allocopt.mechanism.simulator import (PriorityPlanner, RoundPlanner, SimulationError, SimulationResult,
                                               SimulationState, simulate)
     from allocopt.mechanism.traces import (TraceWorkload, read_helios_trace, read_pai_trace, read_philly_trace,

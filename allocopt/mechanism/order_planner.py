@@ -13,6 +13,8 @@ of the active jobs, asks the policy for its order and walks the jobs in it:
   that does not fit is skipped and later jobs may still start, with
   ``backfill=False`` the walk stops at the first job that does not fit (strict
   head-of-line order);
+- with tenant GPU quotas (:mod:`allocopt.mechanism.tenants`), a job whose tenant
+  would exceed its quota is passed over (it never blocks the walk);
 - running jobs that the walk leaves out are preempted; the chosen jobs are
   placed on servers by :func:`~allocopt.mechanism.placement.place_arrays`
   (a job keeps last round's GPUs when it can).
@@ -33,7 +35,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from allocopt.cluster import Cluster
 from allocopt.errors import InvalidOptionError
+from allocopt.mechanism.capacity import remap_held
 from allocopt.mechanism.order_policies import JobView, OrderPolicy
 from allocopt.mechanism.placement import GpuLayout
 from allocopt.mechanism.placement_policies import BestFit, PlacementPolicy
@@ -111,6 +115,14 @@ class OrderPlanner:
         self._held_count = np.zeros(n, dtype=np.int64)
         self._running = np.zeros(n, dtype=bool)
 
+    def set_cluster(self, state: SimulationState, cluster: Cluster) -> None:
+        """The cluster changed (:mod:`allocopt.mechanism.capacity`): renumber last round's GPUs; jobs that held
+        GPUs which left lose their placement (a running job there is preempted at this round)."""
+        layout = GpuLayout(cluster)
+        self._held_ids, lost = remap_held(self.layout, layout, self._held_ids, self._held_start, self._held_count)
+        self.layout = layout
+        self._held_count[lost] = 0
+
     def view(self, state: SimulationState, now_s: float) -> JobView:
         """The policy's read-only view of the active jobs at ``now_s``."""
         rows = state.active_rows()
@@ -150,7 +162,10 @@ class OrderPlanner:
         chosen = np.full(rows.size, -1, dtype=np.int64)
         capacity = state.cluster.capacity.astype(np.int64)
         runnable = state.throughputs[rows] > 0
-        if capacity.size == 1:
+        quotas = state.tenants is not None and state.tenants.has_quotas
+        left = state.tenants.gpu_quotas.copy() if quotas else None
+        tenant = state.tenant_of[rows] if quotas else None
+        if capacity.size == 1 and not quotas:
             walk = order[runnable[order, 0]]
             if self.options.backfill:
                 taken = greedy_fill(sizes[walk], int(capacity[0]))
@@ -164,6 +179,8 @@ class OrderPlanner:
         speed = state.throughputs[rows]
         for k in order.tolist():
             need = int(sizes[k])
+            if left is not None and need > left[tenant[k]]:  # over its tenant's quota: passed over, never blocks
+                continue
             if need > free.max():
                 if self.options.backfill:
                     continue
@@ -179,6 +196,8 @@ class OrderPlanner:
                 t = t if t in best else int(self._type_rank[rows[k]][np.isin(self._type_rank[rows[k]], best)][0])
             chosen[k] = t
             free[t] -= need
+            if left is not None:
+                left[tenant[k]] -= need
         return chosen
 
     def plan(self, state: SimulationState, now_s: float, round_index: int) -> RoundPlan:
@@ -233,6 +252,8 @@ class OrderPlanner:
         later = int(np.searchsorted(arrival, view.now_s, side="right"))
         if later < arrival.size:
             length = min(length, float(arrival[later]) - view.now_s)
+        if state.next_capacity_change_s > view.now_s:  # the cluster changes (allocopt.mechanism.capacity)
+            length = min(length, float(state.next_capacity_change_s) - view.now_s)
         if jobs.size:
             tput = state.throughputs[jobs, types]
             length = min(length, float((state.remaining_steps[jobs] / tput).min()))

@@ -178,9 +178,58 @@ def greedy_fill(sizes: np.ndarray, capacity: int) -> np.ndarray:
     return taken
 
 
+def quota_fill(sizes: np.ndarray, tenant_of: np.ndarray, capacity: int, left: np.ndarray) -> np.ndarray:
+    """Which entries a sequential walk accepts when each entry, in order, is taken if its size fits both the
+    free GPUs and what its tenant has left of its quota (``left``, updated in place).
+
+    Vectorized like :func:`greedy_fill`: each pass accepts the longest prefix
+    whose running totals fit (overall and per tenant), then rejects the first entry that does not.
+
+    Parameters
+    ----------
+    sizes : ndarray of int of shape (n,)
+        GPUs each entry needs, in walk order.
+    tenant_of : ndarray of int of shape (n,)
+        Tenant of each entry.
+    capacity : int
+        Free GPUs.
+    left : ndarray of shape (n_tenants,)
+        GPUs each tenant may still take (``inf``: no quota); decreased by what is taken.
+
+    Returns
+    -------
+    ndarray of bool of shape (n,)
+    """
+    taken = np.zeros(sizes.size, dtype=bool)
+    idx = np.arange(sizes.size)
+    free = int(capacity)
+    while free > 0 and idx.size:
+        idx = idx[(sizes[idx] <= free) & (sizes[idx] <= left[tenant_of[idx]])]
+        if not idx.size:
+            break
+        s, t = sizes[idx], tenant_of[idx]
+        used = np.cumsum(s)
+        order = np.argsort(t, kind="stable")  # running total of each entry's tenant, in walk order
+        running = np.empty(idx.size, dtype=np.int64)
+        sorted_used = np.cumsum(s[order])
+        group_start = np.r_[True, t[order][1:] != t[order][:-1]]
+        base = np.maximum.accumulate(np.where(group_start, sorted_used - s[order], 0))
+        running[order] = sorted_used - base
+        fits = (used <= free) & (running <= left[t])
+        stop = int(np.argmin(fits)) if not fits.all() else idx.size
+        accepted = idx[:stop]
+        taken[accepted] = True
+        if stop:
+            free -= int(used[stop - 1])
+            np.subtract.at(left, tenant_of[accepted], sizes[accepted])
+        idx = idx[stop + 1:]
+    return taken
+
+
 def select_jobs(priority: np.ndarray, deficit: np.ndarray, allocation: np.ndarray, throughputs: np.ndarray,
                 scale_factors: np.ndarray, capacity: np.ndarray, type_order: Sequence[int], *,
-                work_conserving: bool = True) -> np.ndarray:
+                work_conserving: bool = True, tenant_of: np.ndarray | None = None,
+                gpu_quotas: np.ndarray | None = None) -> np.ndarray:
     """The GPU type each job runs on this round (-1: none).
 
     Types are visited in ``type_order``; each type's entries are sorted by
@@ -199,17 +248,26 @@ def select_jobs(priority: np.ndarray, deficit: np.ndarray, allocation: np.ndarra
         Column indices, in visiting order.
     work_conserving : bool, default True
         Also walk entries of priority 0 (they come last); False skips them.
+    tenant_of : ndarray of int of shape (n_jobs,), optional
+        Tenant of each job, with ``gpu_quotas``.
+    gpu_quotas : ndarray of shape (n_tenants,), optional
+        Most GPUs (all types together) each tenant's jobs take this round (``inf``: no quota); a job
+        whose tenant would exceed it is skipped (:func:`quota_fill`).
 
     Returns
     -------
     ndarray of int of shape (n_jobs,)
     """
     chosen = np.full(priority.shape[0], -1, dtype=np.int64)
+    left = None if gpu_quotas is None else np.asarray(gpu_quotas, dtype=np.float64).copy()
     for j in type_order:
         ok = (chosen < 0) & (throughputs[:, j] > 0) & (scale_factors <= capacity[j])
         cand = np.flatnonzero(ok if work_conserving else ok & (priority[:, j] > 0))
         order = cand[np.lexsort((-allocation[cand, j], -deficit[cand, j], -priority[cand, j]))]
-        chosen[order[greedy_fill(scale_factors[order], int(capacity[j]))]] = j
+        if left is None:
+            chosen[order[greedy_fill(scale_factors[order], int(capacity[j]))]] = j
+        else:
+            chosen[order[quota_fill(scale_factors[order], tenant_of[order], int(capacity[j]), left)]] = j
     return chosen
 
 
@@ -286,6 +344,10 @@ class PriorityMechanism:
         Whether each job was active at the last recompute (has an allocation).
     last_reset_s : float or None
         Time of the last recompute.
+    tenant_of : ndarray of int of shape (n_jobs,) or None
+        Tenant of each job, when tenants have GPU quotas (:meth:`set_quotas`).
+    gpu_quotas : ndarray of shape (n_tenants,) or None
+        Most GPUs each tenant's jobs hold in a round (``inf``: no quota).
     pairs : ndarray of int of shape (n_pairs, 2)
         Under space sharing, the pairs of jobs (rows) of the last recompute
         whose members are both still active, with their own
@@ -312,6 +374,8 @@ class PriorityMechanism:
         self.pair_deficit_s = np.zeros((0, k))
         self.pair_throughputs = np.zeros((0, k, 2))
         self.type_received_s = np.zeros(k)  # running totals (MechanismOptions.running_type_totals)
+        self.tenant_of: np.ndarray | None = None
+        self.gpu_quotas: np.ndarray | None = None
         self._shuffler = random.Random(options.seed + 5)
         if isinstance(options.type_order, str):
             self._order = np.argsort(-self.throughputs.mean(axis=0), kind="stable") if n else np.arange(k)
@@ -322,6 +386,14 @@ class PriorityMechanism:
                 raise InvalidOptionError(f"type_order {list(options.type_order)} must list distinct GPU types "
                                          f"of the cluster {names}")
             self._order = np.array([names.index(t) for t in options.type_order], dtype=np.int64)
+
+    def set_quotas(self, tenant_of: np.ndarray, gpu_quotas: np.ndarray) -> None:
+        """Enforce tenants' GPU quotas in :meth:`select`: ``tenant_of`` (shape (n_jobs,)) gives each job's
+        tenant, ``gpu_quotas`` (shape (n_tenants,), GPUs, ``inf``: none) the most each tenant's jobs hold."""
+        if self.pairs.size:
+            raise InvalidOptionError("tenant GPU quotas do not apply to co-located pairs (space sharing)")
+        self.tenant_of = np.asarray(tenant_of, dtype=np.int64)
+        self.gpu_quotas = np.asarray(gpu_quotas, dtype=np.float64)
 
     @property
     def initial_received_s(self) -> float:
@@ -431,8 +503,10 @@ class PriorityMechanism:
         """The type each of ``active`` (row indices) runs on this round (-1: none), shape (m,)."""
         X, T = self.allocation[active], self.throughputs[active]
         prio = priorities(X, self._owed(self.received_s[active], self.deficit_s[active]), T, self._totals())
+        tenants = None if self.tenant_of is None else self.tenant_of[active]
         chosen = select_jobs(prio, self.deficit_s[active], X, T, self.scale_factors[active], self.capacity,
-                             self.type_order(), work_conserving=self.options.work_conserving)
+                             self.type_order(), work_conserving=self.options.work_conserving, tenant_of=tenants,
+                             gpu_quotas=self.gpu_quotas)
         if not self.options.run_unallocated:
             chosen[~self.allocated[active]] = -1
         return chosen
@@ -482,5 +556,5 @@ class PriorityMechanism:
         np.add.at(self.pair_received_s, (pairs, gpu_types), seconds)
 
 
-__all__ = ["MechanismOptions", "PriorityMechanism", "UNSERVED_PRIORITY_SCALE", "greedy_fill", "priorities",
+__all__ = ["MechanismOptions", "PriorityMechanism", "UNSERVED_PRIORITY_SCALE", "greedy_fill", "priorities", "quota_fill",
            "select_entries", "select_jobs"]

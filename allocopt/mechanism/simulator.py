@@ -33,6 +33,7 @@ from allocopt.formulations import POLICIES
 from allocopt.formulations.shares import isolated_shares
 from allocopt.jsonio import JsonSource, document_or_write, read_json
 from allocopt.mechanism.admission import AdmissionPolicy, AdmissionQueue, admission_policy
+from allocopt.mechanism.capacity import CapacitySchedule, capacity_schedule, remap_held
 from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner
 from allocopt.mechanism.order_policies import OrderPolicy, order_policy
 from allocopt.mechanism.fidelity import FIDELITY_PROFILES, Fidelity, resolve_fidelity
@@ -42,6 +43,7 @@ from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.mechanism.sia_rounds import SiaExecutor, SiaPlanner, rigid_throughputs, sia_workload
 from allocopt.mechanism.sia_workloads import SiaWorkloadJob, read_sia_workload
 from allocopt.mechanism.state import SimulationState
+from allocopt.mechanism.tenants import Tenants, resolve_tenants, tenant_metrics
 from allocopt.mechanism.workload import Workload, read_gavel_trace
 from allocopt.problem import Problem
 from allocopt.runtime.executor import Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
@@ -303,6 +305,22 @@ class PriorityPlanner:
         self._idle = False  # the last plan ran nothing
         self._pair_of: dict[int, int] = {}  # co-located job this round -> row of mechanism.pairs
         self._last: RoundLeases | None = None
+        self._cluster_changed = False  # recompute at the next round, whatever the throttle
+        if state.tenants is not None and state.tenants.has_quotas:
+            self.mechanism.set_quotas(state.tenant_of, state.tenants.gpu_quotas)
+
+    def set_cluster(self, state: SimulationState, cluster: Cluster) -> None:
+        """The cluster changed (:mod:`allocopt.mechanism.capacity`): renumber last round's GPUs, drop the
+        placements of jobs that held GPUs which left (they are placed anew), recompute at the next round."""
+        layout = GpuLayout(cluster)
+        ids, lost = remap_held(self.layout, layout, self._held_ids, self._held_start, self._held_count)
+        self._held_ids, self.layout = ids, layout
+        self._held_count[lost] = 0
+        self._held_pairs = {key: (a, c) for key, (a, c) in self._held_pairs.items() if (ids[a:a + c] >= 0).all()}
+        self.mechanism.capacity = cluster.capacity.astype(np.int64)
+        if self.gavel_policy is not None:  # Gavel's FIFO keeps a job on its type: a preempted one queues again
+            self.gavel_policy.release(np.flatnonzero(lost).tolist())
+        self._cluster_changed = True
 
     def plan(self, state: SimulationState, now_s: float, round_index: int) -> RoundPlan:
         leases = self.plan_leases(state, now_s)
@@ -319,8 +337,9 @@ class PriorityPlanner:
         rows = state.active_rows()
         # Gavel lifts the recompute throttle when nothing ran and no job is left to arrive
         stalled = self._idle and not (~state.active & (state.remaining_steps > 0)).any()
-        if state.changed and rows.size and (stalled or self.mechanism.recompute_due(now_s)):
+        if state.changed and rows.size and (stalled or self._cluster_changed or self.mechanism.recompute_due(now_s)):
             self._recompute(state, rows, now_s)
+            self._cluster_changed = False
         sizes = state.workload.scale_factors
         if self.space_sharing:
             chosen, pair_index, pair_types = self.mechanism.select_with_pairs(rows)
@@ -375,6 +394,14 @@ class PriorityPlanner:
         return leases
 
     def _recompute(self, state: SimulationState, rows: np.ndarray, now_s: float) -> None:
+        if state.varying_capacity:  # jobs no type of the current cluster runs get no time until one can
+            runnable = state.runnable_rows(rows)
+            if runnable.size < rows.size:
+                self.mechanism.reset(now_s, rows, np.zeros((rows.size, state.cluster.num_gpu_types)))
+                if not runnable.size:
+                    state.changed = False
+                    return
+                rows = runnable
         started = time.perf_counter()
         pairs = state.pairs(rows) if self.space_sharing else None
         if self.gavel_policy is not None:
@@ -593,7 +620,10 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
              profiles: str | PathLike[str] | Mapping[tuple[str, str], Any] | None = None,
              ftf: bool = True, fidelity: Fidelity | str | Mapping[str, Any] | None = None,
              admission: str | AdmissionPolicy | None = None,
-             placement: str | PlacementPolicy | None = None) -> SimulationResult:
+             placement: str | PlacementPolicy | None = None,
+             tenants: Tenants | Mapping[str, Any] | str | PathLike[str] | None = None,
+             capacity_events: CapacitySchedule | Sequence[Mapping[str, Any]] | str | PathLike[str] | None = None,
+             ) -> SimulationResult:
     """Simulate ``policy`` on ``cluster`` running ``workload``.
 
     Parameters
@@ -689,6 +719,23 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         ``ideal`` mode, and report each job's JCT over its JCT there
         (``jobs["ftf"]``, ``jobs["isolated_jct_s"]``; metrics ``average_ftf``,
         ``max_ftf``, ``unfair_fraction``: the share of jobs with FTF > 1).
+    tenants : Tenants, mapping, path or "equal", optional
+        Tenants' weights and GPU quotas (:mod:`allocopt.mechanism.tenants`): a
+        :class:`~allocopt.mechanism.tenants.Tenants`, ``{name: weight}`` or ``{name:
+        {"weight": w, "gpu_quota": q}}``, a tenants file (CSV or JSON), or ``"equal"``
+        (weight 1 for every tenant the workload names). Every job must name a listed
+        tenant (``Workload.tenants``). Water-filling policies get the tenants as entities
+        (hierarchical max-min fairness); other allocation policies get the weights folded
+        into the jobs' priority weights; quotas cap the GPUs a tenant's jobs hold in a round
+        (``mode="mechanism"``, not with space sharing or Sia's rounds). Whenever the jobs
+        name tenants, ``metrics["tenants"]`` and ``jobs["tenant"]`` report per-tenant results.
+    capacity_events : CapacitySchedule, list of mapping or path, optional
+        Servers or GPUs joining and leaving (:mod:`allocopt.mechanism.capacity`): a CSV file
+        (``time_s,gpu_type,gpus`` or ``servers``) or ``[{"time_s": 3600, "gpu_type": "v100",
+        "servers": -2}, ...]``, applied from ``cluster`` at round boundaries; jobs on GPUs that
+        leave are preempted and placed anew. ``mode="mechanism"`` with an allocation or
+        order-based policy (not Sia's rounds). Utilization is then over the GPU-seconds the
+        cluster offered, and the FTF companion run uses each type's peak count.
 
     Returns
     -------
@@ -697,7 +744,10 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     Raises
     ------
     TraceError
-        Malformed trace, unknown model, or a job no GPU type can run.
+        Malformed trace, unknown model, or a job no GPU type can run;
+        :class:`~allocopt.mechanism.tenants.TenantError` for malformed tenants or a job of an
+        unknown tenant, :class:`~allocopt.mechanism.capacity.CapacityEventError` for a
+        malformed capacity event (both are TraceErrors naming the line and field).
     InvalidOptionError
         Unknown policy or out-of-range options.
     """
@@ -715,6 +765,13 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     if placement is not None and (mode != "mechanism" or (profiles is not None and policy in ("sia", "pollux"))):
         raise InvalidOptionError("placement plug-ins run with the round mechanism of allocation and order-based "
                                  f"policies (mode='mechanism'), not with mode={mode!r} or Sia's rounds")
+    sia_rounds = profiles is not None and policy in ("sia", "pollux")
+    if (tenants is not None or capacity_events is not None) and sia_rounds:
+        raise InvalidOptionError(f"tenants and capacity_events apply to allocation and order-based policies, not to "
+                                 f"{policy!r}'s configuration rounds")
+    if capacity_events is not None and mode != "mechanism":
+        raise InvalidOptionError(f"capacity_events run with the round mechanism (mode='mechanism'), got mode={mode!r}")
+    schedule = None if capacity_events is None else capacity_schedule(capacity_events, cluster)
     if profiles is not None:
         faithful = fid.sia_profile_numbers and policy in ("sia", "pollux")
         profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles, sia_numbers=faithful)
@@ -761,12 +818,18 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
             if not isinstance(workload, Workload):
                 workload = read_gavel_trace(workload, table)
             T = workload.throughputs(table, cluster.gpu_types)
-        workload.check_fits(T, cluster)
+        workload.check_fits(T, cluster if schedule is None else schedule.peak)
         planned = None
         if faithful_agnostic:
             from allocopt.formulations.gavel_policies import gavel_agnostic_throughputs
             planned = gavel_agnostic_throughputs(T, list(cluster.gpu_types))
         state = SimulationState(workload, cluster, T, None if profiles is not None else table, planned)
+        state.varying_capacity = schedule is not None
+        if tenants is not None:
+            state.tenants, state.tenant_of = resolve_tenants(tenants, workload)
+            if state.tenants.has_quotas and (mode != "mechanism" or options.get("space_sharing")):
+                raise InvalidOptionError("tenant GPU quotas are enforced by the round mechanism: mode='mechanism' "
+                                         "without space sharing")
     # Gavel's FIFO policies run only allocated entries (priority > 0)
     mech = MechanismOptions(round_seconds, recompute_min_seconds, initial_received_rounds,
                             type_order or ("random" if agnostic else "fastest_first"), seed,
@@ -790,7 +853,11 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
                                          if default_planner and isinstance(planner, PriorityPlanner) else None)
         pair_end = isinstance(planner, PriorityPlanner) and planner.options.pair_finishes_at_lease_end
         queue = None if admitter is None else AdmissionQueue(admitter, workload.num_jobs)
-        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar, pair_end, queue)
+        if schedule is not None and not hasattr(planner, "set_cluster"):
+            raise InvalidOptionError(f"capacity_events need a planner with set_cluster(state, cluster); "
+                                     f"{type(planner).__name__} has none")
+        finish, busy_gpu_s, gpu_s, starts, rounds = _run_rounds(state, planner, executor, bar, pair_end, queue,
+                                                                schedule)
         solve_s = planner.solve_seconds
     if bar is not None:
         bar.close()
@@ -802,7 +869,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     makespan = float(finish.max())
     fairness: dict[str, Any] = {}
     if ftf:
-        isolated = simulate(sia_jobs if profiles is not None else workload, cluster, "isolated",
+        isolated = simulate(sia_jobs if profiles is not None else workload,
+                            cluster if schedule is None else schedule.peak, "isolated",
                             throughputs=throughputs, mode="ideal", backend=backend, profiles=profiles, ftf=False)
         fairness = {"isolated_jct_s": isolated.jobs["jct_s"], "ftf": jct / isolated.jobs["jct_s"]}
     num_rounds = len(rounds["start_s"])
@@ -811,7 +879,8 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     metrics = {
         "average_jct_s": float(measured.mean()), "median_jct_s": float(np.median(measured)),
         "p99_jct_s": float(np.percentile(measured, 99)), "makespan_s": makespan,
-        "utilization": float(busy_gpu_s / (cluster.capacity.sum() * makespan)) if makespan > 0 else 0.0,
+        "utilization": float(busy_gpu_s / (cluster.capacity.sum() * makespan if schedule is None
+                                           else schedule.gpu_seconds(makespan))) if makespan > 0 else 0.0,
         "restarts_per_job": float(np.maximum(starts[a:b] - 1, 0).mean()),
         "gpu_hours_per_job": float(gpu_s[a:b].mean() / 3600),
         "gpu_hours_by_type": dict(zip(cluster.gpu_types, (by_type.sum(axis=0) / 3600).tolist())),
@@ -826,6 +895,12 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     jobs = {"model": np.array(workload.models, dtype=object), "scale_factor": workload.scale_factors,
             "arrival_s": workload.arrival_s, "finish_s": finish, "jct_s": jct, "gpu_hours": gpu_s / 3600,
             "restarts": np.maximum(starts - 1, 0), **fairness}
+    if workload.tenants is not None:
+        names = state.tenants.names if state.tenants is not None else tuple(dict.fromkeys(workload.tenants))
+        tenant_of = state.tenant_of if state.tenants is not None else _tenant_index(workload.tenants, names)
+        jobs["tenant"] = np.array(workload.tenants, dtype=object)
+        metrics["tenants"] = tenant_metrics(names, tenant_of[a:b], measured, gpu_s[a:b] / 3600,
+                                            fairness["ftf"][a:b] if fairness else None)
     config = {"policy": policy, "allocopt_policy": name, "policy_options": options, "mode": mode,
               "cluster": cluster.to_dict(), "round_seconds": round_seconds,
               "recompute_min_seconds": recompute_min_seconds, "run_unallocated": run_unallocated,
@@ -841,7 +916,18 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         config["solver_path"] = solver_path
     if faithful_agnostic:
         config["faithful_agnostic"] = True
+    if state.tenants is not None:
+        config["tenants"] = state.tenants.to_dict()
+    if schedule is not None:
+        config["capacity_events"] = schedule.to_dict()
     return SimulationResult(metrics, jobs, {k: np.asarray(v) for k, v in rounds.items()}, config)
+
+
+def _tenant_index(labels: Sequence[str], names: Sequence[str]) -> np.ndarray:
+    """Position in ``names`` of each of ``labels``, shape (len(labels),)."""
+    unique, inverse = np.unique(np.array(labels, dtype=object).astype(str), return_inverse=True)
+    position = {name: k for k, name in enumerate(names)}
+    return np.array([position[u] for u in unique.tolist()], dtype=np.int64)[inverse]
 
 
 def _sia_jobs(workload: Any, profiles: Mapping[tuple[str, str], Any]) -> Sequence[SiaWorkloadJob]:
@@ -875,11 +961,14 @@ def _admit(state: SimulationState, next_job: int, now_s: float) -> int:
 
 def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executor, bar: Any,
                 pair_finishes_at_lease_end: bool = False, admission: AdmissionQueue | None = None,
+                schedule: CapacitySchedule | None = None,
                 ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, dict[str, list]]:
     """Rounds until every job finished. The default planner and executor exchange arrays
     (:meth:`PriorityPlanner.plan_leases`, :meth:`SimulatedExecutor.run_arrays`); others, lease objects.
     ``pair_finishes_at_lease_end``: see :class:`~allocopt.mechanism.priority.MechanismOptions`;
-    ``admission``: arrived jobs wait in it until admitted (default: all join when they arrive)."""
+    ``admission``: arrived jobs wait in it until admitted (default: all join when they arrive);
+    ``schedule``: the cluster's changes, applied at the first round starting at or after each
+    (the planner's ``set_cluster``); rounds then also record ``gpus``, the cluster's GPUs."""
     wl = state.workload
     n = wl.num_jobs
     finish = np.full(n, np.nan)
@@ -895,20 +984,31 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
 
     arrays = (isinstance(planner, PriorityPlanner) and isinstance(executor, SimulatedExecutor)
               and executor.matrix is not None)
+    changes = 0  # capacity changes applied
+    if schedule is not None:
+        rounds["gpus"] = []
+        state.next_capacity_change_s = float(schedule.times_s[0]) if schedule.times_s.size else np.inf
     while done < n:
         if not state.active.any() and (admission is None or not admission.waiting.size):
             now = max(now, start(float(wl.arrival_s[next_job])))
+        if schedule is not None:
+            changes = _apply_capacity(state, planner, schedule, changes, now)
         next_job = _admit(state, next_job, now) if admission is None else admission.admit(state, next_job, now)
         ran = _array_round(state, planner, executor, now) if arrays else _lease_round(state, planner, executor,
                                                                                     now, index)
         if ran is None:
+            change_s = float(state.next_capacity_change_s) if schedule is not None else np.inf
             if next_job >= n:
-                if idle:  # the planner was told once that nothing runs (it may recompute): stuck
+                if idle and not np.isfinite(change_s):  # told once that nothing runs (it may recompute): stuck
                     stuck = state.active_rows()[:5].tolist()
                     raise SimulationError(f"no job can be scheduled and none will arrive; stuck jobs {stuck}")
-                idle = True
+                if not idle:
+                    idle = True
+                    continue
+                idle = False
+                now = start(change_s)  # the cluster changes next
                 continue
-            now = start(float(wl.arrival_s[next_job]))
+            now = start(min(float(wl.arrival_s[next_job]), change_s))
             continue
         idle = False
         jobs, steps, seconds, restarted, completed, entries, widths, types = ran
@@ -936,8 +1036,22 @@ def _run_rounds(state: SimulationState, planner: RoundPlanner, executor: Executo
         now = start(executor.now())
         rounds["end_s"].append(now)
         rounds["busy_gpus"].append(int(widths[held >= 0].sum()))
+        if schedule is not None:
+            rounds["gpus"].append(int(state.cluster.capacity.sum()))
         index += 1
     return finish, busy_gpu_s, gpu_s, starts, rounds
+
+
+def _apply_capacity(state: SimulationState, planner: Any, schedule: CapacitySchedule, applied: int,
+                    now: float) -> int:
+    """Apply the capacity changes due by ``now`` (the first ``applied`` already are); how many are applied."""
+    due = int(np.searchsorted(schedule.times_s, now, side="right"))
+    if due > applied:
+        cluster = schedule.cluster(due)
+        state.set_cluster(cluster)
+        planner.set_cluster(state, cluster)
+    state.next_capacity_change_s = float(schedule.times_s[due]) if due < schedule.times_s.size else np.inf
+    return max(due, applied)
 
 
 RoundArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]

@@ -9,6 +9,7 @@ import numpy as np
 
 from allocopt.cluster import Cluster
 from allocopt.formulations.makespan import isolated_throughputs, policy_throughputs
+from allocopt.mechanism.tenants import Tenants, folded_weights
 from allocopt.mechanism.workload import Workload
 from allocopt.problem import PairThroughputs, Problem
 from allocopt.throughput.table import ThroughputTable
@@ -35,6 +36,14 @@ class SimulationState:
         (Gavel's agnostic planning,
         :func:`allocopt.adapters.gavel.gavel_agnostic_throughputs`); jobs still run
         at ``throughputs``.
+    tenants : Tenants or None
+        Tenants whose weights each problem carries (:mod:`allocopt.mechanism.tenants`), with
+        ``tenant_of`` (ndarray of int of shape (n_jobs,)) each job's tenant.
+    varying_capacity : bool
+        The cluster changes during the simulation (:meth:`set_cluster`); problems then hold the
+        jobs a GPU type of the current cluster can run (:meth:`runnable_rows`).
+    next_capacity_change_s : float
+        When the cluster changes next (seconds; ``inf``: never), for planners whose rounds end at events.
     """
 
     def __init__(self, workload: Workload, cluster: Cluster, throughputs: np.ndarray,
@@ -53,6 +62,21 @@ class SimulationState:
         self.isolated_time = np.zeros(workload.num_jobs)
         self._steps_at_call = np.full(workload.num_jobs, np.nan)
         self._isolated_rate = np.full(workload.num_jobs, np.nan)
+        self.tenants: Tenants | None = None
+        self.tenant_of: np.ndarray | None = None
+        self.varying_capacity = False
+        self.next_capacity_change_s = np.inf
+
+    def set_cluster(self, cluster: Cluster) -> None:
+        """The cluster from now on (same GPU types): the planners see it at their next round."""
+        self.cluster = cluster
+        self.varying_capacity = True
+        self.changed = True
+
+    def runnable_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Those of ``rows`` that some GPU type of the current cluster runs (positive throughput, enough GPUs)."""
+        fits = (self.throughputs[rows] > 0) & (self.workload.scale_factors[rows, None] <= self.cluster.capacity)
+        return rows[fits.any(axis=1)]
 
     def active_rows(self) -> np.ndarray:
         """Rows of the jobs that have arrived and are not finished."""
@@ -78,16 +102,26 @@ class SimulationState:
         since = now_s - self.workload.arrival_s[rows]
         ftf = policy == "finish_time_fairness"
         isolated = self._advance_isolated_time(rows) if ftf else None
-        if pairs is None:
+        if pairs is None and self.tenants is None and not self.varying_capacity:
             problem = self.jobs().with_progress(rows, num_steps_remaining=self.remaining_steps[rows],
                                                 time_since_start=since, time_isolated=isolated)
         else:
-            shared = PairThroughputs([tuple(p) for p in pairs[0].tolist()], pairs[1])
-            problem = Problem(self.throughputs[rows], self.cluster, job_ids=rows.tolist(),
-                              scale_factors=self.workload.scale_factors[rows],
-                              priority_weights=self.workload.priority_weights[rows],
-                              num_steps_remaining=self.remaining_steps[rows], time_since_start=since,
-                              time_isolated=isolated, pair_throughputs=shared)
+            shared = None if pairs is None else PairThroughputs([tuple(p) for p in pairs[0].tolist()], pairs[1])
+            weights = self.workload.priority_weights[rows]
+            entities = entity_weights = None
+            if self.tenants is not None and policy == "water_filling":  # the hierarchy: tenants are entities
+                names = self.tenants.names
+                entities = [names[k] for k in self.tenant_of[rows].tolist()]
+                present = np.unique(self.tenant_of[rows])
+                entity_weights = dict(zip([names[k] for k in present.tolist()], self.tenants.weights[present].tolist()))
+            elif self.tenants is not None:  # tenants' weights folded into the jobs' priority weights
+                weights = folded_weights(weights, self.tenant_of[rows], self.tenants.weights)
+            planned = self.throughputs if self.planned_throughputs is None else self.planned_throughputs
+            problem = Problem(planned[rows] if pairs is None else self.throughputs[rows], self.cluster,
+                              job_ids=rows.tolist(), scale_factors=self.workload.scale_factors[rows],
+                              priority_weights=weights, num_steps_remaining=self.remaining_steps[rows],
+                              time_since_start=since, time_isolated=isolated, pair_throughputs=shared,
+                              entities=entities, entity_weights=entity_weights)
         if ftf:
             self._remember_isolated_rates(problem, rows, options or {})
         return problem

@@ -27,9 +27,14 @@ documented rule. The conversion rules are the same for every trace:
   half a second or have no recorded start or end (``"no run time"``), PAI jobs
   absent from the task table (``"no task"``), and jobs whose status is not in
   ``statuses`` when given (``"status"``). Run times are rounded to whole seconds.
-- **Columns dropped**: user, virtual cluster, CPU and memory requests, node
-  counts, GPU ids and servers, queueing times (the simulator makes its own),
-  PAI's ``gpu_type`` (the table gives each job the same speed on every type).
+- **Tenant**: the job's virtual cluster (Philly's and Helios' ``vc``) or user
+  (PAI's ``user``; ``tenant_field="user"`` picks Helios' and Philly's users),
+  in ``Workload.tenants`` for :mod:`allocopt.mechanism.tenants`; a job whose row
+  has none gets the tenant :data:`NO_TENANT`. Tiresias's job files name none.
+- **Columns dropped**: the user or virtual cluster not chosen as tenant, CPU and
+  memory requests, node counts, GPU ids and servers, queueing times (the simulator
+  makes its own), PAI's ``gpu_type`` (the table gives each job the same speed on
+  every type).
 
 Malformed input raises :class:`~allocopt.mechanism.workload.TraceError` naming
 the file, the line and the column (``field``); files that cannot be read or are
@@ -74,6 +79,10 @@ PAI_TASK_COLUMNS: tuple[str, ...] = ("job_name", "task_name", "inst_num", "statu
 TIRESIAS_COLUMNS: tuple[str, ...] = ("job_id", "num_gpu", "submit_time", "duration")
 
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+#: Tenant of a job whose trace row names no user or virtual cluster.
+NO_TENANT = "none"
+#: Columns a trace's tenant may come from (``tenant_field``; None: the jobs get no tenant).
+TENANT_FIELDS = ("vc", "user")
 
 
 @dataclass(frozen=True)
@@ -129,7 +138,7 @@ class TraceWorkload:
             models.append(model)
             steps[k] = max(1, int(wl.total_steps[k] * rate))
         workload = Workload(tuple(models), wl.scale_factors, steps, wl.arrival_s, wl.priority_weights, wl.source,
-                            wl.lines)
+                            wl.lines, wl.tenants)
         return TraceWorkload(workload, table, dict(self.skipped), self.job_ids)
 
 
@@ -220,12 +229,14 @@ class _Collector:
         self.submit: list[float] = []
         self.lines: list[int] = []
         self.ids: list[str] = []
+        self.tenants: list[str] = []
         self.skipped: dict[str, int] = {}
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
-    def add(self, job_id: str, model: str, gpus: int, run_s: float, submit_s: float, line: int) -> None:
+    def add(self, job_id: str, model: str, gpus: int, run_s: float, submit_s: float, line: int,
+            tenant: str | None = None) -> None:
         if gpus <= 0:
             self.skip("no GPU")
             return
@@ -238,6 +249,8 @@ class _Collector:
         self.seconds.append(round(run_s))
         self.submit.append(submit_s)
         self.lines.append(line)
+        if tenant is not None:
+            self.tenants.append(tenant.strip() or NO_TENANT)
 
     def result(self, gpu_types: Sequence[str]) -> TraceWorkload:
         if not self.models:
@@ -250,7 +263,8 @@ class _Collector:
         arrival = (submit - submit.min())[order]
         workload = Workload(tuple(np.array(self.models, dtype=object)[order].tolist()),
                             np.array(self.gpus, dtype=np.int64)[order], np.array(self.seconds, dtype=np.int64)[order],
-                            arrival, np.ones(len(self.models)), self.source, np.array(self.lines)[order])
+                            arrival, np.ones(len(self.models)), self.source, np.array(self.lines)[order],
+                            tuple(np.array(self.tenants, dtype=object)[order].tolist()) if self.tenants else None)
         return TraceWorkload(workload, unit_throughputs(workload, gpu_types), dict(self.skipped),
                              tuple(np.array(self.ids, dtype=object)[order].tolist()))
 
@@ -278,7 +292,7 @@ def read_tiresias_trace(path: str | PathLike[str], gpu_types: Sequence[str] = ("
 
 
 def read_helios_trace(path: str | PathLike[str], gpu_types: Sequence[str] = ("gpu",), *,
-                      statuses: Iterable[str] | None = None) -> TraceWorkload:
+                      statuses: Iterable[str] | None = None, tenant_field: str | None = "vc") -> TraceWorkload:
     """A Helios cluster's ``cluster_log.csv`` (:data:`HELIOS_COLUMNS`; Hu et al., SC '21).
 
     Parameters
@@ -287,8 +301,11 @@ def read_helios_trace(path: str | PathLike[str], gpu_types: Sequence[str] = ("gp
     gpu_types : sequence of str, default ("gpu",)
     statuses : iterable of str, optional
         Keep only jobs whose ``state`` is one of these (e.g. ``{"COMPLETED"}``); default: every job.
+    tenant_field : {"vc", "user"} or None, default "vc"
+        The column each job's tenant comes from (None: no tenants).
     """
     keep = _check_statuses(statuses)
+    _check_tenant_field(tenant_field, TENANT_FIELDS)
     jobs = _Collector("helios", str(path))
     for row in _csv_rows(path, HELIOS_COLUMNS, header=None):
         gpus = row.integer("gpu_num", maximum=MAX_TRACE_SCALE)
@@ -299,12 +316,14 @@ def read_helios_trace(path: str | PathLike[str], gpu_types: Sequence[str] = ("gp
         if keep is not None and row.text("state") not in keep:
             jobs.skip("status")
             continue
-        jobs.add(row.text("job_id"), "helios", gpus, run_s, submit, row.line)
+        jobs.add(row.text("job_id"), "helios", gpus, run_s, submit, row.line,
+                 row.text(tenant_field) if tenant_field else None)
     return jobs.result(gpu_types)
 
 
 def read_pai_trace(job_table: str | PathLike[str], task_table: str | PathLike[str],
-                   gpu_types: Sequence[str] = ("gpu",), *, statuses: Iterable[str] | None = None) -> TraceWorkload:
+                   gpu_types: Sequence[str] = ("gpu",), *, statuses: Iterable[str] | None = None,
+                   tenant_field: str | None = "user") -> TraceWorkload:
     """Alibaba PAI 2020's ``pai_job_table`` with its ``pai_task_table`` (Weng et al., NSDI '22).
 
     The job table gives each job its submission (``start_time``) and end; the task
@@ -318,8 +337,11 @@ def read_pai_trace(job_table: str | PathLike[str], task_table: str | PathLike[st
     gpu_types : sequence of str, default ("gpu",)
     statuses : iterable of str, optional
         Keep only jobs whose ``status`` is one of these (``{"Terminated"}``: the successful ones).
+    tenant_field : {"user"} or None, default "user"
+        The column each job's tenant comes from (None: no tenants).
     """
     keep = _check_statuses(statuses)
+    _check_tenant_field(tenant_field, ("user",))
     gpu_percent: dict[str, float] = {}
     launch: dict[str, float] = {}
     for row in _csv_rows(task_table, PAI_TASK_COLUMNS, header=None):
@@ -344,12 +366,13 @@ def read_pai_trace(job_table: str | PathLike[str], task_table: str | PathLike[st
         gpus = math.ceil(round(gpu_percent[job], 6) / 100.0)
         begin = launch.get(job)
         run_s = end - begin if end is not None and begin is not None else 0.0
-        jobs.add(row.text("inst_id") or job, "pai", min(gpus, MAX_TRACE_SCALE), run_s, submit, row.line)
+        jobs.add(row.text("inst_id") or job, "pai", min(gpus, MAX_TRACE_SCALE), run_s, submit, row.line,
+                 row.text(tenant_field) if tenant_field else None)
     return jobs.result(gpu_types)
 
 
 def read_philly_trace(path: str | PathLike[str], gpu_types: Sequence[str] = ("gpu",), *,
-                      statuses: Iterable[str] | None = None) -> TraceWorkload:
+                      statuses: Iterable[str] | None = None, tenant_field: str | None = "vc") -> TraceWorkload:
     """Philly's ``cluster_job_log`` (a JSON list of jobs; msr-fiddle/philly-traces, Jeon et al., ATC '19).
 
     Each job's GPUs are those its last attempt held (the ``gpus`` of every server
@@ -364,7 +387,11 @@ def read_philly_trace(path: str | PathLike[str], gpu_types: Sequence[str] = ("gp
     gpu_types : sequence of str, default ("gpu",)
     statuses : iterable of str, optional
         Keep only jobs whose ``status`` is one of these (``Pass``, ``Killed``, ``Failed``).
+    tenant_field : {"vc", "user"} or None, default "vc"
+        The field each job's tenant comes from (None: no tenants); a string, or null or absent
+        (tenant :data:`NO_TENANT`).
     """
+    _check_tenant_field(tenant_field, TENANT_FIELDS)
     name = str(path)
     text = read_text(path, what="the trace")
     keep = _check_statuses(statuses)
@@ -401,8 +428,19 @@ def read_philly_trace(path: str | PathLike[str], gpu_types: Sequence[str] = ("gp
         start = _philly_time(last.get("start_time"), error, "start_time")
         end = _philly_time(last.get("end_time"), error, "end_time")
         run_s = end - start if start is not None and end is not None else 0.0
-        jobs.add(str(entry["jobid"]), "philly", min(gpus, MAX_TRACE_SCALE), run_s, submitted, line)
+        tenant = None
+        if tenant_field:
+            tenant = entry.get(tenant_field)
+            if tenant is not None and not isinstance(tenant, str):
+                raise error(tenant_field, f"must be a string or null, got {tenant!r}")
+            tenant = tenant or NO_TENANT
+        jobs.add(str(entry["jobid"]), "philly", min(gpus, MAX_TRACE_SCALE), run_s, submitted, line, tenant)
     return jobs.result(gpu_types)
+
+
+def _check_tenant_field(tenant_field: str | None, allowed: Sequence[str]) -> None:
+    if tenant_field is not None and tenant_field not in allowed:
+        raise InvalidOptionError(f"tenant_field must be one of {list(allowed)} or None, got {tenant_field!r}")
 
 
 def _philly_time(value: Any, error: Callable[[str, str], TraceError], key: str) -> float | None:
@@ -483,6 +521,6 @@ def read_trace(path: str | PathLike[str], trace_format: str, gpu_types: Sequence
     return reader(path, gpu_types)
 
 
-__all__ = ["HELIOS_COLUMNS", "PAI_JOB_COLUMNS", "PAI_TASK_COLUMNS", "TIRESIAS_COLUMNS", "TRACE_FORMATS",
-           "TraceWorkload", "read_helios_trace", "read_pai_trace", "read_philly_trace", "read_tiresias_trace",
-           "read_trace", "unit_throughputs"]
+__all__ = ["HELIOS_COLUMNS", "NO_TENANT", "PAI_JOB_COLUMNS", "PAI_TASK_COLUMNS", "TENANT_FIELDS", "TIRESIAS_COLUMNS",
+           "TRACE_FORMATS", "TraceWorkload", "read_helios_trace", "read_pai_trace", "read_philly_trace",
+           "read_tiresias_trace", "read_trace", "unit_throughputs"]

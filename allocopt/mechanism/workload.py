@@ -23,6 +23,8 @@ MAX_TRACE_SCALE = 2**31 - 1
 #: Columns of a Gavel trace line (tab-separated).
 TRACE_COLUMNS: tuple[str, ...] = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir",
                                   "total_steps", "scale_factor", "priority_weight", "SLO", "arrival_time")
+#: The optional 11th column of a trace line (allocopt's): the job's tenant (:mod:`allocopt.mechanism.tenants`).
+TENANT_COLUMN = "tenant"
 
 
 class TraceError(InvalidProblemError):
@@ -54,6 +56,9 @@ class Workload:
         Where the jobs came from (a path, or a description of the generator).
     lines : ndarray of int of shape (n_jobs,)
         Line of each job in ``source`` (0 for generated jobs), for error messages.
+    tenants : tuple of str, optional
+        The tenant (user, virtual cluster) of each job; None when the jobs name none
+        (:mod:`allocopt.mechanism.tenants`).
     """
 
     models: tuple[str, ...]
@@ -63,6 +68,7 @@ class Workload:
     priority_weights: np.ndarray
     source: str = ""
     lines: np.ndarray | None = None
+    tenants: tuple[str, ...] | None = None
 
     @property
     def num_jobs(self) -> int:
@@ -110,7 +116,8 @@ def shipped_trace(name: str) -> str:
 
 
 def read_gavel_trace(path: str | PathLike[str], table: ThroughputTable | None = None) -> Workload:
-    """Read a Gavel trace: one job a line, 10 tab-separated columns (:data:`TRACE_COLUMNS`).
+    """Read a Gavel trace: one job a line, 10 tab-separated columns (:data:`TRACE_COLUMNS`), and
+    optionally an 11th, the job's tenant (:data:`TENANT_COLUMN`; then on every line).
 
     Parameters
     ----------
@@ -127,16 +134,29 @@ def read_gavel_trace(path: str | PathLike[str], table: ThroughputTable | None = 
         For a file that cannot be read, a binary or a non-UTF-8 file (naming the line).
     """
     name = str(path)
-    models, scales, steps, arrivals, weights, lines = [], [], [], [], [], []
+    models, scales, steps, arrivals, weights, lines, tenants = [], [], [], [], [], [], []
     text = read_text(path, what="the trace")
+    width, first = 0, 0  # columns of the first line (10, or 11 with tenants) and its number
     for number, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         fields = raw.rstrip("\r\n").split("\t")
-        if len(fields) != len(TRACE_COLUMNS):
-            raise TraceError(f"{name}:{number}: {len(fields)} tab-separated columns, expected "
-                             f"{len(TRACE_COLUMNS)}: {', '.join(TRACE_COLUMNS)}", line=number, field="columns")
-        values = dict(zip(TRACE_COLUMNS, fields))
+        if not width and len(fields) in (len(TRACE_COLUMNS), len(TRACE_COLUMNS) + 1):
+            width, first = len(fields), number
+        if len(fields) != width:
+            expected = (f"{len(TRACE_COLUMNS)}: {', '.join(TRACE_COLUMNS)}, optionally followed by "
+                        f"{TENANT_COLUMN}" if not width else
+                        f"{width}, as line {first} has ({'with' if width > len(TRACE_COLUMNS) else 'without'} "
+                        f"the {TENANT_COLUMN} column)")
+            raise TraceError(f"{name}:{number}: {len(fields)} tab-separated columns, expected {expected}",
+                             line=number, field="columns")
+        values = dict(zip((*TRACE_COLUMNS, TENANT_COLUMN), fields))
+        if TENANT_COLUMN in values:
+            tenant = values[TENANT_COLUMN].strip()
+            if not tenant:
+                raise TraceError(f"{name}:{number}: the {TENANT_COLUMN} column is empty", line=number,
+                                 field=TENANT_COLUMN)
+            tenants.append(tenant)
         parsed = {}
         for column, kind in (("total_steps", int), ("scale_factor", int), ("priority_weight", float),
                              ("arrival_time", float)):
@@ -174,7 +194,8 @@ def read_gavel_trace(path: str | PathLike[str], table: ThroughputTable | None = 
     arrival = np.array(arrivals)
     order = np.argsort(arrival, kind="stable")
     return Workload(tuple(np.array(models, dtype=object)[order].tolist()), np.array(scales)[order],
-                    np.array(steps)[order], arrival[order], np.array(weights)[order], name, np.array(lines)[order])
+                    np.array(steps)[order], arrival[order], np.array(weights)[order], name, np.array(lines)[order],
+                    tuple(np.array(tenants, dtype=object)[order].tolist()) if tenants else None)
 
 
 def load_throughputs(path: str | PathLike[str]) -> ThroughputTable:
@@ -290,4 +311,4 @@ def _gpu_type_column(table: ThroughputTable, gpu_type: str) -> int:
     return table.gpu_types.index(gpu_type)
 
 
-__all__ = ["TRACE_COLUMNS", "TraceError", "Workload", "generate_workload", "load_throughputs", "read_gavel_trace", "shipped_trace"]
+__all__ = ["TENANT_COLUMN", "TRACE_COLUMNS", "TraceError", "Workload", "generate_workload", "load_throughputs", "read_gavel_trace", "shipped_trace"]
