@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import allocopt
 from allocopt import Cluster, GoodputProblem, sia_configurations, solve
 from allocopt.cli import main
 from allocopt.errors import InvalidOptionError, InvalidProblemError
@@ -208,3 +210,27 @@ def test_cli_simulate_optimus(capsys):
                  "--option", "speed_model=fast", "--no-ftf"])
     assert code != 0
     assert "speed_model must be" in capsys.readouterr().err
+
+
+def test_sweep_runs_optimus_by_name(tmp_path):
+    # a Sia workload (elastic Optimus) and a public trace (rigid Optimus) in one sweep, each row as simulate's
+    from allocopt.experiments import parse_spec, run_sweep
+    from allocopt.mechanism.traces import read_tiresias_trace
+
+    phoebe = shipped_workloads_dir() / "phoebe_workload.csv"
+    tiresias = Path(allocopt.__file__).parent / "data" / "tiresias" / "60_job.csv"
+    spec = parse_spec({"policies": ["optimus"], "clusters": [{"aws": 24, "rtx": 24, "dgx-ext": 16}],
+                       "gpus_per_node": {"aws": 4, "rtx": 8, "dgx-ext": 8}, "round_seconds": 60, "ftf": False,
+                       "workloads": [{"sia": str(phoebe)}, {"trace": str(tiresias), "format": "tiresias"}],
+                       "output": str(tmp_path)})
+    result = run_sweep(spec)
+    assert result.ran == 2 and not result.failed
+    trace = read_tiresias_trace(tiresias, list(SIA_CLUSTER.gpu_types))
+    want = {"sia": simulate(phoebe, SIA_CLUSTER, "optimus", profiles=shipped_profiles_dir(), round_seconds=60,
+                            ftf=False),
+            "trace": simulate(trace.workload, SIA_CLUSTER, "optimus", throughputs=trace.throughputs,
+                              round_seconds=60, ftf=False)}
+    assert sorted(row["workload_kind"] for row in result.rows) == ["sia", "trace"]
+    for row in result.rows:
+        kind = row["workload_kind"]
+        assert row["average_jct_s"] == pytest.approx(want[kind].metrics["average_jct_s"], rel=1e-12)
