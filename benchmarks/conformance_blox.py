@@ -1,4 +1,4 @@
-"""Conformance of allocopt's ``las``, ``srtf`` and ``order:fifo`` with Blox's own simulator on a Philly log.
+"""Conformance of allocopt's ``las``, ``srtf``, ``order:fifo`` and ``optimus`` with Blox's own simulator on a Philly log.
 
 Blox (github.com/msr-fiddle/blox) stays outside this repository: point ``--blox-dir``
 at a checkout whose ``blox/deployment/grpc_stubs`` were generated (``make grpc`` in
@@ -14,7 +14,7 @@ trace-synthetic``: Poisson arrivals at ``--load`` jobs per hour, seed 1, job
 durations from the Philly log, one GPU each, 300 s rounds, ``--servers`` servers
 of 4 GPUs: 28 by default, 112 GPUs, so that jobs queue at load 6; a wrapper sets
 it and calls Blox's own ``launch_server`` in place of Blox's default of 32) serves jobs to Blox's ``las_scheduler.py --simulate`` with its ``schedulers.Las``
-replaced by ``schedulers.Srtf`` or ``schedulers.Fifo`` for those runs (Blox's code
+replaced by ``schedulers.Srtf``, ``schedulers.Fifo`` or ``schedulers.Optimus`` for those runs (Blox's code
 is not modified; a two-line wrapper swaps the class before running the script).
 Blox reports the jobs ``--track`` A..B. The same job sequence is then regenerated
 with Blox's own workload code (its ``SimulatorRunner`` and ``Workload``, seed 1,
@@ -24,13 +24,18 @@ Blox's per-job log (arrival and duration of every tracked job), and simulated by
 ``OrderOptions(round_seconds=300, event_rounds=False)`` on the same GPUs (fixed rounds on a grid,
 as Blox's), one step a second and ``ceil(duration)`` steps. Blox records a
 completion at the end of the round in which the job completes; allocopt's finish
-time is rounded up to that round end before comparing. SRTF gets each job's
-exact (fractional) duration as its estimate, as Blox's ranks by it.
+time is rounded up to that round end before comparing. SRTF and Optimus get each job's
+exact (fractional) duration as their estimate, as Blox's rank by it. Blox's Optimus
+hands the GPUs left after every job's demand out round-robin (``job_gpu_demand``),
+but its placement places ``num_GPUs`` and its simulator's progress ignores them
+(their speed-up table is commented out in ``grpc_client_rm.py``), so allocopt's
+rigid ``optimus`` order policy (SRTF's order, each job at its GPUs) is its counterpart.
 
 ``--trace`` defaults to allocopt's Philly sample built to the schema
 (``allocopt/data/traces/philly_cluster_job_log.json``); pass Philly's real
 ``cluster_job_log`` for the real trace. Writes per scheduler the average JCT of
-the tracked jobs of both, their ratio and the jobs whose JCT differs.
+the tracked jobs of both, their ratio, the last completion of a tracked job in each
+(``makespan``, seconds from the start) and the jobs whose JCT differs.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from allocopt import simulate  # noqa: E402
 from allocopt.bench.output import Column, results_table, write_results  # noqa: E402
 from allocopt.cluster import Cluster  # noqa: E402
 from allocopt.mechanism.order_planner import OrderOptions, OrderPlanner  # noqa: E402
-from allocopt.mechanism.order_policies import Fifo, Las, Srtf  # noqa: E402
+from allocopt.mechanism.order_policies import Fifo, Las, Optimus, Srtf  # noqa: E402
 from allocopt.mechanism.state import SimulationState  # noqa: E402
 from allocopt.mechanism.traces import unit_throughputs  # noqa: E402
 from allocopt.mechanism.workload import Workload  # noqa: E402
@@ -141,7 +146,7 @@ def run_allocopt(jobs: list[dict], cls: str, servers: int) -> np.ndarray:
     wl = Workload(("philly",) * n, np.array([j["gpus"] for j in jobs]), np.ceil(seconds).astype(np.int64),
                   np.array([float(j["arrival_s"]) for j in jobs]), np.ones(n), "blox")
     cluster = Cluster({"gpu": 4 * servers}, gpus_per_node=4)
-    policy = {"Las": Las(), "Srtf": Srtf(estimates_s=seconds), "Fifo": Fifo()}[cls]
+    policy = {"Las": Las(), "Srtf": Srtf(estimates_s=seconds), "Fifo": Fifo(), "Optimus": Optimus(estimates_s=seconds)}[cls]
     planner = OrderPlanner(SimulationState(wl, cluster, np.ones((n, 1))), policy,
                            OrderOptions(round_seconds=ROUND_S, event_rounds=False))
     result = simulate(wl, cluster, policy, throughputs=unit_throughputs(wl, ["gpu"]), planner=planner, ftf=False,
@@ -159,12 +164,14 @@ def main() -> None:
     parser.add_argument("--track", type=int, nargs=2, default=(0, 20), metavar=("A", "B"))
     parser.add_argument("--servers", type=int, default=28,
                         help="servers of 4 GPUs in both simulators (Blox's default: 32)")
-    parser.add_argument("--schedulers", nargs="+", default=["Las", "Srtf", "Fifo"], choices=["Las", "Srtf", "Fifo"])
+    parser.add_argument("--schedulers", nargs="+", default=["Las", "Srtf", "Fifo", "Optimus"],
+                        choices=["Las", "Srtf", "Fifo", "Optimus"])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="blox-conformance-"))
     trace = args.trace.resolve()
-    results: dict = {"cases": {}}
+    results: dict = {"config": {"trace": args.trace.name, "load_jobs_per_hour": args.load, "track": list(args.track),
+                                "servers": args.servers, "gpus_per_server": 4, "round_s": ROUND_S}, "cases": {}}
     for cls in args.schedulers:
         started = time.perf_counter()
         blox = run_blox(args.blox_dir, args.blox_python, trace, args.load, tuple(args.track), cls,
@@ -182,21 +189,27 @@ def main() -> None:
         ids = sorted(int(k) for k in stats)
         theirs = np.array([stats[str(k)][1] - stats[str(k)][0] for k in ids], dtype=np.float64)
         ours = np.array([finish[k] - jobs[k]["arrival_s"] for k in ids])
+        ends = (float(max(stats[str(k)][1] for k in ids)), float(max(finish[k] for k in ids)))
         differ = {str(k): {"blox_jct_s": float(t), "allocopt_jct_s": float(o)}
                   for k, t, o in zip(ids, theirs, ours) if abs(t - o) > 1e-6}
         case = {"blox_average_jct_s": float(theirs.mean()), "allocopt_average_jct_s": float(ours.mean()),
-                "jct_ratio": float(ours.mean() / theirs.mean()), "tracked_jobs": len(ids),
+                "jct_ratio": float(ours.mean() / theirs.mean()), "blox_makespan_s": ends[0],
+                "allocopt_makespan_s": ends[1], "makespan_ratio": ends[1] / ends[0], "tracked_jobs": len(ids),
                 "identical_jobs": len(ids) - len(differ), "jobs_simulated": len(jobs), "jobs_that_differ": differ,
                 "blox_wall_s": blox_s}
         results["cases"][cls] = case
         print(f"{cls:>5}  average JCT allocopt {case['allocopt_average_jct_s']:>10.1f} s  Blox "
-              f"{case['blox_average_jct_s']:>10.1f} s  ratio {case['jct_ratio']:.4f}  identical jobs "
+              f"{case['blox_average_jct_s']:>10.1f} s  ratio {case['jct_ratio']:.4f}  makespan ratio "
+              f"{case['makespan_ratio']:.4f}  identical jobs "
               f"{case['identical_jobs']}/{len(ids)}  ({len(jobs)} jobs simulated)", flush=True)
     if args.out:
         rows = [{"scheduler": cls, "ours": c["allocopt_average_jct_s"], "theirs": c["blox_average_jct_s"],
+                 "ours_end": c["allocopt_makespan_s"], "theirs_end": c["blox_makespan_s"],
                  "identical": f"{c['identical_jobs']} of {c['tracked_jobs']}"} for cls, c in results["cases"].items()]
         columns = [Column("scheduler", "scheduler", left=True), Column("ours", "allocopt average JCT (s)", ",.1f"),
-                   Column("theirs", "Blox average JCT (s)", ",.1f"), Column("identical", "jobs identical")]
+                   Column("theirs", "Blox average JCT (s)", ",.1f"),
+                   Column("ours_end", "allocopt makespan (s)", ",.1f"), Column("theirs_end", "Blox makespan (s)", ",.1f"),
+                   Column("identical", "jobs identical")]
         write_results(args.out, "conformance_blox", data=results,
                       tables=[results_table("allocopt against Blox's simulator", rows, columns)])
 

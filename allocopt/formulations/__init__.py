@@ -19,6 +19,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "water_filling": ("allocopt.formulations.water_filling", "WaterFilling"),
     "sia": ("allocopt.formulations.sia", "Sia"),
     "pollux": ("allocopt.formulations.pollux", "Pollux"),
+    "optimus": ("allocopt.formulations.optimus", "Optimus"),
     "fifo": ("allocopt.formulations.baselines", "Fifo"),
     "gandiva": ("allocopt.formulations.baselines", "Gandiva"),
     "allox": ("allocopt.formulations.baselines", "AlloX"),

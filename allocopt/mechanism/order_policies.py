@@ -41,6 +41,8 @@ Built-in policies (:data:`ORDER_POLICIES`, by name in :func:`allocopt.simulate`)
     estimate of each job's duration minus its attained time).
 ``sjf``
     Shortest job first, non-preemptive (oracle or estimated durations).
+``optimus``
+    Optimus on rigid jobs: SRTF's order, each job at its own GPUs (:class:`Optimus`).
 """
 
 from __future__ import annotations
@@ -246,6 +248,34 @@ class Sjf(Srtf):
     def rank(self, view: JobView) -> np.ndarray:
         duration = _estimated(view, self.estimates_s, remaining=False)
         return duration * view.num_gpus if self.gpu_time else duration
+
+
+class Optimus(Srtf):
+    """Optimus (Peng et al., EuroSys 2018) on rigid jobs: shortest estimated remaining time first, preemptive.
+
+    Optimus gives every job one worker in order of its estimated remaining
+    time, then adds workers where they cut remaining time the most. A rigid job
+    runs on its ``scale_factor`` GPUs only, and a rigid workload gives no speed
+    at other GPU counts, so every added worker gains nothing and the allocation
+    is the first pass: jobs by remaining time (the oracle, Optimus's
+    convergence estimate taken as known; or ``estimates_s`` minus the attained
+    seconds), each with its own GPUs. This is the order Blox's
+    ``schedulers.Optimus`` computes; the workers it adds (``job_gpu_demand``) are
+    read neither by Blox's placement, which places ``num_GPUs``, nor by its
+    simulator's progress, which scales only under a policy named ``Optimus``
+    through a table its code leaves commented out. Optimus with workers added by
+    marginal gain is :mod:`allocopt.formulations.optimus`, run in the
+    simulator over a Sia workload (``simulate(..., "optimus", profiles=...)``).
+
+    Parameters
+    ----------
+    estimates_s : array-like of shape (n_jobs,), optional
+        Estimated duration of each job, seconds. Default: the oracle.
+    gpu_time : bool, default False
+        Rank by remaining GPU-time.
+    """
+
+    name = "optimus"
 
 
 #: Tiresias's simulator's queue thresholds (``jobs.py``: three queues, limits 3250 and 7200 GPU-seconds).
@@ -479,7 +509,7 @@ def tiresias_gittins(**options: Any) -> Tiresias:
 #: Order-based policies by name: each a factory taking the policy's options as keywords.
 ORDER_POLICIES: dict[str, Any] = {
     "fifo": Fifo, "las": Las, "tiresias": Tiresias, "tiresias_gittins": tiresias_gittins,
-    "srtf": Srtf, "sjf": Sjf,
+    "srtf": Srtf, "sjf": Sjf, "optimus": Optimus,
 }
 
 
@@ -487,8 +517,10 @@ def order_policy(policy: Any, options: Mapping[str, Any] | None = None) -> Order
     """The order policy ``policy`` names (or is), with ``options``; None when it is not one.
 
     A name is one of :data:`ORDER_POLICIES`, optionally prefixed ``order:``; a name
-    that is also an allocopt formulation (``fifo``) is the formulation's unless
-    prefixed (``order:fifo``).
+    that is also an allocopt formulation over time fractions (``fifo``) is the
+    formulation's unless prefixed (``order:fifo``); one whose formulation allocates
+    configurations (``optimus``, over a :class:`~allocopt.GoodputProblem`) is the
+    order policy's.
 
     Raises
     ------
@@ -497,9 +529,10 @@ def order_policy(policy: Any, options: Mapping[str, Any] | None = None) -> Order
     """
     if isinstance(policy, str):
         from allocopt.formulations import POLICIES
+        from allocopt.problem import Problem
 
         name = policy.removeprefix("order:")
-        if name == policy and name in POLICIES:
+        if name == policy and name in POLICIES and POLICIES[name].problem_type is Problem:
             return None
         factory = ORDER_POLICIES.get(name)
         if factory is None:
@@ -516,6 +549,7 @@ def order_policy(policy: Any, options: Mapping[str, Any] | None = None) -> Order
     return None
 
 
-__all__ = ["ORDER_POLICIES", "TIRESIAS_THRESHOLDS_GPU_S", "Fifo", "JobView", "Las", "OrderPolicy", "Sjf", "Srtf",
+__all__ = ["ORDER_POLICIES", "TIRESIAS_THRESHOLDS_GPU_S", "Fifo", "JobView", "Las", "Optimus", "OrderPolicy", "Sjf",
+           "Srtf",
            "Tiresias", "gittins_index", "gittins_ranks", "order_policy", "tiresias_gittins",
            "tiresias_service_sample"]

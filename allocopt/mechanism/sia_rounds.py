@@ -286,6 +286,17 @@ class SiaPlanner:
     def _decide(self, jobs: list[SiaJobState], models: list, epochs: Mapping[Hashable, int], now_s: float,
                 round_index: int) -> SiaRoundPlan:
         """The round's decision: the goodput matrix, :func:`plan_round` (subclasses decide otherwise)."""
+        goodput = self._goodput_matrix(jobs, models, epochs)
+        started = time.perf_counter()
+        plan = plan_round(jobs, self.cluster, self.configurations, goodput, self._gpu_ids, round_index=round_index,
+                          start_s=now_s, round_seconds=self.round_seconds, **self.options)
+        if jobs:
+            self.solve_seconds.append(time.perf_counter() - started)
+        return plan
+
+    def _goodput_matrix(self, jobs: list[SiaJobState], models: list, epochs: Mapping[Hashable, int]) -> np.ndarray:
+        """The goodput matrix the policy sees, shape (n_jobs, n_configurations): from each job's fitted
+        model (``learn_throughputs``: fitted to what it measured), 0 beyond its replica cap (``explore_replicas``)."""
         if self.learn_throughputs:
             goodput = self._learned_goodput(jobs, epochs)
         else:
@@ -293,12 +304,7 @@ class SiaPlanner:
         if self.explore_replicas and jobs:
             cap = np.array([self._replica_cap(job) for job in jobs])
             goodput = np.where(self.configurations.num_gpus[None, :] <= cap[:, None], goodput, 0.0)
-        started = time.perf_counter()
-        plan = plan_round(jobs, self.cluster, self.configurations, goodput, self._gpu_ids, round_index=round_index,
-                          start_s=now_s, round_seconds=self.round_seconds, **self.options)
-        if jobs:
-            self.solve_seconds.append(time.perf_counter() - started)
-        return plan
+        return goodput
 
     def _replica_cap(self, job: SiaJobState) -> int:
         """Sia's simulator's ``max_replicas``: ``min(max(2 * most GPUs, 1), 64, max batch / min local batch)``,

@@ -54,6 +54,10 @@ from allocopt.throughput.table import ThroughputTable
 if TYPE_CHECKING:
     from allocopt.formulations.gavel_policies import GavelPolicy
 
+#: Policies that, given Sia application ``profiles``, run on Sia's job side with their own decision each round
+#: (:class:`~allocopt.mechanism.sia_rounds.SiaPlanner` and its subclasses).
+GOODPUT_POLICIES = ("sia", "pollux", "optimus")
+
 
 class SimulationError(AllocoptError, RuntimeError):
     """The simulation cannot make progress (e.g. jobs no planner ever schedules)."""
@@ -640,7 +644,7 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         ``gavel:allox`` run Gavel's stateful policy object
         (:func:`gavel_policy_for`; ``mode="ideal"`` solves allocopt's policy instead).
         An order-based policy (``las``, ``tiresias``, ``tiresias_gittins``,
-        ``srtf``, ``sjf``, ``order:fifo``, with ``policy_options`` as its options,
+        ``srtf``, ``sjf``, ``order:fifo``, ``optimus`` without ``profiles``, with ``policy_options`` as its options,
         or an :class:`~allocopt.mechanism.order_policies.OrderPolicy` object) runs
         on :class:`~allocopt.mechanism.order_planner.OrderPlanner`: rounds end at
         the next arrival, completion or policy event, at most ``round_seconds``.
@@ -690,7 +694,9 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         Sia application profiles (a directory or
         :func:`~allocopt.throughput.profiles.load_profiles`): simulate a Sia
         workload. Policy ``sia`` runs :class:`~allocopt.mechanism.sia_rounds.SiaPlanner`
-        rounds (``round_seconds`` typically 60); jobs progress in samples by
+        rounds (``round_seconds`` typically 60), ``pollux`` and ``optimus`` the same rounds
+        with their decision (:mod:`~allocopt.mechanism.pollux_rounds`,
+        :mod:`~allocopt.mechanism.optimus_rounds`); jobs progress in samples by
         their profiled (true) goodput. A directory is read as Sia's simulator
         reads it (``load_profiles(..., sia_numbers=True)``) when the policy
         option ``faithful_to_sia`` is set. Any other policy runs Gavel-style
@@ -757,12 +763,12 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
     if mode not in ("mechanism", "ideal"):
         raise InvalidOptionError(f"mode must be 'mechanism' or 'ideal', got {mode!r}")
     fid = resolve_fidelity(fidelity)
-    if profiles is not None and policy in ("sia", "pollux") and dict(policy_options or {}).get("faithful_to_sia"):
+    if profiles is not None and policy in GOODPUT_POLICIES and dict(policy_options or {}).get("faithful_to_sia"):
         fid = FIDELITY_PROFILES["sia"] if fidelity is None else fid
     admitter = None if admission is None else admission_policy(admission)
     if admitter is not None and mode != "mechanism":
         raise InvalidOptionError(f"admission control runs in mode 'mechanism' only, got mode={mode!r}")
-    if placement is not None and (mode != "mechanism" or (profiles is not None and policy in ("sia", "pollux"))):
+    if placement is not None and (mode != "mechanism" or (profiles is not None and policy in GOODPUT_POLICIES)):
         raise InvalidOptionError("placement plug-ins run with the round mechanism of allocation and order-based "
                                  f"policies (mode='mechanism'), not with mode={mode!r} or Sia's rounds")
     sia_rounds = profiles is not None and policy in ("sia", "pollux")
@@ -773,17 +779,19 @@ def simulate(workload: Workload | str | PathLike[str], cluster: Cluster | Mappin
         raise InvalidOptionError(f"capacity_events run with the round mechanism (mode='mechanism'), got mode={mode!r}")
     schedule = None if capacity_events is None else capacity_schedule(capacity_events, cluster)
     if profiles is not None:
-        faithful = fid.sia_profile_numbers and policy in ("sia", "pollux")
+        faithful = fid.sia_profile_numbers and policy in GOODPUT_POLICIES
         profiles = profiles if isinstance(profiles, Mapping) else load_profiles(profiles, sia_numbers=faithful)
         sia_jobs = _sia_jobs(workload, profiles)
         workload = sia_workload(sia_jobs, profiles, "" if isinstance(workload, Sequence) else str(workload))
     order = None
-    if profiles is not None and policy in ("sia", "pollux"):
+    if profiles is not None and policy in GOODPUT_POLICIES:
         if mode != "mechanism":
             raise InvalidOptionError(f"policy {policy!r} runs in mode 'mechanism' only, got {mode!r}")
         state = SimulationState(workload, cluster, np.ones((workload.num_jobs, cluster.num_gpu_types)))
         if policy == "pollux":  # Pollux's decision, Sia's job side (allocopt.mechanism.pollux_rounds)
             from allocopt.mechanism.pollux_rounds import PolluxPlanner as planner_class
+        elif policy == "optimus":  # Optimus's decision, Sia's job side (allocopt.mechanism.optimus_rounds)
+            from allocopt.mechanism.optimus_rounds import OptimusPlanner as planner_class
         else:
             planner_class = SiaPlanner
         planner = planner_class(state, profiles, round_seconds=round_seconds, backend=backend, fidelity=fid,
