@@ -123,18 +123,18 @@ class PulpBackend(Backend):
         started = time.perf_counter()
         folder = None if model.is_mip else tempfile.mkdtemp(prefix="allocopt-cbc-")
         binary = None if folder is None else f"{folder}/solution.bin"
-        options = handle.solver.options
+        cbc_options = handle.solver.options
         if binary is not None and not any(c.isspace() for c in binary):
             # PuLP puts its options before its own -initialSolve: solve, write the binary file, then
             # PuLP's -initialSolve (at the optimum already: no iterations) and its text file
-            handle.solver.options = [*options, f"initialSolve -saveSolution {binary}"]
+            handle.solver.options = [*cbc_options, f"initialSolve -saveSolution {binary}"]
         try:
             code = handle.problem.solve(handle.solver)
         except pulp.PulpSolverError as err:
             raise SolverError(f"CBC (through PuLP) failed: {err}; rerun with verbose=True "
                               "to see its log") from err
         finally:
-            handle.solver.options = options
+            handle.solver.options = cbc_options
             full = None if binary is None else _binary_solution(binary, handle)
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
