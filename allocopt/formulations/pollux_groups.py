@@ -48,7 +48,7 @@ import scipy.sparse as sp
 from allocopt.backends import solve_model
 from allocopt.errors import SolverError
 from allocopt.formulations.base import ModelSolver
-from allocopt.formulations.pollux import ZERO_GAP, _by_job, _Choices, choices
+from allocopt.formulations.pollux_shapes import ZERO_GAP, _by_job, _Choices, choices
 from allocopt.model import Model
 from allocopt.pollux_problem import PolluxProblem
 from allocopt.solution import Status
