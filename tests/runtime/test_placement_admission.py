@@ -13,7 +13,7 @@ import pytest
 
 from allocopt.cluster import Cluster
 from allocopt.engine import Engine
-from allocopt.errors import InvalidOptionError
+from allocopt.errors import InvalidOptionError, InvalidProblemError
 from tests.runtime.helpers import REPO, assert_no_device_overlap, count_steps_command, steps_written
 
 
@@ -56,8 +56,6 @@ def test_engine_state_keeps_the_placement_name() -> None:
     document = engine.to_json()
     assert document["placement"] == "scattered"
     assert Engine.from_json(document).placement.name == "scattered"
-    from allocopt.errors import InvalidProblemError
-
     with pytest.raises(InvalidProblemError, match="placement"):
         Engine.from_json({**document, "placement": "nope"})
 
@@ -71,7 +69,7 @@ def _run(tmp_path: Path, tag: str, jobs: list[dict], *flags: str) -> tuple[subpr
     jobs_file.write_text(json.dumps({"jobs": jobs}))
     state = tmp_path / f"{tag}.db"
     done = subprocess.run([sys.executable, "-m", "allocopt", "run", str(jobs_file), "--round-seconds", "1",
-                           "--state", str(state), "--grace-s", "1", *flags], env=_env(), capture_output=True,
+                           "--state", str(state), "--grace-s", "1", *flags], check=False, env=_env(), capture_output=True,
                           text=True, timeout=120)
     return done, state
 
@@ -139,7 +137,7 @@ def test_allocopt_run_rejects_unknown_policy_names(tmp_path: Path) -> None:
     jobs_file.write_text(json.dumps({"jobs": [{"name": "a", "command": ["true"], "total_steps": 1}]}))
     for flag, name in (("--placement", "nope"), ("--admission", "maybe")):
         done = subprocess.run([sys.executable, "-m", "allocopt", "run", str(jobs_file), "--cluster", "cpu=1",
-                               "--state", str(tmp_path / "s.db"), flag, name], env=_env(), capture_output=True,
+                               "--state", str(tmp_path / "s.db"), flag, name], check=False, env=_env(), capture_output=True,
                               text=True, timeout=60)
         assert done.returncode != 0 and name in done.stderr and "Traceback" not in done.stderr
         assert not (tmp_path / "s.db").exists()
