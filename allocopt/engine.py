@@ -102,16 +102,18 @@ class Engine:
         Where :meth:`next_round` puts each selected job's GPUs: a name of
         :data:`~allocopt.mechanism.placement_policies.PLACEMENT_POLICIES` (saved
         in the state document) or a policy object (not saved: a restored engine
-        places by best fit). A job's model, for ``consolidated``, is its id (a
-        model is matched by the longest known name the id starts with, so
-        ``vgg16-a`` is ``vgg16``); a job the policy leaves unplaced waits for a
-        later round.
+        places by best fit). A job's model, for ``consolidated``, is its entry in
+        :attr:`placement_models`, else its id (a model is matched by the longest
+        known name it starts with, so ``vgg16-a`` is ``vgg16``); a job the policy
+        leaves unplaced waits for a later round.
 
     Attributes
     ----------
     version : int
         Incremented by every change of the engine's state; an allocation is
         recomputed only when the version moved since the last one.
+    placement_models : dict of job id to str
+        Model names the placement policy reads (default: the job id); not saved.
 
     Raises
     ------
@@ -173,6 +175,7 @@ class Engine:
                                                   time_zero_recomputes_free=False, deficit_in_priority=True)
         self.placement = placement_policy(placement)
         self._placement_name = placement if isinstance(placement, str) else "best_fit"
+        self.placement_models: dict[Hashable, str] = {}
         self.policy = policy
         self.backend = backend
         self.policy_options = policy_options
@@ -490,7 +493,7 @@ class Engine:
             previous_ids = np.fromiter((g for gpus in held_ids for g in gpus), dtype=np.int64,
                                        count=int(counts.sum()))
             placed = self.placement.place(layout, chosen[run], scale[run], previous_ids, counts,
-                                          [str(job) for job in run_ids])
+                                          [self.placement_models.get(job, str(job)) for job in run_ids])
             bounds, flat = placed.start.tolist(), placed.gpu_ids.tolist()
             leases = []
             for i, (k, job) in enumerate(zip(run.tolist(), run_ids)):
