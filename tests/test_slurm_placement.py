@@ -36,10 +36,8 @@ def test_lease_nodes_follow_the_placement_policy() -> None:
     assert _pinned("scattered", size=3)["gpus"] in ([2, 1], [1, 2])
     # a scattered 2-GPU job submitted on one node: released on both with one GPU each
     assert SlurmController._pinned_fields("n0", _pinned("scattered"), _job("7", 2)) == (
-        "ExcNodeList=n0", "NumNodes=2", "Gres=gpu:1")
+        "ExcNodeList=n0", "NumNodes=2-2", "Gres=gpu:1")
     assert SlurmController._pinned_fields("n0", best, _job("7", 2)) == ("ExcNodeList=n0",)
-    # an uneven split keeps the job's own shape within its nodes
-    assert SlurmController._pinned_fields("", _pinned("scattered", size=3), _job("7", 3)) == ("ExcNodeList=",)
 
 
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="needs the Slurm client commands (no daemon is used)")
@@ -68,13 +66,25 @@ def test_controller_plans_placed_nodes_and_holds_jobs_admission_defers(tmp_path:
     hold, preempt, release, _ = controller._decide(leased, {j.job_id: j for j in jobs}, {"n1": "v100", "n2": "v100"},
                                                    NODES, pinned)
     assert not preempt and set(release) == set(leased) and "3" not in release
-    assert all(release[j] == ("ExcNodeList=", "NumNodes=2", "Gres=gpu:1") for j in leased)
+    assert all(release[j] == ("ExcNodeList=", "NumNodes=2-2", "Gres=gpu:1") for j in leased)
     # released and pending in Slurm's queue, same lease: not released again; held again when the lease goes
     queued = {j.job_id: (_job(j.job_id, 2, reason="Resources") if j.job_id in leased else j) for j in jobs}
     hold, preempt, release, _ = controller._decide(leased, queued, {"n1": "v100", "n2": "v100"}, NODES, pinned)
     assert not release and not hold and not preempt
     hold, _, release, _ = controller._decide({}, queued, {"n1": "v100", "n2": "v100"}, NODES, {})
     assert set(hold) == set(leased) and not release
+    # an uneven split (3 GPUs over two nodes) is not expressible in Slurm's per-node GRES: the type only
+    controller.records["9"] = JobRecord("9", "j9", "resnet50", 3, first_seen=now)
+    uneven = {"9": {"nodes": ["n1", "n2"], "gpus": [2, 1], "gpus_per_node": 2}}
+    three = {"n1": "v100", "n2": "v100", "n3": "v100"}
+    nodes3 = [*NODES, SlurmNode("n3", "v100", 2, "idle")]
+    _, _, release, _ = controller._decide({"9": "v100"}, {"9": _job("9", 3)}, three, nodes3, uneven)
+    assert release == {"9": ""}  # n3 not excluded
+    even = {"9": {"nodes": ["n1", "n2"], "gpus": [1, 1], "gpus_per_node": 1}}
+    controller.records["9"].scale_factor = 2
+    _, _, release, _ = controller._decide({"9": "v100"}, {"9": _job("9", 2)}, three, nodes3, even)
+    assert release == {"9": ("ExcNodeList=n3", "NumNodes=2-2", "Gres=gpu:1")}
+    del controller.records["9"]
     # a job that finished leaves room: the waiting one is admitted and its message cleared
     controller.records["0"].status = "done"
     controller.engine.remove_job("0")

@@ -393,9 +393,9 @@ class SlurmController:
     placement : str, optional
         Rigid jobs: a placement policy's name (``PLACEMENT_POLICIES``). With it, each lease is pinned to
         the nodes the policy chose (:func:`lease_nodes`): ``ExcNodeList`` leaves only those, and a lease
-        spread evenly over several nodes sets ``NumNodes`` and ``Gres=gpu:N`` per node (an uneven split
-        keeps the job's own node count and GRES, within those nodes). Without it, a lease pins the GPU
-        type only and Slurm picks the nodes (GPU ids are placed by best fit).
+        spread evenly over several nodes sets ``NumNodes`` and ``Gres=gpu:N`` per node. A lease split
+        unevenly (3 GPUs over two nodes), which Slurm's per-node GRES cannot express, pins its GPU type
+        only. Without it, every lease pins the GPU type only and Slurm picks the nodes.
     admission : str, default "accept_all"
         Rigid jobs: an admission policy's name (``ADMISSION_POLICIES``), asked each round which of the
         opted-in jobs not yet admitted (first seen first) join the engine; the others stay held, their
@@ -965,6 +965,8 @@ class SlurmController:
             running = sj.state in _RUNNING and not sj.requeueing
             on = node_type.get(sj.nodes[0]) if running and sj.nodes else None
             pin = pinned.get(job_id) if want is not None else None
+            if pin is not None and len(set(pin["gpus"])) != 1:
+                pin = None  # Slurm's GRES is per node: an uneven split is not expressible; the type is pinned only
             if pin is not None and on == want and sorted(sj.nodes) != pin["nodes"]:
                 on = None  # running on other nodes than the placement chose: requeued and released there
             if want is not None and (sj.requeueing or (running and on != want)):
@@ -992,13 +994,13 @@ class SlurmController:
 
     @staticmethod
     def _pinned_fields(excluded: str, pin: Mapping[str, Any], sj: SlurmJob) -> tuple[str, ...]:
-        """``scontrol update`` fields of a rigid job released on a placement's nodes: ``ExcNodeList``, and
-        ``NumNodes`` with ``Gres=gpu:N`` per node when the lease's GPUs split evenly over its nodes and the
-        job's node count differs."""
+        """``scontrol update`` fields of a rigid job released on a placement's nodes (its GPUs split evenly over
+        them): ``ExcNodeList``, and ``NumNodes=N-N`` with ``Gres=gpu:K`` per node when the job's node count
+        differs (``N-N``: Slurm refuses a plain count above the maximum of a job submitted with ``-N``)."""
         fields: tuple[str, ...] = (f"ExcNodeList={excluded}",)
-        even = len(set(pin["gpus"])) == 1
-        if even and sj.num_nodes != len(pin["nodes"]):
-            fields += (f"NumNodes={len(pin['nodes'])}", f"Gres=gpu:{pin['gpus_per_node']}")
+        if sj.num_nodes != len(pin["nodes"]):
+            count = len(pin["nodes"])
+            fields += (f"NumNodes={count}-{count}", f"Gres=gpu:{pin['gpus_per_node']}")
         return fields
 
     def _write_lease(self, rec: JobRecord, gpu_type: str) -> None:
