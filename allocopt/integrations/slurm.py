@@ -556,7 +556,7 @@ class SlurmController:
         self.leases = {j: t for j, t in leased.items()}
         actions = {"hold": hold, "requeuehold": preempt, "release": sorted(release)}
         if pinned:
-            actions["nodes"] = {j: pinned[j]["nodes"] for j in sorted(release)}
+            actions["nodes"] = {j: pinned[j]["nodes"] for j in sorted(release) if not isinstance(release[j], str)}
         self.journal.commit(list(self.records.values()), document,
                             (self.round_index, now, self.round_seconds, self.leases, installed,
                              [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
