@@ -221,6 +221,17 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
                                         "resources accelerator_type:TYPE.")
     r.add_argument("jobs", metavar="JOBS", help="job file (YAML needs the runtime extra, or JSON)")
     r.add_argument("--cluster", required=True, metavar="TYPE=N[,...]", help="devices to use, e.g. cpu=2 or a100=4")
+    r.add_argument("--gpus-per-node", type=_counts, metavar="TYPE=N,...",
+                   help="devices per server per type, which --placement packs or spreads over (default: 8 for every "
+                        "type; the devices of a type are numbered server by server)")
+    r.add_argument("--placement", default="best_fit", metavar="NAME",
+                   help="which devices each job's GPUs are, each round: best_fit (the default), packing, scattered or "
+                        "consolidated (Tiresias's model-skew rule, by the longest model name a job's name starts "
+                        "with); rigid jobs")
+    r.add_argument("--admission", default="accept_all", metavar="NAME",
+                   help="admission control: accept_all (the default) or load_based (Blox's: jobs are admitted in "
+                        "submission order while the admitted jobs ask for at most 1.2 x the cluster's GPUs; the "
+                        "others wait, their message says so); rigid jobs")
     r.add_argument("--policy", default="max_min_fairness",
                    help="scheduling policy (default: %(default)s); sia runs elastic jobs (batch_size, application, "
                         "min_replicas, max_replicas) with goodput rounds")
@@ -543,15 +554,24 @@ def _run_jobs(args: argparse.Namespace) -> int:
     from allocopt.runtime.local import LocalExecutor
     from allocopt.runtime.loop import Scheduler, StateStore, default_state_path, load_jobs, parse_cluster
 
+    from allocopt.mechanism.admission import admission_policy
+    from allocopt.mechanism.placement_policies import placement_policy
+
     if args.ray_address is not None and args.executor != "ray":
         raise _UsageError("--ray-address needs --executor ray")
     get_policy(args.policy)
+    placement_policy(args.placement)  # unknown names fail before any job starts
+    admission_policy(args.admission)
     invalid: dict[str, str] = {}
     try:
         jobs = load_jobs(args.jobs, invalid=invalid)
     except OSError as err:
         raise _UsageError(f"cannot read job file {args.jobs}: {err.strerror or err}") from None
     gpus = parse_cluster(args.cluster)
+    unknown = sorted(set(args.gpus_per_node or {}) - set(gpus))
+    if unknown:
+        raise _UsageError(f"--gpus-per-node names type(s) {unknown} that --cluster does not have ({args.cluster})")
+    cluster = Cluster(gpus, {t: (args.gpus_per_node or {}).get(t, 8) for t in gpus})
     state_path = args.state or default_state_path(args.jobs)
     work_dir = args.work_dir or f"{state_path}.d"
     if args.state is None:  # say where the default put them
@@ -573,7 +593,8 @@ def _run_jobs(args: argparse.Namespace) -> int:
             executor = LocalExecutor({}, devices_for_cluster(gpus), work_dir, grace_s=args.grace_s,
                                      max_retries=args.max_retries)
         with _solver_output_to_stderr():
-            scheduler = Scheduler(jobs, Cluster(gpus), executor, state, policy=args.policy,
+            scheduler = Scheduler(jobs, cluster, executor, state, policy=args.policy, placement=args.placement,
+                                  admission=args.admission,
                                   round_seconds=args.round_seconds, out=None if args.quietness else sys.stderr,
                                   rejected=invalid,
                                   retry_failed=args.retry_failed, profiles=args.profiles)

@@ -42,7 +42,8 @@ from allocopt.errors import (AllocoptError, DataFileError, DuplicateJobError, In
 from allocopt.formulations import get_policy
 from allocopt.job_table import JobTable
 from allocopt.jsonio import JsonSource, document_or_write, read_json
-from allocopt.mechanism.placement import GpuLayout, place
+from allocopt.mechanism.placement import GpuLayout
+from allocopt.mechanism.placement_policies import PlacementPolicy, placement_policy
 from allocopt.mechanism.priority import MechanismOptions, PriorityMechanism
 from allocopt.problem import Problem
 from allocopt.runtime.executor import JobRoundResult, Lease, RoundPlan
@@ -97,12 +98,22 @@ class Engine:
         :meth:`next_round` installs a new allocation in the priority mechanism
         (restarting its received-time counters) when the state changed, at most
         once per this many seconds of rounds (Gavel's rate limit).
+    placement : str or PlacementPolicy, default "best_fit"
+        Where :meth:`next_round` puts each selected job's GPUs: a name of
+        :data:`~allocopt.mechanism.placement_policies.PLACEMENT_POLICIES` (saved
+        in the state document) or a policy object (not saved: a restored engine
+        places by best fit). A job's model, for ``consolidated``, is its entry in
+        :attr:`placement_models`, else its id (a model is matched by the longest
+        known name it starts with, so ``vgg16-a`` is ``vgg16``); a job the policy
+        leaves unplaced waits for a later round.
 
     Attributes
     ----------
     version : int
         Incremented by every change of the engine's state; an allocation is
         recomputed only when the version moved since the last one.
+    placement_models : dict of job id to str
+        Model names the placement policy reads (default: the job id); not saved.
 
     Raises
     ------
@@ -115,7 +126,8 @@ class Engine:
     def __init__(self, cluster: Cluster | Mapping[str, int], policy: str = "max_min_fairness",
                  backend: str = "highs", *, policy_options: Mapping[str, Any] | None = None,
                  solve_options: Mapping[str, Any] | None = None, throughput_smoothing: float = 1.0,
-                 round_seconds: float = 360.0, recompute_min_seconds: float = 1920.0):
+                 round_seconds: float = 360.0, recompute_min_seconds: float = 1920.0,
+                 placement: str | PlacementPolicy = "best_fit"):
         if not isinstance(cluster, Cluster):
             cluster = Cluster(cluster)
         pol = get_policy(policy)
@@ -161,6 +173,9 @@ class Engine:
         self.mechanism_options = MechanismOptions(round_seconds=_seconds(round_seconds, "round_seconds"),
                                                   recompute_min_seconds=recompute_min_seconds, run_unallocated=True,
                                                   time_zero_recomputes_free=False, deficit_in_priority=True)
+        self.placement = placement_policy(placement)
+        self._placement_name = placement if isinstance(placement, str) else "best_fit"
+        self.placement_models: dict[Hashable, str] = {}
         self.policy = policy
         self.backend = backend
         self.policy_options = policy_options
@@ -473,13 +488,21 @@ class Engine:
                     start = int(layout.type_start[types.index(gpu_type)])
                     previous[job] = tuple(start + s for s in slots)
             run_ids = [ids[k] for k in run]
-            placements = place(layout, run_ids, chosen[run], scale[run], previous)
+            held_ids = [previous.get(job, ()) for job in run_ids]
+            counts = np.fromiter(map(len, held_ids), dtype=np.int64, count=len(held_ids))
+            previous_ids = np.fromiter((g for gpus in held_ids for g in gpus), dtype=np.int64,
+                                       count=int(counts.sum()))
+            placed = self.placement.place(layout, chosen[run], scale[run], previous_ids, counts,
+                                          [self.placement_models.get(job, str(job)) for job in run_ids])
+            bounds, flat = placed.start.tolist(), placed.gpu_ids.tolist()
             leases = []
-            for k, job, placement in zip(run.tolist(), run_ids, placements):
+            for i, (k, job) in enumerate(zip(run.tolist(), run_ids)):
+                if not placed.placed[i]:  # the placement policy defers it (e.g. consolidated: no whole servers)
+                    continue
                 remaining = self._jobs[job].get("num_steps_remaining")
-                leases.append(Lease(job, types[chosen[k]], placement.gpu_ids, seconds,
+                leases.append(Lease(job, types[chosen[k]], tuple(flat[bounds[i]:bounds[i + 1]]), seconds,
                                     max_steps=None if remaining is None else math.ceil(remaining),
-                                    extended=placement.extended))
+                                    extended=bool(placed.extended[i])))
             held = {lease.job_id: lease for lease in leases}
             stop = tuple(job for job, state in zip(ids, states) if state["gpu_type"] is not None and job not in held)
             for job, state in zip(ids, states):
@@ -573,6 +596,7 @@ class Engine:
         with self._lock:
             return {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "version": self.version,
                     "policy": self.policy, "backend": self.backend, "policy_options": self.policy_options,
+                    "placement": self._placement_name,
                     "solve_options": self.solve_options, "throughput_smoothing": self.throughput_smoothing,
                     "cluster": {"gpus": dict(self._gpus), "gpus_per_node": dict(self._gpus_per_node)},
                     "jobs": [self._job_document(j, e) for j, e in self._jobs.items()],
@@ -623,7 +647,7 @@ class Engine:
             raise InvalidProblemError("'jobs' must be a list of job objects with an 'id'", field="jobs")
         if not isinstance(measured, list):
             raise _state_error("measured", "must be a list of [job_id, gpu_type]")
-        for name in ("policy", "backend"):
+        for name in ("policy", "backend", "placement"):
             if not isinstance(document.get(name, ""), str):
                 raise _state_error(name, f"must be a string, got {document[name]!r}")
         for name in ("policy_options", "solve_options"):
@@ -639,7 +663,8 @@ class Engine:
                          solve_options=document.get("solve_options"),
                          throughput_smoothing=document.get("throughput_smoothing", 1.0),
                          round_seconds=document.get("round_seconds", 360.0),
-                         recompute_min_seconds=document.get("recompute_min_seconds", 1920.0))
+                         recompute_min_seconds=document.get("recompute_min_seconds", 1920.0),
+                         placement=document.get("placement", "best_fit"))
         except InvalidOptionError as err:
             raise _state_error("options", str(err)) from None
         for k, job in enumerate(jobs):
@@ -832,7 +857,7 @@ MAX_CLOCK_SECONDS = 1e15
 
 _STATE_FIELDS = {"format", "format_version", "version", "policy", "backend", "policy_options", "solve_options",
                  "throughput_smoothing", "cluster", "jobs", "measured", "round_seconds", "recompute_min_seconds",
-                 "rounds"}
+                 "rounds", "placement"}
 _ROUND_JOB_FIELDS = {"allocation", "received_s", "deficit_s", "gpu_type", "gpu_slots"}
 
 

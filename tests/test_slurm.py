@@ -505,3 +505,32 @@ def test_controller_killed_between_requeue_and_release_recovers_from_its_journal
     resumed = launches[-1][0]
     assert resumed["world_size"] == record.lease["replicas"] and resumed["batch_size"] == record.lease["batch"]["batch_size"]
     assert "Traceback" not in text, text[-3000:]
+
+
+def test_scattered_placement_releases_a_rigid_job_on_both_nodes(slurm, tmp_path):
+    """--placement scattered: a 2-GPU rigid job submitted for one node (-N1) runs on both nodes of the partition,
+    one GPU each (NumNodes=2-2, Gres=gpu:1), and finishes every step once."""
+    spool, out = tmp_path / "spool", tmp_path / "steps.txt"
+    spool.mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\nexec {sys.executable} -m allocopt.integrations.slurm_exec --spool {spool} -- "
+                      f"{sys.executable} {ROOT / 'tests' / 'jobs' / 'count_steps.py'} {out} --sleep-s 0.05\n")
+    marker = f"place{os.getpid()}"
+    job = subprocess.run(["sbatch", "--parsable", f"--partition={NODELOSS_PARTITION}", "--hold", "--gres=gpu:2", "-N1",
+                          f"--output={tmp_path / 'job.log'}", f"--comment={marker}:steps=40", str(script)],
+                         capture_output=True, text=True, env=_env(), check=True).stdout.strip().split(";")[0]
+    try:
+        done = subprocess.run([sys.executable, "-m", "allocopt", "slurm", "run", "--spool", str(spool), "--partition",
+                               NODELOSS_PARTITION, "--placement", "scattered", "--round-seconds", "2", "--marker",
+                               marker, "--exit-when-done", "--max-rounds", "60"], env=_env(), capture_output=True,
+                              text=True, timeout=180, check=False)
+        assert done.returncode == 0, done.stderr
+        shown = _show(job)
+        assert shown["JobState"] == "COMPLETED" and shown["NumNodes"] == "2", shown
+        assert set(_node_list(shown["NodeList"])) == set(NODES), shown
+        assert [int(x) for x in out.read_text().split()] == list(range(40))
+        journal = Journal(spool / "controller.sqlite")
+        assert journal.rounds()[0]["actions"]["nodes"] == {job: list(NODES)}
+        journal.close()
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, check=False)

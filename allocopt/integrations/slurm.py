@@ -51,6 +51,9 @@ from allocopt.engine import Engine
 from allocopt.errors import AllocoptError, InvalidOptionError, InvalidProblemError
 from allocopt.integrations.slurm_commands import FINAL_STATES, Slurm, SlurmError, SlurmJob, SlurmNode
 from allocopt.integrations.slurm_exec import add_exec_arguments, exec_job, job_dir
+from allocopt.mechanism.admission import AcceptAll, admission_policy, admit_jobs
+from allocopt.mechanism.placement_policies import placement_policy
+from allocopt.runtime.executor import Lease
 from allocopt.runtime.elastic import (ELASTIC_KEYS, ElasticSpec, GoodputEngine, is_goodput_policy, load_job_profiles,
                                       parse_elastic)
 from allocopt.runtime.executor import JobRoundResult, RoundOutcome
@@ -85,6 +88,8 @@ class JobRecord:
     ``status``: ``active`` (in the engine), ``done``, ``failed``, ``cancelled``, ``gone`` (left
     Slurm's records unseen) or ``rejected`` (bad opt-in attributes: held, ``message`` says why).
     ``lease_type``: the GPU type the job is released on (None: kept held).
+    ``lease``: an elastic job's configuration, or a rigid job's nodes (``--placement``), it was last
+    released with.
     """
 
     job_id: str
@@ -106,7 +111,7 @@ class JobRecord:
     finished: float | None = None
     message: str = ""
     elastic: dict[str, Any] | None = None  # an elastic job's ElasticSpec (as a dict)
-    lease: dict[str, Any] | None = None  # an elastic job's configuration it was last released with
+    lease: dict[str, Any] | None = None  # released with: an elastic job's configuration, a placed rigid job's nodes
     tasks_per_gpu: bool = False  # an elastic job submitted with several tasks: one task per GPU
 
 
@@ -270,6 +275,34 @@ CREATE TABLE IF NOT EXISTS engine (id INTEGER PRIMARY KEY CHECK (id = 0), docume
 """
 
 
+def lease_nodes(cluster: Cluster, leases: Sequence[Lease], slots: Mapping[str, Sequence[str]]
+                ) -> dict[str, dict[str, Any]]:
+    """The nodes each lease's GPU ids are on: per job, ``nodes`` (sorted), ``gpus`` per node and
+    ``gpus_per_node`` (the most on one node).
+
+    ``cluster`` is the engine's (its GPU ids are numbered type by type, :class:`GpuLayout`), ``slots``
+    the node of each of a type's GPUs in that order (:meth:`SlurmController._gpu_slots`).
+
+    Raises
+    ------
+    InvalidProblemError
+        When a lease names a GPU that ``slots`` does not have.
+    """
+    starts = dict(zip(cluster.gpu_types, [0, *np.cumsum(cluster.capacity).tolist()]))
+    out: dict[str, dict[str, Any]] = {}
+    for lease in leases:
+        have = slots.get(lease.gpu_type, ())
+        local = [g - starts[lease.gpu_type] for g in lease.gpu_ids]
+        if any(not 0 <= k < len(have) for k in local):
+            raise InvalidProblemError(f"job {lease.job_id}: GPU ids {list(lease.gpu_ids)} of type {lease.gpu_type} "
+                                      f"beyond the {len(have)} free GPUs of the type's nodes", field="gpu_ids")
+        on = [have[k] for k in local]
+        counts = {n: on.count(n) for n in sorted(set(on))}
+        out[str(lease.job_id)] = {"nodes": sorted(counts), "gpus": [counts[n] for n in sorted(counts)],
+                                  "gpus_per_node": max(counts.values(), default=0)}
+    return out
+
+
 class Journal:
     """The controller's state in SQLite (WAL, synchronous commits): jobs, rounds, the engine."""
 
@@ -357,6 +390,16 @@ class SlurmController:
     profiles : path, optional
         With a goodput policy (``sia``): the application profiles elastic jobs name (default: Sia's
         shipped profiles).
+    placement : str, optional
+        Rigid jobs: a placement policy's name (``PLACEMENT_POLICIES``). With it, each lease is pinned to
+        the nodes the policy chose (:func:`lease_nodes`): ``ExcNodeList`` leaves only those, and a lease
+        spread evenly over several nodes sets ``NumNodes`` and ``Gres=gpu:N`` per node. A lease split
+        unevenly (3 GPUs over two nodes), which Slurm's per-node GRES cannot express, pins its GPU type
+        only. Without it, every lease pins the GPU type only and Slurm picks the nodes.
+    admission : str, default "accept_all"
+        Rigid jobs: an admission policy's name (``ADMISSION_POLICIES``), asked each round which of the
+        opted-in jobs not yet admitted (first seen first) join the engine; the others stay held, their
+        journal message saying they wait for admission.
 
     With a goodput policy the controller runs elastic jobs (comments with ``batch_size``...) with a
     :class:`~allocopt.runtime.elastic.GoodputEngine`; any other policy runs rigid jobs. Jobs of the other
@@ -367,7 +410,8 @@ class SlurmController:
                  policy: str = "max_min_fairness", round_seconds: float = 60.0,
                  throughputs: Mapping[tuple[str, int], Mapping[str, float]] | None = None,
                  marker: str = DEFAULT_MARKER, out: TextIO | None = None,
-                 profiles: str | os.PathLike | None = None):
+                 profiles: str | os.PathLike | None = None, placement: str | None = None,
+                 admission: str = "accept_all"):
         if not (isinstance(round_seconds, (int, float)) and 0 < round_seconds < math.inf):
             raise InvalidOptionError(f"round_seconds must be a positive number of seconds, got {round_seconds!r}")
         self.slurm, self.journal, self.spool = slurm, journal, Path(spool)
@@ -375,6 +419,12 @@ class SlurmController:
         self.throughputs = dict(throughputs or {})
         self.records = journal.jobs()
         self.elastic = is_goodput_policy(policy)
+        if placement is not None:
+            placement_policy(placement)  # an unknown name fails here
+        self.placement, self.admission = placement, admission_policy(admission)
+        if self.elastic and (placement is not None or admission != "accept_all"):
+            raise InvalidOptionError(f"placement and admission policies apply to rigid jobs; policy {policy} places "
+                                     "elastic jobs itself (leave --placement and --admission out)")
         self.profiles_dir = profiles
         self.profiles: dict[tuple[str, str], Any] = {}
         self.engine: Engine | GoodputEngine | None = None
@@ -393,6 +443,12 @@ class SlurmController:
                 raise InvalidOptionError(f"the journal {journal.path} was written with policy "
                                          f"{self.engine.policy!r} and {journaled_s:g}-s rounds; restart with "
                                          "those, or give a new --state file")
+            if isinstance(self.engine, Engine):
+                if self.engine.placement.name != (placement or "best_fit"):
+                    raise InvalidOptionError(f"the journal {journal.path} was written with placement "
+                                             f"{self.engine.placement.name!r}; restart with it, or give a new --state "
+                                             "file")
+                self.engine.placement_models.update({j: r.model for j, r in self.records.items()})
         last = journal.last_round()
         self.round_index = 0 if last is None else last[0] + 1
         self.round_start = None if last is None else last[1]
@@ -469,7 +525,8 @@ class SlurmController:
                                           f"{', '.join(self.slurm.partitions) or '(all)'}; configure gres.conf "
                                           "with Type= on each node", field="partition")
             self.engine = Engine(Cluster(capacity, per_node), self.policy, round_seconds=self.round_seconds,
-                                 recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds)
+                                 recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds,
+                                 placement=self.placement or "best_fit")
         engine = self.engine
         current = dict(zip(engine.cluster.gpu_types, engine.cluster.capacity.tolist()))
         for gpu_type in sorted(set(current) | set(capacity)):
@@ -479,20 +536,27 @@ class SlurmController:
 
         results = self._credit_last_round(by_id, node_type, now)
         self._track(jobs, by_id, types, now)
+        self._admit(types)
 
         t1 = time.time()
         leased: dict[str, str] = {}
+        pinned: dict[str, dict[str, Any]] = {}
         if len(engine):  # (an engine without jobs has no round to plan)
-            leased = {lease.job_id: lease.gpu_type for lease in engine.next_round(self.round_seconds).leases}
+            plan = engine.next_round(self.round_seconds)
+            leased = {lease.job_id: lease.gpu_type for lease in plan.leases}
+            if self.placement is not None:
+                pinned = lease_nodes(engine.cluster, plan.leases, self._gpu_slots(nodes, jobs)[0])
         t2 = time.time()
         document = engine.to_json()
         # the allocation the priority mechanism follows (installed at its last recompute)
         installed = {str(job): state["allocation"] for job, state in document["rounds"]["jobs"]}
-        hold, preempt, release, settling = self._decide(leased, by_id, node_type, nodes)
+        hold, preempt, release, settling = self._decide(leased, by_id, node_type, nodes, pinned)
 
         # journal, then enact (a crash in between is repaired by the next round's comparison with Slurm)
         self.leases = {j: t for j, t in leased.items()}
         actions = {"hold": hold, "requeuehold": preempt, "release": sorted(release)}
+        if pinned:
+            actions["nodes"] = {j: pinned[j]["nodes"] for j in sorted(release) if not isinstance(release[j], str)}
         self.journal.commit(list(self.records.values()), document,
                             (self.round_index, now, self.round_seconds, self.leases, installed,
                              [[r.job_id, r.run_seconds, r.measured_steps_per_s] for r in results], actions,
@@ -838,10 +902,40 @@ class SlurmController:
                                     submitted=rec.first_seen)
             except AllocoptError as err:
                 return str(err)
-        else:
+        elif isinstance(self.admission, AcceptAll):
             self.engine.add_job(rec.job_id, self._engine_throughputs(rec, types),  # type: ignore[union-attr]
                                 scale_factor=rec.scale_factor, priority_weight=rec.weight)
-        return ""
+            self.engine.placement_models[rec.job_id] = rec.model  # type: ignore[union-attr]
+        return ""  # (with an admission policy, _admit adds it)
+
+    def _admit(self, types: Sequence[str]) -> None:
+        """Rigid jobs: ask the admission policy which active jobs not in the engine (first seen first) join
+        it; the others stay held with a message."""
+        engine = self.engine
+        if self.elastic or engine is None:
+            return
+        queued = sorted((j for j, r in self.records.items() if r.status == "active" and j not in engine),
+                        key=lambda j: self.records[j].first_seen)
+        if not queued:
+            return
+        names = [j for j, r in self.records.items() if r.status == "active" and j in engine] + queued
+        recs = [self.records[j] for j in names]
+        scale = np.array([r.scale_factor for r in recs], dtype=np.int64)
+        active = np.arange(len(names)) < len(names) - len(queued)
+        waiting = np.flatnonzero(~active)
+        mask = admit_jobs(self.admission, engine.cluster, scale, np.array([r.first_seen for r in recs]), active,
+                          waiting, time.time())
+        demand = int(scale[active].sum() + scale[waiting[mask]].sum())
+        for job_id, admitted in zip(queued, mask.tolist()):
+            rec = self.records[job_id]
+            if admitted:
+                rec.message = ""
+                engine.add_job(job_id, self._engine_throughputs(rec, types), scale_factor=rec.scale_factor,
+                               priority_weight=rec.weight)
+                engine.placement_models[job_id] = rec.model
+            else:
+                rec.message = (f"waiting for admission ({self.admission.name}): the admitted jobs ask for {demand} "
+                               f"of the cluster's {int(engine.cluster.capacity.sum())} GPUs")
 
     def _load_profiles(self, rec: JobRecord) -> None:
         """Load the application profile an elastic job names (once per application)."""
@@ -852,12 +946,15 @@ class SlurmController:
                 self.engine.profiles.update(self.profiles)
 
     def _decide(self, leased: Mapping[str, str], by_id: Mapping[str, SlurmJob], node_type: Mapping[str, str],
-                nodes: Sequence[SlurmNode]) -> tuple[list[str], list[str], dict[str, str], list[str]]:
+                nodes: Sequence[SlurmNode], pinned: Mapping[str, Mapping[str, Any]] | None = None
+                ) -> tuple[list[str], list[str], dict[str, str | tuple[str, ...]], list[str]]:
         """Compare Slurm's state with the round's leases: the jobs to hold, to requeue held, to release
-        (with their exclusion lists), and the requeued ones whose release waits until they stopped."""
+        (with their exclusion lists, or the fields to set when ``pinned`` gives a lease's nodes,
+        :func:`lease_nodes`), and the requeued ones whose release waits until they stopped."""
+        pinned = pinned or {}
         hold: list[str] = []
         preempt: list[str] = []
-        release: dict[str, str] = {}
+        release: dict[str, str | tuple[str, ...]] = {}
         settling: list[str] = []  # requeued jobs to release once they stopped
         all_nodes = sorted(node_type) + sorted(n.name for n in nodes if n.mixed)
         for job_id, rec in self.records.items():
@@ -867,6 +964,11 @@ class SlurmController:
             want = leased.get(job_id) if rec.status == "active" else None
             running = sj.state in _RUNNING and not sj.requeueing
             on = node_type.get(sj.nodes[0]) if running and sj.nodes else None
+            pin = pinned.get(job_id) if want is not None else None
+            if pin is not None and len(set(pin["gpus"])) != 1:
+                pin = None  # Slurm's GRES is per node: an uneven split is not expressible; the type is pinned only
+            if pin is not None and on == want and sorted(sj.nodes) != pin["nodes"]:
+                on = None  # running on other nodes than the placement chose: requeued and released there
             if want is not None and (sj.requeueing or (running and on != want)):
                 settling.append(job_id)
             if running and on != want:
@@ -875,15 +977,31 @@ class SlurmController:
             if want is None:
                 if sj.state == "PENDING" and not sj.held:
                     hold.append(job_id)
-            elif not (running and on == want) and (sj.held or running or rec.lease_type != want):
-                excluded = [n for n in all_nodes if node_type.get(n) != want]
+            elif not (running and on == want) and (sj.held or running or rec.lease_type != want or (
+                    pin is not None and (rec.lease or {}).get("nodes") != pin["nodes"])):
+                excluded = [n for n in all_nodes if node_type.get(n) != want or (pin is not None
+                                                                                  and n not in pin["nodes"])]
                 if rec.user_excluded:
                     excluded.append(rec.user_excluded)
                 release[job_id] = ",".join(excluded)
+                if pin is not None:
+                    release[job_id] = self._pinned_fields(release[job_id], pin, sj)
+                    rec.lease = {"nodes": pin["nodes"]}
                 rec.releases += 1
                 self._write_lease(rec, want)
             rec.lease_type = want
         return hold, preempt, release, settling
+
+    @staticmethod
+    def _pinned_fields(excluded: str, pin: Mapping[str, Any], sj: SlurmJob) -> tuple[str, ...]:
+        """``scontrol update`` fields of a rigid job released on a placement's nodes (its GPUs split evenly over
+        them): ``ExcNodeList``, and ``NumNodes=N-N`` with ``Gres=gpu:K`` per node when the job's node count
+        differs (``N-N``: Slurm refuses a plain count above the maximum of a job submitted with ``-N``)."""
+        fields: tuple[str, ...] = (f"ExcNodeList={excluded}",)
+        if sj.num_nodes != len(pin["nodes"]):
+            count = len(pin["nodes"])
+            fields += (f"NumNodes={count}-{count}", f"Gres=gpu:{pin['gpus_per_node']}")
+        return fields
 
     def _write_lease(self, rec: JobRecord, gpu_type: str) -> None:
         jdir = job_dir(self.spool, rec.job_id)
@@ -953,6 +1071,14 @@ def add_parser(commands: Any) -> None:
     r.add_argument("--max-rounds", type=int, help="stop after this many rounds")
     r.add_argument("--exit-when-done", action="store_true",
                    help="stop once every opted-in job seen has finished")
+    r.add_argument("--placement", metavar="NAME",
+                   help="rigid jobs: pin each lease to the nodes a placement policy chose: best_fit, packing, "
+                        "scattered or consolidated (by the job's model=); default: pin the GPU type only, Slurm "
+                        "picks the nodes")
+    r.add_argument("--admission", default="accept_all", metavar="NAME",
+                   help="rigid jobs: admission control, accept_all (the default) or load_based (Blox's: admitted "
+                        "while the admitted jobs ask for at most 1.2 x the GPUs; the others stay held, with a "
+                        "message in the journal)")
     r.set_defaults(run=_run_controller)
     e = sub.add_parser("exec", help="(in a job script) run COMMAND with the allocopt job client's environment "
                                     "(python -m allocopt.integrations.slurm_exec starts faster)")
@@ -970,7 +1096,8 @@ def _run_controller(args: argparse.Namespace) -> int:
     controller = SlurmController(Slurm(args.partition), Journal(args.state or spool / "controller.sqlite"), spool,
                                  policy=args.policy, round_seconds=args.round_seconds,
                                  throughputs=load_throughputs(args.throughputs), marker=args.marker,
-                                 out=sys.stdout, profiles=args.profiles)
+                                 out=sys.stdout, profiles=args.profiles, placement=args.placement,
+                                 admission=args.admission)
     try:
         controller.run(max_rounds=args.max_rounds, exit_when_done=args.exit_when_done)
     except KeyboardInterrupt:

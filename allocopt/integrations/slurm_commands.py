@@ -306,13 +306,15 @@ class Slurm:
         """Preempt running jobs: ``scontrol requeuehold`` (SIGTERM, ``KillWait`` grace, back to pending held)."""
         return self._each(["requeuehold"], job_ids)
 
-    def release(self, placements: Mapping[str, str]) -> dict[str, str]:
+    def release(self, placements: Mapping[str, str | Sequence[str]]) -> dict[str, str]:
         """Start held jobs: set each job's ``ExcNodeList`` (the nodes it must not use, which pins its GPU
         type) and ``StartTime=now`` (a requeued job otherwise waits ~2 minutes), then ``scontrol release``.
 
-        ``placements`` maps job id to its exclusion list; one update per distinct list.
+        ``placements`` maps job id to its exclusion list, or to the fields to set (``ExcNodeList=...``,
+        ``NumNodes=...``, ``Gres=...``); one update per distinct list.
         """
-        return self.update_release({jid: (f"ExcNodeList={excluded}",) for jid, excluded in placements.items()})
+        return self.update_release({jid: (f"ExcNodeList={value}",) if isinstance(value, str) else tuple(value)
+                                    for jid, value in placements.items()})
 
     def update_release(self, updates: Mapping[str, Sequence[str]], start: str = "now") -> dict[str, str]:
         """Update held jobs (``scontrol update jobid=... FIELD=VALUE ... StartTime=START``, one call per distinct
@@ -329,7 +331,8 @@ class Slurm:
         failed |= self._each(["release"], [jid for jid in updates if jid not in failed])
         return failed
 
-    def enact(self, hold: Sequence[str], requeue_hold: Sequence[str], release: Mapping[str, str]) -> dict[str, str]:
+    def enact(self, hold: Sequence[str], requeue_hold: Sequence[str],
+              release: Mapping[str, str | Sequence[str]]) -> dict[str, str]:
         """:meth:`hold`, :meth:`release` and :meth:`requeue_hold` of disjoint job sets, in that order;
         the ids Slurm refused.
 

@@ -17,15 +17,20 @@ policies (:data:`ADMISSION_POLICIES`, by name in :func:`allocopt.simulate`):
 
 A policy is an object with a ``name`` and an ``admit(waiting, state, now_s)``
 method returning a boolean mask over ``waiting`` (job rows in arrival order).
+The executors' drivers (``allocopt run``, ``allocopt slurm``) call the same
+policies through :func:`admit_jobs`, with an :class:`AdmissionState` of their
+jobs in place of the simulation state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from allocopt.cluster import Cluster
 from allocopt.errors import InvalidOptionError
 from allocopt.mechanism.state import SimulationState
 
@@ -138,4 +143,45 @@ class AdmissionQueue:
         return end
 
 
-__all__ = ["ADMISSION_POLICIES", "AcceptAll", "AdmissionPolicy", "AdmissionQueue", "LoadBased", "admission_policy"]
+@dataclass(frozen=True)
+class AdmissionJobs:
+    """The jobs' columns an admission policy reads: GPUs each asks for, submission times (s)."""
+
+    scale_factors: np.ndarray
+    arrival_s: np.ndarray
+
+
+@dataclass(frozen=True)
+class AdmissionState:
+    """What an admission policy sees of an executor's jobs (the fields of
+    :class:`~allocopt.mechanism.state.SimulationState` the built-in policies read)."""
+
+    workload: AdmissionJobs
+    cluster: Cluster
+    active: np.ndarray
+
+
+def admit_jobs(policy: AdmissionPolicy, cluster: Cluster, scale_factors: np.ndarray, arrival_s: np.ndarray,
+               active: np.ndarray, waiting: np.ndarray, now_s: float) -> np.ndarray:
+    """Which of the ``waiting`` rows (submission order) ``policy`` admits, as a boolean mask.
+
+    ``scale_factors`` and ``arrival_s`` are per job (every row); ``active`` marks the
+    admitted jobs not finished.
+
+    Raises
+    ------
+    InvalidOptionError
+        When the policy returns a mask of another shape.
+    """
+    state = AdmissionState(AdmissionJobs(np.asarray(scale_factors, dtype=np.int64),
+                                         np.asarray(arrival_s, dtype=float)), cluster, np.asarray(active, dtype=bool))
+    waiting = np.asarray(waiting, dtype=np.int64)
+    mask = np.asarray(policy.admit(waiting.copy(), state, now_s), dtype=bool)  # type: ignore[arg-type]
+    if mask.shape != waiting.shape:
+        raise InvalidOptionError(f"admission policy {policy.name!r}: admit returned shape {mask.shape}, "
+                                 f"expected {waiting.shape}")
+    return mask
+
+
+__all__ = ["ADMISSION_POLICIES", "AcceptAll", "AdmissionJobs", "AdmissionPolicy", "AdmissionQueue", "AdmissionState",
+           "LoadBased", "admission_policy", "admit_jobs"]

@@ -33,7 +33,8 @@ import numpy as np
 from allocopt.cluster import Cluster
 from allocopt.engine import Engine
 from allocopt.documents import parse_json, parse_yaml, read_text
-from allocopt.errors import DataFileError, InvalidProblemError, StateError
+from allocopt.errors import DataFileError, InvalidOptionError, InvalidProblemError, StateError
+from allocopt.mechanism.admission import admission_policy, admit_jobs
 from allocopt.runtime.elastic import (ELASTIC_KEYS, ElasticSpec, GoodputEngine, GoodputOptions, is_goodput_policy,
                                       load_job_profiles, parse_elastic)
 from allocopt.runtime.executor import Lease, RoundOutcome
@@ -432,6 +433,14 @@ class Scheduler:
         application profiles elastic jobs name (default: Sia's shipped profiles).
     goodput_options : GoodputOptions, optional
         With a goodput policy: the :class:`~allocopt.runtime.elastic.GoodputEngine`'s options.
+    placement : str, default "best_fit"
+        Placement policy of the rounds (:data:`~allocopt.mechanism.placement_policies.PLACEMENT_POLICIES`):
+        which devices each job's GPUs are; rigid jobs (the engine's ``placement``).
+    admission : str, default "accept_all"
+        Admission policy (:data:`~allocopt.mechanism.admission.ADMISSION_POLICIES`), asked at the start
+        of every round which of the submitted jobs not yet admitted join the scheduled ones (submission
+        order); a job it holds back stays ``pending`` with a message saying it waits for admission.
+        Rigid jobs only.
 
     Notes
     -----
@@ -448,8 +457,14 @@ class Scheduler:
     def __init__(self, jobs: Sequence[JobConfig], cluster: Cluster, executor: LocalExecutor, state: StateStore, *,
                  policy: str = "max_min_fairness", round_seconds: float = 30.0, out: TextIO | None = None,
                  rejected: Mapping[str, str] | None = None, retry_failed: bool = False,
-                 profiles: str | Path | None = None, goodput_options: GoodputOptions | None = None):
+                 profiles: str | Path | None = None, goodput_options: GoodputOptions | None = None,
+                 placement: str = "best_fit", admission: str = "accept_all"):
         self.cluster, self.executor, self.state = cluster, executor, state
+        self.admission = admission_policy(admission)
+        if is_goodput_policy(policy) and (placement != "best_fit" or admission != "accept_all"):
+            raise InvalidOptionError(f"placement and admission policies apply to rigid jobs; policy {policy} runs "
+                                     "elastic jobs with its own placement (leave --placement and --admission out)")
+        self.placement = placement
         self.round_seconds, self.out = float(round_seconds), out
         self._check_work_dir()
         self.jobs = state.load()
@@ -475,7 +490,8 @@ class Scheduler:
             GoodputEngine(cluster, policy, round_seconds=self.round_seconds, profiles=self.profiles,
                           options=goodput_options) if self.elastic else
             Engine(cluster, policy, round_seconds=self.round_seconds,
-                   recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds))
+                   recompute_min_seconds=RECOMPUTE_ROUNDS * self.round_seconds, placement=placement))
+        self.queued: list[str] = []  # submitted, not admitted yet (submission order)
         self.samples_done: dict[str, int] = {}  # elastic jobs: samples of their checkpointed steps
         for name, s in self.jobs.items():
             executor.add_job(name, s.config.spec())
@@ -506,15 +522,12 @@ class Scheduler:
                 # steps checkpointed after the last journaled round
                 self.samples_done[name] = self.engine.sync_progress(name, s.steps_done)
             elif s.status == "pending" and name not in self.engine and not self.elastic:
-                self.engine.add_job(name, throughputs, scale_factor=s.config.scale_factor,
-                                    priority_weight=s.config.priority_weight)
-                for gpu_type, value in s.measured.items():
-                    if gpu_type in cluster.gpu_types:
-                        self.engine.observe_throughput(name, gpu_type, value)
+                self.queued.append(name)
             elif s.status != "pending" and name in self.engine:
                 self.engine.remove_job(name)
         for name, message in self.rejected.items():
             self._say(f"job {name} is not run: {message}")
+        self._admit()
         self.state.commit(list(self.jobs.values()), engine=self.engine.to_json())
         self.round_index = state.next_round()
         self.gpu_seconds_used = 0.0
@@ -538,11 +551,41 @@ class Scheduler:
         if self.elastic:
             return None
         engine = Engine.from_json(document)
-        if (engine.cluster != cluster or engine.policy != policy
+        if (engine.cluster != cluster or engine.policy != policy or engine.placement.name != self.placement
                 or engine.mechanism_options.round_seconds != self.round_seconds):
             return None
         engine.record_round([])
         return engine
+
+    def _admit(self) -> None:
+        """Ask the admission policy which queued jobs join the engine; the others get a message."""
+        if not self.queued:
+            return
+        names = [n for n in self.jobs if n in self.engine] + self.queued
+        scale = np.array([self.jobs[n].config.scale_factor for n in names], dtype=np.int64)
+        submitted = np.array([self.jobs[n].submitted for n in names], dtype=float)
+        active = np.arange(len(names)) < len(names) - len(self.queued)
+        waiting = np.arange(len(names) - len(self.queued), len(names))
+        mask = admit_jobs(self.admission, self.cluster, scale, submitted, active, waiting, time.time())
+        demand = int(scale[active].sum() + scale[waiting[mask]].sum())
+        still = []
+        for name, admitted in zip(self.queued, mask.tolist()):
+            s = self.jobs[name]
+            if not admitted:
+                message = (f"waiting for admission ({self.admission.name}): the admitted jobs ask for {demand} of "
+                           f"the cluster's {int(self.cluster.capacity.sum())} GPUs")
+                if s.message != message:
+                    self._say(f"job {name} {message}")
+                s.message = message
+                still.append(name)
+                continue
+            s.message = ""
+            self.engine.add_job(name, self._throughputs(s.config), scale_factor=s.config.scale_factor,
+                                priority_weight=s.config.priority_weight)
+            for gpu_type, value in s.measured.items():
+                if gpu_type in self.cluster.gpu_types:
+                    self.engine.observe_throughput(name, gpu_type, value)
+        self.queued = still
 
     def _throughputs(self, config: JobConfig) -> dict[str, float]:
         """Steps/s the engine starts from: hints, else :data:`DEFAULT_STEPS_PER_S`, on the types the job
@@ -594,8 +637,9 @@ class Scheduler:
         return report
 
     def run_round(self) -> None:
-        """Plan (engine), run (executor), record and journal one round."""
-        names = self.pending()
+        """Admit, plan (engine), run (executor), record and journal one round."""
+        self._admit()
+        names = [n for n in self.pending() if n not in self.queued]
         for name in names:
             s = self.jobs[name]
             self.engine.update_job(name, num_steps_remaining=max(s.config.total_steps - s.steps_done, 1))
@@ -666,7 +710,8 @@ class Scheduler:
         cells = []
         for n, s in self.jobs.items():
             lease, r = held.get(n), results.get(n)
-            where = f"{lease.gpu_type}{list(lease.gpu_ids)}{'*' if lease.extended else ''}" if lease else "-"
+            where = f"{lease.gpu_type}{list(lease.gpu_ids)}{'*' if lease.extended else ''}" if lease else (
+                "waiting for admission" if n in self.queued else "-")
             if lease is not None and lease.batch is not None:
                 where += f" batch {lease.batch.batch_size}"
             rate = f" {r.measured_steps_per_s:.1f}/s" if r is not None and r.measured_steps_per_s else ""

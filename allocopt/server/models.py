@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, Strict, StrictBool, WithJsonSchema
 
 from allocopt.backends import BACKENDS
+from allocopt.mechanism.placement_policies import PLACEMENT_POLICIES
 
 
 def _job_id(value: Any) -> str | int:
@@ -212,6 +213,7 @@ class EngineState(_Model):
     round_seconds: Positive = None
     recompute_min_seconds: NonNegative = None
     rounds: Rounds = None
+    placement: Literal[tuple(PLACEMENT_POLICIES)] = None  # type: ignore[valid-type]
 
 
 # ----- other requests -----------------------------------------------------------------------------------------------
