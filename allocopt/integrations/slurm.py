@@ -80,6 +80,13 @@ RESTART_DELAY_S = 2
 _RUNNING = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT")
 
 
+def _delayed_by_slurm(sj: SlurmJob) -> bool:
+    """Whether a pending, unheld job waits for a begin time Slurm set beyond allocopt's restart delay (Slurm
+    requeues a job whose node went down to begin about two minutes later)."""
+    return (sj.reason == "BeginTime" and sj.start_s is not None
+            and sj.start_s > time.time() + 2 * RESTART_DELAY_S + 5)
+
+
 # ----- per-job attributes -------------------------------------------------------------------
 @dataclass
 class JobRecord:
@@ -765,7 +772,9 @@ class SlurmController:
                         hold.append(job_id)
                 elif sj.held:
                     release.append(job_id)
-                elif not same:  # released for another configuration (or never by allocopt): held first
+                elif not same or _delayed_by_slurm(sj):
+                    # released for another configuration (or never by allocopt), or requeued by Slurm itself
+                    # (its node went down) to begin minutes later: held first, released to start now
                     hold.append(job_id)
                     release.append(job_id)
             rec.lease_type = None if want is None else want["gpu_type"]
@@ -788,7 +797,8 @@ class SlurmController:
                 excluded.append(rec.user_excluded)
             sj = by_id.get(job_id)
             same_count = sj is not None and sj.num_nodes == len(want["nodes"])
-            nodes = () if same_count else (f"NumNodes={len(want['nodes'])}",)
+            count = len(want["nodes"])  # N-N: Slurm refuses a bare NumNodes=N above a job's submitted -N
+            nodes = () if same_count else (f"NumNodes={count}-{count}",)
             updates[job_id] = (f"ExcNodeList={','.join(excluded)}", *nodes, f"Gres=gpu:{want['gpus_per_node']}",
                                *([f"NumTasks={want['replicas']}", f"NumCPUs={want['replicas']}",
                                   f"MinCPUsNode={want['gpus_per_node']}"] if rec.tasks_per_gpu else []))
