@@ -18,8 +18,10 @@ of the rank's process tree): ``CUDA_VISIBLE_DEVICES`` lists the GPUs Ray
 assigned to the job's actors on that node, ``LOCAL_RANK`` counts the job's ranks
 on that node and ``MASTER_ADDR`` is rank 0's node. Actors outlive leases, so a
 restart costs a process start, not a Ray worker start. A rank whose actor died
-(killed, or its node lost) counts as a crash and is retried like one, on the
-actor Ray restarts in its place.
+(killed, or its node lost) is no failure of its job: the job's other ranks are
+stopped, and the job is preempted, to resume from its checkpoint in the next
+round on the actor Ray restarts in its place (its retries are not spent). A
+launch whose actors are not back within ``RESTART_WAIT_S`` is preempted as well.
 
 Nodes advertise the resources when started, e.g.
 ``ray start --head --num-gpus=8 --resources='{"accelerator_type:h100": 8}'``.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -40,6 +43,7 @@ from typing import Any
 from allocopt.errors import BackendNotInstalledError, InvalidProblemError
 from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import Lease
+from allocopt.runtime.launch import DeviceLostError
 from allocopt.runtime.local import (POLL_S, JobSpec, LocalExecutor, Rank, RankProcess, free_port, merge_environment,
                                     rank_environment, start_process)
 from allocopt.runtime.procs import ProcessTree, become_subreaper, reap_children, start_ticks
@@ -133,14 +137,18 @@ class _RayProcess(RankProcess):
         self.actor, self.pid = actor, pid
         self._exit = actor.wait_exit.remote(pid)
         self._code: int | None = None
+        self._lost = False
 
     def poll(self) -> int | None:
         if self._code is None and ray.wait([self._exit], timeout=0)[0]:
             try:
                 self._code = int(ray.get(self._exit))
             except ray.exceptions.RayError:
-                self._code = ACTOR_DIED_STATUS
+                self._code, self._lost = ACTOR_DIED_STATUS, True
         return self._code
+
+    def lost(self) -> bool:
+        return self._lost
 
     def signal_group(self, sig: int) -> None:
         try:
@@ -258,20 +266,32 @@ class RayExecutor(LocalExecutor):
                      progress: Sequence[Path]) -> list[Rank]:
         gpu = lease.gpu_type != CPU_TYPE
         actors = [self._actors[g] for g in lease.gpu_ids]
-        # asked each time: a restarted actor may move (and a killed one may still be restarting)
-        nodes = _get_when_up(lambda: [a.node.remote() for a in actors])
-        port = _get_when_up(actors[0].free_port.remote)
+        try:
+            # asked each time: a restarted actor may move (and a killed one may still be restarting)
+            nodes = _get_when_up(lambda: [a.node.remote() for a in actors])
+            port = _get_when_up(actors[0].free_port.remote)
+        except ray.exceptions.RayError as err:
+            raise DeviceLostError(f"the Ray actor of a GPU of {list(lease.gpu_ids)} is not up within "
+                                  f"{RESTART_WAIT_S:g} s ({type(err).__name__})") from None
         peers: dict[str, list[int]] = {}  # node id -> the job's ranks there
         for r, (node_id, _, _) in enumerate(nodes):
             peers.setdefault(node_id, []).append(r)
-        ranks = []
+        ranks: list[Rank] = []
         for r, actor in enumerate(actors):
             local = peers[nodes[r][0]]
             devices = [g for p in local for g in nodes[p][2]] if gpu else [str(lease.gpu_ids[p]) for p in local]
             rank_env = rank_environment(r, local.index(r), len(local), nodes[0][1], port, devices, gpu, progress[r])
             launched = time.time()
-            pid = ray.get(actor.start.remote(spec.command, [env, rank_env], spec.cwd or os.getcwd(),
-                                             str(self.log_file(lease.job_id, r))))
+            try:
+                pid = ray.get(actor.start.remote(spec.command, [env, rank_env], spec.cwd or os.getcwd(),
+                                                 str(self.log_file(lease.job_id, r))))
+            except ray.exceptions.RayError as err:  # the actor died since it answered: stop the ranks started
+                for rank in ranks:
+                    rank.proc.signal_group(signal.SIGKILL)
+                for rank in ranks:
+                    rank.proc.reap()
+                raise DeviceLostError(f"the Ray actor of GPU {lease.gpu_ids[r]} died while rank {r} started "
+                                      f"({type(err).__name__})") from None
             self.stats.popen_s.append(time.time() - launched)
             ranks.append(Rank(_RayProcess(actor, pid), progress[r], launched))
         return ranks
