@@ -212,6 +212,10 @@ class LocalExecutor(Executor):
         """Why the job failed for good (retries exhausted), or None."""
         return self._failed_for_good.get(job_id)
 
+    def available_devices(self) -> list[int]:
+        """The GPU ids whose devices can run ranks now (every one for local devices)."""
+        return list(range(len(self.devices)))
+
     @property
     def held_jobs(self) -> tuple[Hashable, ...]:
         """Jobs with live (running or paused) processes."""

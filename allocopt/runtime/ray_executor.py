@@ -21,7 +21,9 @@ restart costs a process start, not a Ray worker start. A rank whose actor died
 (killed, or its node lost) is no failure of its job: the job's other ranks are
 stopped, and the job is preempted, to resume from its checkpoint in the next
 round on the actor Ray restarts in its place (its retries are not spent). A
-launch whose actors are not back within ``RESTART_WAIT_S`` is preempted as well.
+launch whose actors are not back within ``restart_wait_s`` (their node is gone
+and no other has their resources) is preempted as well; once a node with
+their resources joins, Ray restarts them there and the job runs on it again.
 
 Nodes advertise the resources when started, e.g.
 ``ray start --head --num-gpus=8 --resources='{"accelerator_type:h100": 8}'``.
@@ -62,13 +64,13 @@ RESTART_WAIT_S = 60.0  # how long a call waits for an actor that Ray is restarti
 _RESTARTING = getattr(ray.exceptions, "ActorUnavailableError", ())
 
 
-def _get_when_up(call: Callable[[], Any]) -> Any:
+def _get_when_up(call: Callable[[], Any], wait_s: float = RESTART_WAIT_S) -> Any:
     """``ray.get(call())`` for an idempotent actor call, called again while its actor is restarting
-    (within ``RESTART_WAIT_S``)."""
-    deadline = time.monotonic() + RESTART_WAIT_S
+    (within ``wait_s`` seconds; then the error, or ``GetTimeoutError`` for a call held that long)."""
+    deadline = time.monotonic() + wait_s
     while True:
         try:
-            return ray.get(call())
+            return ray.get(call(), timeout=max(deadline - time.monotonic(), 0.1))
         except _RESTARTING:
             if time.monotonic() > deadline:
                 raise
@@ -188,6 +190,9 @@ class RayExecutor(LocalExecutor):
         advertising ``gpus``.
     place_timeout_s : float, default 60
         How long to wait for Ray to place the device actors.
+    restart_wait_s : float, default 60
+        How long a launch waits for device actors that Ray is restarting (after their worker or node
+        died) before the launch is given up (its job preempted) for the round.
     **options
         ``grace_s``, ``max_retries``, ``retry_backoff_s``, ``estimator``,
         ``renew_wait_s`` of :class:`~allocopt.runtime.local.LocalExecutor`.
@@ -200,7 +205,9 @@ class RayExecutor(LocalExecutor):
     """
 
     def __init__(self, jobs: Mapping[Hashable, JobSpec], gpus: Mapping[str, int], work_dir: str | os.PathLike, *,
-                 address: str | None = None, place_timeout_s: float = 60.0, **options: Any):
+                 address: str | None = None, place_timeout_s: float = 60.0, restart_wait_s: float = RESTART_WAIT_S,
+                 **options: Any):
+        self.restart_wait_s = float(restart_wait_s)
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             if address is None:
@@ -248,6 +255,21 @@ class RayExecutor(LocalExecutor):
                                                   scheduling_strategy=PlacementGroupSchedulingStrategy(group, k)
                                                   ).remote() for k in range(n)]
 
+    def available_devices(self, timeout_s: float = 1.0) -> list[int]:
+        """The GPU ids whose actors answer within ``timeout_s`` seconds: not those of a lost node (until a
+        node with their resources joins and Ray restarts them there), nor those Ray is restarting."""
+        refs = [a.node.remote() for a in self._actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        up = []
+        for g, ref in enumerate(refs):
+            if ref in ready:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayError:
+                    continue
+                up.append(g)
+        return up
+
     def close(self) -> None:
         """Stop every job, free the devices; disconnect from Ray (shutting down a local instance it started)."""
         super().close()
@@ -268,11 +290,11 @@ class RayExecutor(LocalExecutor):
         actors = [self._actors[g] for g in lease.gpu_ids]
         try:
             # asked each time: a restarted actor may move (and a killed one may still be restarting)
-            nodes = _get_when_up(lambda: [a.node.remote() for a in actors])
-            port = _get_when_up(actors[0].free_port.remote)
+            nodes = _get_when_up(lambda: [a.node.remote() for a in actors], self.restart_wait_s)
+            port = _get_when_up(actors[0].free_port.remote, self.restart_wait_s)
         except ray.exceptions.RayError as err:
             raise DeviceLostError(f"the Ray actor of a GPU of {list(lease.gpu_ids)} is not up within "
-                                  f"{RESTART_WAIT_S:g} s ({type(err).__name__})") from None
+                                  f"{self.restart_wait_s:g} s ({type(err).__name__})") from None
         peers: dict[str, list[int]] = {}  # node id -> the job's ranks there
         for r, (node_id, _, _) in enumerate(nodes):
             peers.setdefault(node_id, []).append(r)
