@@ -82,6 +82,15 @@ class RankProcess(ABC):
     def reap(self) -> None:
         """Once the tree is gone: collect the exit statuses and free what the processes held."""
 
+    def lost(self) -> bool:
+        """Whether the rank ended because its device went away under it (the Ray actor holding it died, or
+        its node was lost) rather than by its own exit."""
+        return False
+
+
+class DeviceLostError(Exception):
+    """A rank could not be started because its device is gone (its Ray actor died and is not back)."""
+
 
 class _LocalProcess(RankProcess):
     """A rank started with :class:`subprocess.Popen` on this machine, and its process tree."""

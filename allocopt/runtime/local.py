@@ -55,7 +55,7 @@ from allocopt.runtime import client, watchdog
 from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import BatchSettings, Executor, JobRoundResult, Lease, RoundOutcome, RoundPlan
 from allocopt.runtime.fence import issue_epoch
-from allocopt.runtime.launch import (JobSpec, RankProcess, _LocalProcess, _start_watchdog, _write_json_atomic,
+from allocopt.runtime.launch import (DeviceLostError, JobSpec, RankProcess, _LocalProcess, _start_watchdog, _write_json_atomic,
                                      cpu_threads, exclusive_lock, free_port, job_directory_name, job_environment,
                                      merge_environment, new_token, rank_environment, sanitized_job_name, start_process)
 from allocopt.runtime.progress import ExecutorStats, Rank, StepLedger, steady_steps_per_s
@@ -147,6 +147,7 @@ class LocalExecutor(Executor):
         self._ledger = StepLedger()  # each job's step as of its last result
         self._epochs: dict[Hashable, int] = {}  # lease epoch of each job's current launch
         self._start_error: dict[Hashable, str] = {}  # launches whose command could not be started
+        self._start_lost: dict[Hashable, str] = {}  # launches whose devices were gone
         self._ckpt_cache: dict[Hashable, tuple[tuple[str, int, int], int]] = {}
         self._last_reap = time.monotonic()
         become_subreaper()
@@ -210,6 +211,10 @@ class LocalExecutor(Executor):
     def failed(self, job_id: Hashable) -> str | None:
         """Why the job failed for good (retries exhausted), or None."""
         return self._failed_for_good.get(job_id)
+
+    def available_devices(self) -> list[int]:
+        """The GPU ids whose devices can run ranks now (every one for local devices)."""
+        return list(range(len(self.devices)))
 
     @property
     def held_jobs(self) -> tuple[Hashable, ...]:
@@ -359,6 +364,9 @@ class LocalExecutor(Executor):
         except OSError as err:  # the command cannot be started (not found, not executable...)
             ranks = []
             self._start_error[lease.job_id] = f"cannot start {spec.command!r}: {err.strerror or err}"
+        except DeviceLostError as err:
+            ranks = []
+            self._start_lost[lease.job_id] = str(err)
         self._running[lease.job_id] = _Job(lease.job_id, lease.gpu_type, tuple(lease.gpu_ids), ranks, seq,
                                            restarted=restarted, batch=lease.batch)
 
@@ -404,21 +412,36 @@ class LocalExecutor(Executor):
         A launch counts as a failure (retried with backoff, failed for good after ``max_retries``)
         when its command cannot start, a rank exits with an error, or the job exits on its own
         before its total steps without a stop request or a lease end (a job that stops early, or
-        does not run its steps through the client).
+        does not run its steps through the client). A launch that lost a rank's device (see
+        :meth:`RankProcess.lost`), or could not start on a device that is gone, is no failure of the
+        job: its other ranks are stopped and it is preempted, to resume from its checkpoint next round.
         """
         error = self._start_error.pop(job.job_id, None)
         if error is not None:
             self._release(job)
             return self._crashed(job, error, messages)
+        gone = self._start_lost.pop(job.job_id, None)
+        if gone is not None:
+            self._release(job)
+            messages[job.job_id] = f"not started, {gone}; resumes from its checkpoint in a later round"
+            return RoundOutcome.PREEMPTED
         codes = [r.proc.poll() for r in job.ranks]
         if all(c is None for c in codes):
             return None
+        lost = [r for r, rank in enumerate(job.ranks) if codes[r] is not None and rank.proc.lost()]
+        if lost and not job.stopping:
+            self._stop([job.job_id])
+            log.warning("job %s lost the device of rank(s) %s: stopped, to resume from its checkpoint",
+                        job.job_id, lost)
+            messages[job.job_id] = (f"rank(s) {lost} lost their device (GPU id(s) "
+                                    f"{[job.gpu_ids[r] for r in lost]}); resumes from its checkpoint next round")
+            return RoundOutcome.PREEMPTED
         if any(c not in (None, 0) for c in codes) and not job.stopping:
             self._stop([job.job_id])
             for rank in job.ranks:
                 rank.read()
-            log = self.log_file(job.job_id, 0)
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+            rank0_log = self.log_file(job.job_id, 0)
+            tail = rank0_log.read_text(errors="replace").strip().splitlines()[-3:] if rank0_log.exists() else []
             return self._crashed(job, f"exit status {[c for c in codes if c]}" + (f": {' | '.join(tail)}" if tail
                                                                                     else ""), messages)
         if any(c is None for c in codes):

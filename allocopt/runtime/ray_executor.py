@@ -18,8 +18,12 @@ of the rank's process tree): ``CUDA_VISIBLE_DEVICES`` lists the GPUs Ray
 assigned to the job's actors on that node, ``LOCAL_RANK`` counts the job's ranks
 on that node and ``MASTER_ADDR`` is rank 0's node. Actors outlive leases, so a
 restart costs a process start, not a Ray worker start. A rank whose actor died
-(killed, or its node lost) counts as a crash and is retried like one, on the
-actor Ray restarts in its place.
+(killed, or its node lost) is no failure of its job: the job's other ranks are
+stopped, and the job is preempted, to resume from its checkpoint in the next
+round on the actor Ray restarts in its place (its retries are not spent). A
+launch whose actors are not back within ``restart_wait_s`` (their node is gone
+and no other has their resources) is preempted as well; once a node with
+their resources joins, Ray restarts them there and the job runs on it again.
 
 Nodes advertise the resources when started, e.g.
 ``ray start --head --num-gpus=8 --resources='{"accelerator_type:h100": 8}'``.
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -40,6 +45,7 @@ from typing import Any
 from allocopt.errors import BackendNotInstalledError, InvalidProblemError
 from allocopt.runtime.devices import CPU_TYPE, Device
 from allocopt.runtime.executor import Lease
+from allocopt.runtime.launch import DeviceLostError
 from allocopt.runtime.local import (POLL_S, JobSpec, LocalExecutor, Rank, RankProcess, free_port, merge_environment,
                                     rank_environment, start_process)
 from allocopt.runtime.procs import ProcessTree, become_subreaper, reap_children, start_ticks
@@ -58,13 +64,13 @@ RESTART_WAIT_S = 60.0  # how long a call waits for an actor that Ray is restarti
 _RESTARTING = getattr(ray.exceptions, "ActorUnavailableError", ())
 
 
-def _get_when_up(call: Callable[[], Any]) -> Any:
+def _get_when_up(call: Callable[[], Any], wait_s: float = RESTART_WAIT_S) -> Any:
     """``ray.get(call())`` for an idempotent actor call, called again while its actor is restarting
-    (within ``RESTART_WAIT_S``)."""
-    deadline = time.monotonic() + RESTART_WAIT_S
+    (within ``wait_s`` seconds; then the error, or ``GetTimeoutError`` for a call held that long)."""
+    deadline = time.monotonic() + wait_s
     while True:
         try:
-            return ray.get(call())
+            return ray.get(call(), timeout=max(deadline - time.monotonic(), 0.1))
         except _RESTARTING:
             if time.monotonic() > deadline:
                 raise
@@ -133,14 +139,18 @@ class _RayProcess(RankProcess):
         self.actor, self.pid = actor, pid
         self._exit = actor.wait_exit.remote(pid)
         self._code: int | None = None
+        self._lost = False
 
     def poll(self) -> int | None:
         if self._code is None and ray.wait([self._exit], timeout=0)[0]:
             try:
                 self._code = int(ray.get(self._exit))
             except ray.exceptions.RayError:
-                self._code = ACTOR_DIED_STATUS
+                self._code, self._lost = ACTOR_DIED_STATUS, True
         return self._code
+
+    def lost(self) -> bool:
+        return self._lost
 
     def signal_group(self, sig: int) -> None:
         try:
@@ -180,6 +190,9 @@ class RayExecutor(LocalExecutor):
         advertising ``gpus``.
     place_timeout_s : float, default 60
         How long to wait for Ray to place the device actors.
+    restart_wait_s : float, default 60
+        How long a launch waits for device actors that Ray is restarting (after their worker or node
+        died) before the launch is given up (its job preempted) for the round.
     **options
         ``grace_s``, ``max_retries``, ``retry_backoff_s``, ``estimator``,
         ``renew_wait_s`` of :class:`~allocopt.runtime.local.LocalExecutor`.
@@ -192,7 +205,9 @@ class RayExecutor(LocalExecutor):
     """
 
     def __init__(self, jobs: Mapping[Hashable, JobSpec], gpus: Mapping[str, int], work_dir: str | os.PathLike, *,
-                 address: str | None = None, place_timeout_s: float = 60.0, **options: Any):
+                 address: str | None = None, place_timeout_s: float = 60.0, restart_wait_s: float = RESTART_WAIT_S,
+                 **options: Any):
+        self.restart_wait_s = float(restart_wait_s)
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             if address is None:
@@ -240,6 +255,21 @@ class RayExecutor(LocalExecutor):
                                                   scheduling_strategy=PlacementGroupSchedulingStrategy(group, k)
                                                   ).remote() for k in range(n)]
 
+    def available_devices(self, timeout_s: float = 1.0) -> list[int]:
+        """The GPU ids whose actors answer within ``timeout_s`` seconds: not those of a lost node (until a
+        node with their resources joins and Ray restarts them there), nor those Ray is restarting."""
+        refs = [a.node.remote() for a in self._actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        up = []
+        for g, ref in enumerate(refs):
+            if ref in ready:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayError:
+                    continue
+                up.append(g)
+        return up
+
     def close(self) -> None:
         """Stop every job, free the devices; disconnect from Ray (shutting down a local instance it started)."""
         super().close()
@@ -258,20 +288,32 @@ class RayExecutor(LocalExecutor):
                      progress: Sequence[Path]) -> list[Rank]:
         gpu = lease.gpu_type != CPU_TYPE
         actors = [self._actors[g] for g in lease.gpu_ids]
-        # asked each time: a restarted actor may move (and a killed one may still be restarting)
-        nodes = _get_when_up(lambda: [a.node.remote() for a in actors])
-        port = _get_when_up(actors[0].free_port.remote)
+        try:
+            # asked each time: a restarted actor may move (and a killed one may still be restarting)
+            nodes = _get_when_up(lambda: [a.node.remote() for a in actors], self.restart_wait_s)
+            port = _get_when_up(actors[0].free_port.remote, self.restart_wait_s)
+        except ray.exceptions.RayError as err:
+            raise DeviceLostError(f"the Ray actor of a GPU of {list(lease.gpu_ids)} is not up within "
+                                  f"{self.restart_wait_s:g} s ({type(err).__name__})") from None
         peers: dict[str, list[int]] = {}  # node id -> the job's ranks there
         for r, (node_id, _, _) in enumerate(nodes):
             peers.setdefault(node_id, []).append(r)
-        ranks = []
+        ranks: list[Rank] = []
         for r, actor in enumerate(actors):
             local = peers[nodes[r][0]]
             devices = [g for p in local for g in nodes[p][2]] if gpu else [str(lease.gpu_ids[p]) for p in local]
             rank_env = rank_environment(r, local.index(r), len(local), nodes[0][1], port, devices, gpu, progress[r])
             launched = time.time()
-            pid = ray.get(actor.start.remote(spec.command, [env, rank_env], spec.cwd or os.getcwd(),
-                                             str(self.log_file(lease.job_id, r))))
+            try:
+                pid = ray.get(actor.start.remote(spec.command, [env, rank_env], spec.cwd or os.getcwd(),
+                                                 str(self.log_file(lease.job_id, r))))
+            except ray.exceptions.RayError as err:  # the actor died since it answered: stop the ranks started
+                for rank in ranks:
+                    rank.proc.signal_group(signal.SIGKILL)
+                for rank in ranks:
+                    rank.proc.reap()
+                raise DeviceLostError(f"the Ray actor of GPU {lease.gpu_ids[r]} died while rank {r} started "
+                                      f"({type(err).__name__})") from None
             self.stats.popen_s.append(time.time() - launched)
             ranks.append(Rank(_RayProcess(actor, pid), progress[r], launched))
         return ranks

@@ -7,7 +7,9 @@ Each launch (lease epoch ``E``) writes ``OUTDIR/launch-eE-rR.json`` per rank R: 
 GPU type, pid, node (``SLURMD_NODENAME`` under Slurm), the batch variables of its environment and the lease
 file's copy of them. Every
 rank appends each step it runs to ``OUTDIR/steps-eE-rR.txt``; rank 0 does so in the same fenced
-commit as the checkpoint of that step, so a step is logged by a launch exactly when it ran there.
+commit as the checkpoint of that step, so a step is logged by a launch exactly when it ran there (the
+checkpoint records rank 0's log and its length, to which the next launch truncates it: a launch killed
+between logging a step and checkpointing it leaves no line).
 A step sleeps ``(ALLOCOPT_ACCUM_STEPS + 1) * (alpha + beta * ALLOCOPT_LOCAL_BSZ) * factor`` seconds,
 ``factor`` the ``--slow`` factor of the launch's GPU type (1 for others): step time grows with the
 micro-batch and shrinks as replicas split the batch, as a data-parallel step does. With
@@ -57,7 +59,11 @@ def main() -> int:
         * factors.get(lease.gpu_type or "", 1.0)
     state = client.load_checkpoint()
     start = state["step"] if state else 0
-    with open(out / f"steps-{tag}.txt", "a", encoding="utf-8") as log:
+    if state and "log" in state and lease.rank == 0:  # a step logged by a launch killed before its checkpoint
+        with client.fenced(), open(state["log"], "r+b") as old:
+            old.truncate(state["log_bytes"])
+    path = out / f"steps-{tag}.txt"
+    with open(path, "a", encoding="utf-8") as log:
         for step in client.steps(start):
             time.sleep(seconds)
             if (step + 1) % args.checkpoint_every:
@@ -65,7 +71,7 @@ def main() -> int:
             with client.fenced():
                 log.write(f"{step}\n")
                 log.flush()
-                client.save_checkpoint({"step": step + 1})  # rank 0 only
+                client.save_checkpoint({"step": step + 1, "log": str(path), "log_bytes": log.tell()})  # rank 0 only
     if client.stop_requested():
         time.sleep(args.stop_s)
     return 0

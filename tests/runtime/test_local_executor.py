@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -12,9 +15,10 @@ import pytest
 from allocopt.errors import InvalidProblemError
 from allocopt.runtime import Lease, RoundOutcome, RoundPlan
 from allocopt.runtime.devices import cpu_devices
+from allocopt.runtime.executor import BatchSettings
 from allocopt.runtime.local import JobSpec, LocalExecutor
 from allocopt.throughput.online import ThroughputEstimator
-from tests.runtime.helpers import assert_no_device_overlap, count_steps_command, steps_written
+from tests.runtime.helpers import JOBS_DIR, assert_no_device_overlap, count_steps_command, steps_written
 
 
 def _plan(index: int, seconds: float, *leases: Lease) -> RoundPlan:
@@ -148,3 +152,48 @@ def test_ranks_of_a_job_pause_extend_and_stop_at_the_same_step(tmp_path: Path) -
     assert len(exits) == 2 and exits[0]["step"] == exits[1]["step"] == len(steps_written(out))
     assert pauses[0] == pauses[1] and len(pauses[0]) == 3  # every rank paused at the same step
     assert [r.restarted for r in results] == [True, False, False] and results[2].steps > 0
+
+
+def test_elastic_rank_killed_mid_round_resumes_from_the_checkpoint_with_every_step_once(tmp_path: Path) -> None:
+    """A rank of a two-rank elastic job SIGKILLed mid-round: the job's other rank is stopped, the job is
+    restarted from its checkpoint (a retry), and the committed step log holds every step once."""
+    out = tmp_path / "e"
+    out.mkdir()
+    jobs = {"e": JobSpec("e", [sys.executable, str(JOBS_DIR / "elastic_steps.py"), str(out)], 10 ** 6)}
+    ex = LocalExecutor(jobs, cpu_devices(2), tmp_path / "rt", grace_s=1.0, retry_backoff_s=0.05)
+    killed: list[int] = []
+
+    def kill_rank_1() -> None:  # once rank 1 logged 3 steps
+        limit = time.time() + 20.0
+        while time.time() < limit and not killed:
+            for doc in out.glob("launch-e*-r1.json"):
+                steps = out / doc.name.replace("launch-", "steps-").replace(".json", ".txt")
+                if steps.exists() and len(steps.read_text().split()) >= 3:
+                    killed.append(json.loads(doc.read_text())["pid"])
+                    os.kill(killed[0], signal.SIGKILL)
+                    break
+            time.sleep(0.02)
+
+    batch = BatchSettings(32, 16, 0, 1.0)
+    killer = threading.Thread(target=kill_rank_1, daemon=True)
+    killer.start()
+    try:
+        [first] = ex.run_round(_plan(0, 10.0, Lease("e", "cpu", (0, 1), 10.0, max_steps=40, batch=batch)))
+        killer.join()
+        [second] = ex.run_round(_plan(1, 10.0, Lease("e", "cpu", (0, 1), 10.0, max_steps=40, extended=True,
+                                                     batch=batch)))
+    finally:
+        ex.close()
+    assert killed and "crashed" in first.message and first.outcome is RoundOutcome.PREEMPTED
+    assert not second.restarted and ex.failed("e") is None and ex.stats.retries == 1
+    launches: dict[int, dict[int, list[int]]] = {}
+    for doc in out.glob("launch-e*-r*.json"):
+        d = json.loads(doc.read_text())
+        launches.setdefault(d["epoch"], {})[d["rank"]] = [
+            int(x) for x in (out / f"steps-e{d['epoch']}-r{d['rank']}.txt").read_text().split()]
+    assert len(launches) == 2  # the launch killed and its restart, which the second round extended
+    committed = [s for e in sorted(launches) for s in launches[e][0]]  # rank 0 logs with its checkpoint
+    assert committed == list(range(ex.checkpointed_steps("e"))) and len(committed) >= 3 + 80
+    last = launches[max(launches)]
+    assert last[1] == last[0] and last[0][0] > 0  # the restart resumed from the checkpoint, not from step 0
+    assert_no_device_overlap(ex.work_dir)

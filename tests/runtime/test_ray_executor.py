@@ -8,6 +8,8 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ ray = pytest.importorskip("ray", reason="the Ray executor needs Ray: pip install
 
 from allocopt.errors import InvalidProblemError  # noqa: E402
 from allocopt.runtime import Lease, RoundOutcome, RoundPlan  # noqa: E402
+from allocopt.runtime.executor import BatchSettings  # noqa: E402
 from allocopt.runtime.local import JobSpec  # noqa: E402
 from allocopt.runtime.ray_executor import RayExecutor  # noqa: E402
 from tests.runtime.helpers import (JOBS_DIR, assert_no_device_overlap, count_steps_command,  # noqa: E402
@@ -164,7 +167,9 @@ def test_job_whose_actor_died_restarts_from_its_checkpoint(tmp_path: Path, ex: R
     while len(later) < 5 and (not later or later[-1].outcome is RoundOutcome.PREEMPTED):
         later += ex.run_round(_plan(1 + len(later), 8.0, _lease("d", (0,), 8.0, extended=True)))
     assert first.steps == 10 and later[-1].outcome is RoundOutcome.COMPLETED
-    assert later[0].restarted or "crashed" in later[0].message  # the lease's process was gone: a new launch
+    # the lease's process was gone: a new launch, or (when the death is noticed in the round) a loss, not a crash
+    assert later[0].restarted or "lost their device" in later[0].message
+    assert all(r.outcome is not RoundOutcome.FAILED for r in later) and ex.failed("d") is None
     assert sum(r.steps for r in later) == 30 and steps_written(out) == list(range(40)) and ex.held_jobs == ()
 
 
@@ -236,3 +241,66 @@ def test_elastic_jobs_resize_on_ray_with_every_step_once_and_the_models_batch(tm
     assert ran == list(range(report["jobs"]["grow"]["steps_done"])) and ran
     assert len(pids) == sum(len(lease[2]) for lease in started)
     assert_no_device_overlap(tmp_path / "state.db.d")
+
+
+def _kill_actor_when_running(out: Path, rank: int, killed: list[int]) -> threading.Thread:
+    """A thread that, once a launch of the elastic_steps job in ``out`` newer than the thread has logged 3
+    steps on ``rank``, SIGKILLs that rank's actor (the Ray worker process, as when its node is lost); appends
+    the actor's pid to ``killed``."""
+    before = set(out.glob(f"launch-e*-r{rank}.json"))
+
+    def kill() -> None:
+        limit = time.time() + 20.0
+        while time.time() < limit:
+            for doc in set(out.glob(f"launch-e*-r{rank}.json")) - before:
+                steps = out / doc.name.replace("launch-", "steps-").replace(".json", ".txt")
+                if steps.exists() and len(steps.read_text().split()) >= 3:
+                    pid = json.loads(doc.read_text())["pid"]
+                    actor = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                    os.kill(actor, signal.SIGKILL)
+                    killed.append(actor)
+                    return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_elastic_job_losing_a_ranks_actor_mid_round_resumes_next_round_with_every_step_once(
+        tmp_path: Path, ex: RayExecutor) -> None:
+    """A rank's Ray worker killed mid-round (as a lost node): the job's other ranks are stopped, the round's
+    work after the last checkpoint is lost only, the job resumes next round on the actor Ray restarted, and
+    losses do not count against the job's retries (more of them than ``max_retries``)."""
+    out = tmp_path / "e"
+    out.mkdir()
+    _add(ex, {"e": JobSpec("e", [sys.executable, str(JOBS_DIR / "elastic_steps.py"), str(out)], 10 ** 6)})
+    batch = BatchSettings(32, 16, 0, 1.0)
+    results, killed = [], []
+    for k in range(ex.max_retries + 2):
+        lost = k <= ex.max_retries  # a rank's actor is killed in each round but the last
+        killer = _kill_actor_when_running(out, k % 2, killed) if lost else None
+        [r] = ex.run_round(_plan(k, 8.0, Lease("e", "cpu", (0, 1), 8.0, max_steps=None if lost else 20,
+                                                        extended=k > 0, batch=batch)))
+        if killer is not None:
+            killer.join()
+        results.append(r)
+    _stop_all(ex, len(results))
+    assert len(killed) == ex.max_retries + 1
+    for r in results[:-1]:  # the loss ends the launch: preempted, not failed
+        assert r.outcome is RoundOutcome.PREEMPTED and "lost" in r.message and r.restarted, r
+    # its 20 steps, and those the lost launch checkpointed after its progress file last showed (StepLedger)
+    assert results[-1].outcome is RoundOutcome.PREEMPTED and results[-1].restarted and results[-1].steps >= 20
+    assert ex.failed("e") is None
+    launches: dict[int, dict[int, list[int]]] = {}
+    for doc in out.glob("launch-e*-r*.json"):
+        d = json.loads(doc.read_text())
+        steps = out / f"steps-e{d['epoch']}-r{d['rank']}.txt"
+        launches.setdefault(d["epoch"], {})[d["rank"]] = [int(x) for x in steps.read_text().split()]
+    assert len(launches) == len(results)  # one launch per round: no retry within a round
+    committed = [s for e in sorted(launches) for s in launches[e][0]]  # rank 0 logs with its checkpoint
+    assert committed == list(range(ex.checkpointed_steps("e"))) and len(committed) >= 3 * len(results)
+    assert sum(r.steps for r in results) == len(committed)
+    for e in sorted(launches)[-1:]:  # the launch nobody killed: its ranks ran the same steps
+        assert launches[e][1] == launches[e][0]
+    assert_no_device_overlap(ex.work_dir)
