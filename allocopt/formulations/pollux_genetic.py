@@ -23,8 +23,8 @@ repair
     only the replicas on the type where it has most.
 
 The first population is the previous allocation (and ``seed_population``, e.g.
-the last round's final population, as Pollux carries it over). Random draws
-come from numpy's global generator, seeded by pymoo's ``seed``.
+the last round's final population, as Pollux carries it over). The operators
+draw from their own generator and pymoo from its own, both seeded by ``seed``.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def genetic_search(problem: PolluxProblem, *, p: float, scale: float, epsilon: f
         states = np.concatenate([states, np.rint(extra).astype(np.int64)])[:population]
     max_total = problem.speedup.shape[3] - 1
     node_gpus = problem.node_gpus
-    rng_draws = np.random  # pymoo seeds numpy's global generator
+    # this search's own draws, from ``seed``: pymoo >= 0.6.2 no longer seeds numpy's global generator
+    rng_draws = np.random.default_rng(seed)
 
     def repair(X: np.ndarray) -> np.ndarray:
         s = X.reshape(-1, n, m).astype(np.int64)
@@ -149,7 +150,7 @@ def genetic_search(problem: PolluxProblem, *, p: float, scale: float, epsilon: f
         def _do(self, _: Any, X: np.ndarray, **kwargs: Any) -> np.ndarray:
             parents, matings, _v = X.shape
             s = X.reshape(parents, matings, n, m)
-            point = rng_draws.randint(max(n, 1), size=(matings, 1))
+            point = rng_draws.integers(max(n, 1), size=(matings, 1))
             first = np.arange(n)[None, :] < point  # (matings, jobs): rows taken from the own parent
             out = np.where(first[None, :, :, None], s, s[::-1])
             return out.reshape(parents, matings, -1)
@@ -167,7 +168,7 @@ def genetic_search(problem: PolluxProblem, *, p: float, scale: float, epsilon: f
             own = room & (s > 0)
             prob2 = own / np.maximum(own.sum(axis=2, keepdims=True), 1.0)
             raise_it = rng_draws.random(s.shape) < prob1 + prob2 - prob1 * prob2
-            drawn = rng_draws.randint(s, node_gpus[None, None, :] + 1)
+            drawn = rng_draws.integers(s, node_gpus[None, None, :] + 1)
             s[raise_it] = drawn[raise_it]
             return s.reshape(len(X), -1)
 
