@@ -28,6 +28,7 @@ from allocopt.errors import InvalidProblemError
 from allocopt.integrations.slurm import Journal, elastic_spec, parse_comment
 from allocopt.integrations.slurm_commands import _node_list, parse_gpu_gres
 from allocopt.runtime.elastic import ElasticSpec
+from tests.runtime.helpers import elastic_launches
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITION = "allocopt"
@@ -363,20 +364,9 @@ def _nodeloss_controller(spool: Path, log: Path, marker: str) -> subprocess.Pope
                              "--marker", marker], env=_env(), stdout=open(log, "a"), stderr=subprocess.STDOUT)
 
 
-def _rank_launches(out: Path) -> list[dict[int, dict]]:
-    """Per launch (in lease-epoch order): rank -> what it wrote at its start, plus the steps it ran."""
-    by_epoch: dict[int, dict[int, dict]] = {}
-    for f in out.glob("launch-e*-r*.json"):
-        doc = json.loads(f.read_text())
-        steps = out / f"steps-e{doc['epoch']}-r{doc['rank']}.txt"
-        doc["steps"] = [int(x) for x in steps.read_text().split()] if steps.exists() else []
-        by_epoch.setdefault(doc["epoch"], {})[doc["rank"]] = doc
-    return [by_epoch[e] for e in sorted(by_epoch)]
-
-
 def _running_launch(out: Path, min_steps: int = 5) -> dict[int, dict] | None:
     """The newest launch once all its ranks started and rank 0 ran ``min_steps`` steps (None before)."""
-    launches = _rank_launches(out)
+    launches = elastic_launches(out)
     if not launches:
         return None
     last = launches[-1]
@@ -387,7 +377,7 @@ def _running_launch(out: Path, min_steps: int = 5) -> dict[int, dict] | None:
 def _check_exactly_once(out: Path, spool: Path, job_id: str) -> list[dict[int, dict]]:
     """Every step committed exactly once across the launches (rank 0's fenced log is the checkpoint's history),
     up to the last checkpoint; every rank of a launch ran rank 0's steps."""
-    launches = _rank_launches(out)
+    launches = elastic_launches(out)
     ran = [s for launch in launches for s in launch[0]["steps"]]
     checkpoints = sorted((spool / "jobs" / job_id / "checkpoints").glob("ckpt-*.ckpt"))
     last = int(checkpoints[-1].name[len("ckpt-"):-len(".ckpt")])
@@ -481,9 +471,9 @@ def test_controller_killed_between_requeue_and_release_recovers_from_its_journal
         time.sleep(2 * ELASTIC_ROUND_S)
         shown = _show(job)
         assert shown["JobState"] == "PENDING" and "held" in shown["Reason"].lower(), shown
-        epochs = len(_rank_launches(out))
+        epochs = len(elastic_launches(out))
         ctl = _nodeloss_controller(spool, log, marker)  # same spool and journal
-        _wait(lambda: _running_launch(out) is not None and len(_rank_launches(out)) > epochs, 60,
+        _wait(lambda: _running_launch(out) is not None and len(elastic_launches(out)) > epochs, 60,
               "the job released by the restarted controller")
     finally:
         ctl.send_signal(signal.SIGINT)

@@ -44,6 +44,7 @@ import numpy as np
 from allocopt.allocation import Timings
 from allocopt.errors import InvalidOptionError
 from allocopt.formulations.base import ModelSolver, Policy, PolicyResult
+from allocopt.formulations.sia import configuration_allocation
 from allocopt.goodput_problem import ConfigurationAllocation, GoodputProblem
 
 
@@ -77,12 +78,7 @@ class Optimus(Policy):
 
     def to_allocation(self, problem: GoodputProblem, result: PolicyResult, *, backend: str | None,
                       timings: Timings) -> ConfigurationAllocation:
-        chosen = result.matrix > 0.5
-        configuration = np.where(chosen.any(axis=1), chosen.argmax(axis=1), -1).astype(np.int64)
-        configuration.setflags(write=False)
-        return ConfigurationAllocation(problem=problem, configuration=configuration, policy=self.name,
-                                       backend=backend, status=result.status, objective=result.objective,
-                                       message=result.message, timings=timings, extras=result.extras)
+        return configuration_allocation(problem, result, self.name, backend=backend, timings=timings)
 
 
 def _remaining(problem: GoodputProblem, remaining: Any) -> np.ndarray:

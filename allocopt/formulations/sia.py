@@ -169,12 +169,19 @@ class Sia(Policy):
     def to_allocation(self, problem: GoodputProblem, result: PolicyResult, *, backend: str | None,
                       timings: Timings) -> ConfigurationAllocation:
         """Decode ``x`` (values > 0.5 are chosen) into one configuration index per job, -1 for none."""
-        chosen = result.matrix > 0.5
-        configuration = np.where(chosen.any(axis=1), chosen.argmax(axis=1), -1).astype(np.int64)
-        configuration.setflags(write=False)
-        return ConfigurationAllocation(problem=problem, configuration=configuration, policy=self.name,
-                                       backend=backend, status=result.status, objective=result.objective,
-                                       message=result.message, timings=timings, extras=result.extras)
+        return configuration_allocation(problem, result, self.name, backend=backend, timings=timings)
+
+
+def configuration_allocation(problem: GoodputProblem, result: PolicyResult, policy: str, *, backend: str | None,
+                             timings: Timings) -> ConfigurationAllocation:
+    """A configuration policy's result (a jobs x configurations matrix, values > 0.5 chosen) as one
+    configuration index per job, -1 for none."""
+    chosen = result.matrix > 0.5
+    configuration = np.where(chosen.any(axis=1), chosen.argmax(axis=1), -1).astype(np.int64)
+    configuration.setflags(write=False)
+    return ConfigurationAllocation(problem=problem, configuration=configuration, policy=policy, backend=backend,
+                                   status=result.status, objective=result.objective, message=result.message,
+                                   timings=timings, extras=result.extras)
 
 
 def valid_entries(problem: GoodputProblem) -> tuple[np.ndarray, np.ndarray]:

@@ -34,6 +34,7 @@ sets ``may_defer = True``.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -85,7 +86,7 @@ class BestFit:
         return PlacementResult(ids, start, extended, np.ones(num_gpus.size, dtype=bool))
 
 
-class _Sequential:
+class _Sequential(ABC):
     """Keep last round's GPUs, then place the other entries one by one, largest first (``_choose``)."""
 
     name = "sequential"
@@ -125,8 +126,9 @@ class _Sequential:
         ids = np.concatenate(held) if held else np.zeros(0, dtype=np.int64)
         return PlacementResult(ids.astype(np.int64), start, extended, placed)
 
+    @abstractmethod
     def _choose(self, layout: GpuLayout, j: int, size: int, free: np.ndarray, model: str) -> np.ndarray | None:
-        raise NotImplementedError
+        """The GPU ids of type ``j`` to give an entry of ``size`` GPUs (None: it waits)."""
 
     @staticmethod
     def _servers(layout: GpuLayout, j: int, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

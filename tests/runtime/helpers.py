@@ -19,6 +19,18 @@ def steps_written(output: Path) -> list[int]:
     return [int(x) for x in output.read_text().split()] if output.exists() else []
 
 
+def elastic_launches(out: Path) -> list[dict[int, dict]]:
+    """What ``tests/jobs/elastic_steps.py`` logged in ``out``, per launch in epoch order: rank -> what the rank
+    wrote at its start, plus ``steps``, the steps it ran."""
+    by_epoch: dict[int, dict[int, dict]] = {}
+    for f in out.glob("launch-e*-r*.json"):
+        doc = json.loads(f.read_text())
+        steps = out / f"steps-e{doc['epoch']}-r{doc['rank']}.txt"
+        doc["steps"] = [int(x) for x in steps.read_text().split()] if steps.exists() else []
+        by_epoch.setdefault(doc["epoch"], {})[doc["rank"]] = doc
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
 def assert_no_device_overlap(work_dir: Path) -> list[dict]:
     """Every device was held by at most one job at a time; returns the intervals."""
     intervals = [json.loads(line) for line in (work_dir / "devices.jsonl").read_text().splitlines()]

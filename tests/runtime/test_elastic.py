@@ -19,7 +19,7 @@ from allocopt.runtime.client import checkpoint_step
 from allocopt.runtime.elastic import GoodputEngine, ElasticSpec, model_from_json
 from allocopt.runtime.local import LocalExecutor
 from allocopt.runtime.loop import Scheduler, StateStore, load_jobs
-from tests.runtime.helpers import JOBS_DIR, assert_no_device_overlap, repo_env
+from tests.runtime.helpers import JOBS_DIR, assert_no_device_overlap, elastic_launches, repo_env
 
 ELASTIC_STEPS = str(JOBS_DIR / "elastic_steps.py")
 
@@ -27,17 +27,6 @@ ELASTIC_STEPS = str(JOBS_DIR / "elastic_steps.py")
 def _journal(db: Path) -> list[tuple[int, list]]:
     with sqlite3.connect(db) as con:
         return [(idx, json.loads(leases)) for idx, leases in con.execute("SELECT idx, leases FROM rounds ORDER BY idx")]
-
-
-def _launches(out: Path) -> list[dict[int, dict]]:
-    """Per launch (in epoch order): rank -> what it wrote at its start, plus the steps it ran."""
-    by_epoch: dict[int, dict[int, dict]] = {}
-    for f in out.glob("launch-e*-r*.json"):
-        doc = json.loads(f.read_text())
-        steps = out / f"steps-e{doc['epoch']}-r{doc['rank']}.txt"
-        doc["steps"] = [int(x) for x in steps.read_text().split()] if steps.exists() else []
-        by_epoch.setdefault(doc["epoch"], {})[doc["rank"]] = doc
-    return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def test_elastic_jobs_resize_run_every_step_once_with_the_models_batch(tmp_path: Path) -> None:
@@ -61,7 +50,7 @@ def test_elastic_jobs_resize_run_every_step_once_with_the_models_batch(tmp_path:
     assert len(rounds) == 5
     for name, out in outs.items():
         leases = [next(l for l in leases if l[0] == name) for _, leases in rounds]  # every job runs every round
-        launches = _launches(out)
+        launches = elastic_launches(out)
         # a job is (re)started exactly at its leases that are not extended: the others kept running
         started = [l for l in leases if not l[3]]
         assert len(launches) == len(started) < len(leases)
@@ -90,7 +79,7 @@ def test_elastic_jobs_resize_run_every_step_once_with_the_models_batch(tmp_path:
     grow = [len(next(l for l in leases if l[0] == "grow")[2]) for _, leases in rounds]
     assert sum(a != b for a, b in zip(grow, grow[1:])) >= 2, grow  # resized at least twice: 1 -> 2 -> 4
     assert grow[0] == 1 and max(grow) == 4
-    batches = [launch[0]["batch_size"] for launch in _launches(outs["grow"])]
+    batches = [launch[0]["batch_size"] for launch in elastic_launches(outs["grow"])]
     assert batches[0] == 16 and max(batches) > 16  # the reported noise scale made larger batches worth it
     fixed = [next(l for l in leases if l[0] == "fixed") for _, leases in rounds]
     assert all(len(l[2]) == 1 for l in fixed) and sum(l[3] for l in fixed) >= 3
@@ -223,7 +212,7 @@ def test_a_job_measured_in_samples_ends_at_the_step_that_reaches_them(tmp_path: 
         state.close()
     assert report["jobs"]["s"]["status"] == "done"
     samples, step = 0, 0
-    launches = _launches(out)
+    launches = elastic_launches(out)
     for launch in launches:
         doc = launch[0]
         assert doc["steps"] == list(range(step, step + len(doc["steps"])))  # resumed where the last one ended
@@ -259,7 +248,7 @@ def test_a_restarted_scheduler_resumes_elastic_jobs_with_what_it_learned(tmp_pat
         report = second.run(max_rounds=2)
     finally:
         state.close()
-    ran = [s for launch in _launches(out) for s in launch[0]["steps"]]
+    ran = [s for launch in elastic_launches(out) for s in launch[0]["steps"]]
     assert ran == list(range(report["jobs"]["r"]["steps_done"]))  # every step once across both schedulers
     rounds = _journal(tmp_path / "state.db")
     assert len(rounds) == 4 and not rounds[2][1][0][3]  # the restarted scheduler held no process: a new launch

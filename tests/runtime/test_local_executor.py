@@ -18,7 +18,8 @@ from allocopt.runtime.devices import cpu_devices
 from allocopt.runtime.executor import BatchSettings
 from allocopt.runtime.local import JobSpec, LocalExecutor
 from allocopt.throughput.online import ThroughputEstimator
-from tests.runtime.helpers import JOBS_DIR, assert_no_device_overlap, count_steps_command, steps_written
+from tests.runtime.helpers import (JOBS_DIR, assert_no_device_overlap, count_steps_command, elastic_launches,
+                                   steps_written)
 
 
 def _plan(index: int, seconds: float, *leases: Lease) -> RoundPlan:
@@ -186,14 +187,10 @@ def test_elastic_rank_killed_mid_round_resumes_from_the_checkpoint_with_every_st
         ex.close()
     assert killed and "crashed" in first.message and first.outcome is RoundOutcome.PREEMPTED
     assert not second.restarted and ex.failed("e") is None and ex.stats.retries == 1
-    launches: dict[int, dict[int, list[int]]] = {}
-    for doc in out.glob("launch-e*-r*.json"):
-        d = json.loads(doc.read_text())
-        launches.setdefault(d["epoch"], {})[d["rank"]] = [
-            int(x) for x in (out / f"steps-e{d['epoch']}-r{d['rank']}.txt").read_text().split()]
+    launches = elastic_launches(out)
     assert len(launches) == 2  # the launch killed and its restart, which the second round extended
-    committed = [s for e in sorted(launches) for s in launches[e][0]]  # rank 0 logs with its checkpoint
+    committed = [s for launch in launches for s in launch[0]["steps"]]  # rank 0 logs with its checkpoint
     assert committed == list(range(ex.checkpointed_steps("e"))) and len(committed) >= 3 + 80
-    last = launches[max(launches)]
+    last = [launches[-1][rank]["steps"] for rank in (0, 1)]
     assert last[1] == last[0] and last[0][0] > 0  # the restart resumed from the checkpoint, not from step 0
     assert_no_device_overlap(ex.work_dir)

@@ -22,7 +22,7 @@ from allocopt.runtime import Lease, RoundOutcome, RoundPlan  # noqa: E402
 from allocopt.runtime.executor import BatchSettings  # noqa: E402
 from allocopt.runtime.local import JobSpec  # noqa: E402
 from allocopt.runtime.ray_executor import RayExecutor  # noqa: E402
-from tests.runtime.helpers import (JOBS_DIR, assert_no_device_overlap, count_steps_command,  # noqa: E402
+from tests.runtime.helpers import (JOBS_DIR, assert_no_device_overlap, count_steps_command, elastic_launches,  # noqa: E402
                                    repo_env, steps_written)
 
 DEVICES = 3  # held by the module's executor (its actors start once: each imports allocopt)
@@ -220,24 +220,18 @@ def test_elastic_jobs_resize_on_ray_with_every_step_once_and_the_models_batch(tm
         leases = [json.loads(row[0])[0] for row in con.execute("SELECT leases FROM rounds ORDER BY idx")]
     sizes = [len(lease[2]) for lease in leases]
     assert sizes[0] == 1 and max(sizes) > 1, sizes  # resized
-    launches: dict[int, dict[int, dict]] = {}
-    for f in out.glob("launch-e*-r*.json"):
-        doc = json.loads(f.read_text())
-        steps = out / f"steps-e{doc['epoch']}-r{doc['rank']}.txt"
-        doc["steps"] = [int(x) for x in steps.read_text().split()] if steps.exists() else []
-        launches.setdefault(doc["epoch"], {})[doc["rank"]] = doc
+    launches = elastic_launches(out)
     started = [lease for lease in leases if not lease[3]]
     assert len(launches) == len(started)
     pids = set()
-    for lease, epoch in zip(started, sorted(launches)):
-        launch = launches[epoch]
+    for lease, launch in zip(started, launches):
         assert sorted(launch) == list(range(len(lease[2])))  # one rank per device, each in its own process
         for doc in launch.values():
             assert doc["world_size"] == len(lease[2])
             assert {k: doc[k] for k in ("batch_size", "local_bsz", "accum_steps", "lr_scale")} == lease[4]["batch"]
             assert doc["steps"] == launch[0]["steps"]
             pids.add(doc["pid"])
-    ran = [s for epoch in sorted(launches) for s in launches[epoch][0]["steps"]]
+    ran = [s for launch in launches for s in launch[0]["steps"]]
     assert ran == list(range(report["jobs"]["grow"]["steps_done"])) and ran
     assert len(pids) == sum(len(lease[2]) for lease in started)
     assert_no_device_overlap(tmp_path / "state.db.d")
@@ -292,15 +286,11 @@ def test_elastic_job_losing_a_ranks_actor_mid_round_resumes_next_round_with_ever
     # its 20 steps, and those the lost launch checkpointed after its progress file last showed (StepLedger)
     assert results[-1].outcome is RoundOutcome.PREEMPTED and results[-1].restarted and results[-1].steps >= 20
     assert ex.failed("e") is None
-    launches: dict[int, dict[int, list[int]]] = {}
-    for doc in out.glob("launch-e*-r*.json"):
-        d = json.loads(doc.read_text())
-        steps = out / f"steps-e{d['epoch']}-r{d['rank']}.txt"
-        launches.setdefault(d["epoch"], {})[d["rank"]] = [int(x) for x in steps.read_text().split()]
+    launches = elastic_launches(out)
     assert len(launches) == len(results)  # one launch per round: no retry within a round
-    committed = [s for e in sorted(launches) for s in launches[e][0]]  # rank 0 logs with its checkpoint
+    committed = [s for launch in launches for s in launch[0]["steps"]]  # rank 0 logs with its checkpoint
     assert committed == list(range(ex.checkpointed_steps("e"))) and len(committed) >= 3 * len(results)
     assert sum(r.steps for r in results) == len(committed)
-    for e in sorted(launches)[-1:]:  # the launch nobody killed: its ranks ran the same steps
-        assert launches[e][1] == launches[e][0]
+    last = launches[-1]  # the launch nobody killed: its ranks ran the same steps
+    assert last[1]["steps"] == last[0]["steps"]
     assert_no_device_overlap(ex.work_dir)

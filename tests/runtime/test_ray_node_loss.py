@@ -23,7 +23,7 @@ from allocopt.runtime import Lease, RoundOutcome, RoundPlan  # noqa: E402
 from allocopt.runtime.executor import BatchSettings  # noqa: E402
 from allocopt.runtime.local import JobSpec  # noqa: E402
 from allocopt.runtime.ray_executor import RayExecutor  # noqa: E402
-from tests.runtime.helpers import JOBS_DIR, assert_no_device_overlap  # noqa: E402
+from tests.runtime.helpers import JOBS_DIR, assert_no_device_overlap, elastic_launches  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the node's processes are found in /proc")
 
@@ -57,10 +57,11 @@ class _Node:
 
 
 def _wait_for(condition, timeout_s: float) -> None:
+    """Poll ``condition`` until it holds; after ``timeout_s`` (a hang guard) fail unless it holds then."""
     limit = time.time() + timeout_s
-    while not condition():
-        assert time.time() < limit, "timed out"
+    while not condition() and time.time() < limit:
         time.sleep(0.1)
+    assert condition(), f"the condition did not hold within {timeout_s:g} s (a hang)"
 
 
 @pytest.fixture(scope="module")
@@ -131,14 +132,10 @@ def test_job_on_a_node_lost_mid_round_resumes_from_its_checkpoint_when_the_node_
         assert ex.checkpointed_steps("e") >= checkpointed + 20 and ex.failed("e") is None
     finally:
         ex.close()
-    launches: dict[int, dict[int, list[int]]] = {}
-    for doc in out.glob("launch-e*-r*.json"):
-        d = json.loads(doc.read_text())
-        launches.setdefault(d["epoch"], {})[d["rank"]] = [
-            int(x) for x in (out / f"steps-e{d['epoch']}-r{d['rank']}.txt").read_text().split()]
+    launches = elastic_launches(out)
     assert len(launches) == 2  # the launch on the lost node and the one on the node back
-    committed = [s for e in sorted(launches) for s in launches[e][0]]
+    committed = [s for launch in launches for s in launch[0]["steps"]]
     assert committed == list(range(ex.checkpointed_steps("e"))) and len(committed) >= 3 + 20
-    last = launches[max(launches)]
+    last = [launches[-1][rank]["steps"] for rank in (0, 1)]
     assert last[1] == last[0] and last[0][0] == checkpointed  # resumed at the lost launch's checkpoint
     assert_no_device_overlap(ex.work_dir)
